@@ -1,0 +1,41 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export AIRFLOW_HOME := $(CURDIR)
+
+.PHONY: install db demo test test-fast test-cluster test-docker bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e runtime -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+db: install
+	$(VENV)/bin/airflow db migrate >/dev/null
+
+demo: db
+	$(PY) examples/demo.py
+
+test: install
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+# Real cluster / engine end-to-end tests (need a kubeconfig / a Docker engine): see docs/kubernetes.md
+test-cluster: install
+	TRAINING_E2E_CLUSTER=1 $(PY) -m pytest -q -m cluster tests/integration
+
+test-docker: install
+	TRAINING_E2E_DOCKER=1 $(PY) -m pytest -q -m docker tests/integration
+
+bench: install
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf airflow.db logs workspace demo-bucket

@@ -1,0 +1,1 @@
+"""Airflow side of the training-job platform: job spec, hooks, triggers, stage operators, DAG template."""

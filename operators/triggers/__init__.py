@@ -1,0 +1,1 @@
+"""Triggers: hold only primitives, serialize cleanly, run in the triggerer."""
