@@ -1,0 +1,43 @@
+"""What every stage after validation shares: the validated spec (from XCom), its job root and its hooks."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Mapping
+
+from airflow.sdk import BaseOperator
+
+
+class JobStageOperator(BaseOperator):
+    """A stage of one training job. `job` is the validated spec dict, usually the validate task's XComArg."""
+
+    template_fields = ("job",)
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, job: Mapping[str, Any] | Any, **kwargs):
+        super().__init__(**kwargs)
+        self.job = job
+
+    @cached_property
+    def spec(self):
+        from operators.spec import JobSpec
+
+        return JobSpec.from_dict(self.job)
+
+    @cached_property
+    def settings(self):
+        from operators.settings import training_settings
+
+        return training_settings()
+
+    @cached_property
+    def layout(self):
+        from training_runtime.layouts import layout_for
+
+        return layout_for(self.spec.layout, self.settings.job_root(self.spec.job_name))
+
+    @cached_property
+    def storage(self):
+        from operators.hooks.object_storage import ObjectStorageHook
+
+        return ObjectStorageHook(connections=self.spec.connections, settings=self.settings)

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from operators.stages.base import JobStageOperator
+
+
+class LaunchTrainingOperator(JobStageOperator):
+    """Run the training on the spec's backend and wait for it; the launcher hook is the only backend-specific part.
+
+    User output streams into this task's log as it is produced and is matched against metric_definitions. Checkpoints
+    are synced to checkpoint_path while training runs (blocking backends) and at the end. On failure the runtime's
+    reason becomes this task's error; user errors and invalid jobs are not retried, platform errors and evictions are.
+    With a deferrable backend (kubernetes) and deferrable=True, the wait happens in the triggerer, not a worker slot.
+    """
+
+    template_fields = ("job", "channels")
+    ui_color = "#ffe0b2"
+
+    def __init__(self, *, channels: dict | Any = None, deferrable: bool | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.channels = channels
+        self.deferrable = deferrable
+        self._launcher = None
+
+    # -- building the request --------------------------------------------------------------------------
+    @property
+    def launcher(self):
+        if self._launcher is None:
+            from operators.hooks.launcher import launcher_for
+
+            self._launcher = launcher_for(self.spec.backend)
+        return self._launcher
+
+    def launch_request(self):
+        from operators.hooks.launcher import LaunchRequest
+        from operators.metrics import METRICS_FILE
+
+        spec = self.spec
+        options = dict(spec.kubernetes)
+        env = dict(spec.environment)
+        env["TRAINING_METRICS_FILE"] = os.path.join(self.layout.root, METRICS_FILE)
+        return LaunchRequest(
+            job_name=spec.job_name,
+            job_root=self.layout.root,
+            workspace=self.settings.workspace,
+            layout=spec.layout,
+            instance_count=spec.instance_count,
+            hosts=tuple(self.launcher.hosts(spec.job_name, spec.instance_count)),
+            channel_entries={name: info["entry"] for name, info in (self.channels or {}).items()},
+            image_uri=spec.image_uri or self.settings.default_image,
+            resources=dict(spec.resources),
+            max_run_seconds=spec.max_run_seconds,
+            env=env,
+            options=options,
+        )
+
+    def _metrics(self):
+        from operators.metrics import MetricCollector
+
+        return MetricCollector(self.spec.metric_definitions)
+
+    def _checkpoint_sync(self):
+        if not self.spec.checkpoint_path:
+            return None
+        from operators.hooks.checkpoint_sync import CheckpointSync
+
+        sync = CheckpointSync(self.storage, self.layout.checkpoint_dir, self.spec.checkpoint_path,
+                              self.settings.checkpoint_sync_seconds)
+        sync.mark_existing()
+        return sync
+
+    # -- execution -------------------------------------------------------------------------------------
+    def execute(self, context) -> dict:
+        request = self.launch_request()
+        context["ti"].xcom_push(key="job_root", value=request.job_root)
+        use_defer = self.launcher.supports_defer and (
+            self.deferrable if self.deferrable is not None else getattr(self.launcher, "deferrable_default", True))
+        if use_defer:
+            self.launcher.start(request)
+            self.defer(trigger=self.launcher.trigger(request), method_name="execute_complete",
+                       kwargs={"request": request.to_dict()})
+        metrics = self._metrics()
+        sync = self._checkpoint_sync()
+
+        def on_line(line: str) -> None:
+            self.log.info("%s", line)
+            metrics.feed(line)
+
+        if sync:
+            sync.start()
+        try:
+            result = self.launcher.run(request, on_line)
+        finally:
+            if sync:
+                sync.stop()
+        return self._finish(request, result, metrics, sync)
+
+    def execute_complete(self, context, event: dict[str, Any], request: dict[str, Any] | None = None) -> dict:
+        from operators.hooks.launcher import LaunchRequest
+
+        req = LaunchRequest.from_dict(request) if request else self.launch_request()
+        metrics = self._metrics()
+
+        def on_line(line: str) -> None:
+            self.log.info("%s", line)
+            metrics.feed(line)
+
+        result = self.launcher.result_from_event(req, event, on_line)
+        return self._finish(req, result, metrics, self._checkpoint_sync())
+
+    def _finish(self, request, result, metrics, sync) -> dict:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from operators.metrics import METRICS_FILE
+
+        metrics.read_file(os.path.join(request.job_root, METRICS_FILE))
+        _write_metrics(os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
+        if sync:
+            sync.sync_once()
+        summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
+                   "failure_class": result.failure_class}
+        if result.succeeded:
+            self.log.info("Training %s succeeded; final metrics: %s", self.spec.job_name, metrics.final() or "none")
+            return summary
+        failure = self.layout.failure_file
+        if not os.path.isfile(failure):  # killed before the runtime could say why (timeout, eviction, ...)
+            os.makedirs(os.path.dirname(failure), exist_ok=True)
+            with open(failure, "w") as f:
+                f.write(f"{result.failure_reason}\n")
+        if os.path.isfile(self.layout.success_file):
+            os.unlink(self.layout.success_file)
+        message = f"training job {self.spec.job_name} failed ({result.failure_class}): {result.failure_reason}"
+        if result.retryable:
+            raise AirflowException(message)
+        raise AirflowFailException(message)
+
+    def on_kill(self) -> None:
+        try:
+            self.launcher.stop(self.launch_request())
+        except Exception as err:  # on_kill must not raise; say what may be left behind
+            self.log.error("Could not stop training %s: %s", self.spec.job_name, err)
+
+
+def _write_metrics(path: str, data: dict) -> None:
+    import json
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)

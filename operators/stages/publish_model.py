@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+
+class PublishModelOperator(BaseOperator):
+    """Publish the trained model: its URI is this task's XCom (the pipeline's result) and an event of the model Asset."""
+
+    template_fields = ("upload",)
+    ui_color = "#c8e6c9"
+
+    def __init__(self, *, upload: dict | Any, model_asset=None, **kwargs):
+        if model_asset is not None:
+            kwargs.setdefault("outlets", [model_asset])
+        super().__init__(**kwargs)
+        self.upload = upload
+        self.model_asset = model_asset
+
+    def execute(self, context) -> str:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        model_uri = (self.upload or {}).get("model_uri")
+        if not model_uri:
+            raise AirflowFailException("no model to publish: training did not succeed (see the launch task's log)")
+        if self.model_asset is not None:
+            context["outlet_events"][self.model_asset].extra = {
+                "model_uri": model_uri,
+                "artifacts": self.upload.get("artifacts", {}),
+                "run_id": context["run_id"],
+            }
+        self.log.info("Model published: %s", model_uri)
+        return model_uri

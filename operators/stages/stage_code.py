@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from operators.stages.base import JobStageOperator
+
+
+class StageCodeOperator(JobStageOperator):
+    """Stage the training code (prefix, .tar.gz object, local dir or .tar.gz) into the job root's code directory."""
+
+    ui_color = "#e3f2e1"
+
+    def execute(self, context) -> dict:
+        from training_runtime.layouts import create_directories
+
+        from operators.hooks.code_staging import stage_code
+
+        create_directories(self.layout, channels=list(self.spec.inputs))
+        stats = stage_code(self.storage, self.spec.source_dir, self.layout.code_dir)
+        self.log.info("Code from %s staged into %s: %d files, %d bytes", self.spec.source_dir, self.layout.code_dir,
+                      stats.files, stats.bytes)
+        return {"code_dir": self.layout.code_dir, "files": stats.files, "bytes": stats.bytes}

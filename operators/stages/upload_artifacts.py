@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from operators.stages.base import JobStageOperator
+
+UPLOADED_MARKER = ".uploaded.json"
+
+
+class UploadArtifactsOperator(JobStageOperator):
+    """Upload the job's artifacts to `<output_path>/<job_name>/output/`; runs whether training succeeded or not.
+
+    After success: model.tar.gz, output.tar.gz (when output/data is not empty) and metrics.json. After failure: the
+    failure reason (and metrics.json) — never a model.tar.gz. Idempotent: a retried or cleared upload finds what was
+    already uploaded (a marker in the job root plus an existence check) and sends nothing twice.
+    """
+
+    ui_color = "#e1bee7"
+
+    def execute(self, context) -> dict:
+        from operators.safe_tar import pack_directory
+
+        spec, layout = self.spec, self.layout
+        out = spec.job_output_uri
+        artifacts = Path(layout.root, ".artifacts")
+        artifacts.mkdir(exist_ok=True)
+        marker_path = artifacts / UPLOADED_MARKER
+        marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
+        succeeded = os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file)
+        uploaded: dict[str, str] = {}
+
+        def upload_once(local: Path, name: str) -> None:
+            uri = out + name
+            st = local.stat()
+            stamp = [st.st_size, st.st_mtime_ns]
+            if marker.get(uri) == stamp and self.storage.exists(uri):
+                self.log.info("%s already uploaded (retry): skipped", uri)
+            else:
+                self.storage.upload_file(str(local), uri)
+                marker[uri] = stamp
+                tmp = marker_path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(marker))
+                os.replace(tmp, marker_path)
+                self.log.info("Uploaded %s (%d bytes)", uri, st.st_size)
+            uploaded[name] = uri
+
+        def packed(src: str, name: str) -> Path:
+            target = artifacts / name
+            newest_input = os.path.getmtime(layout.success_file)
+            if not target.is_file() or target.stat().st_mtime < newest_input:
+                pack_directory(src, str(target))
+            return target
+
+        metrics = Path(layout.output_dir, "metrics.json")
+        if succeeded:
+            upload_once(packed(layout.model_dir, "model.tar.gz"), "model.tar.gz")
+            if any(Path(layout.output_data_dir).iterdir()) if os.path.isdir(layout.output_data_dir) else False:
+                upload_once(packed(layout.output_data_dir, "output.tar.gz"), "output.tar.gz")
+            if metrics.is_file():
+                upload_once(metrics, "metrics.json")
+            if self.storage.exists(out + "failure"):
+                self.storage.delete(out + "failure")  # from an earlier failed attempt of this job
+            return {"status": "succeeded", "model_uri": uploaded["model.tar.gz"], "artifacts": uploaded}
+        failure = Path(layout.failure_file)
+        if not failure.is_file():
+            failure.parent.mkdir(parents=True, exist_ok=True)
+            failure.write_text("training did not finish (no success or failure was recorded)\n")
+        upload_once(failure, "failure")
+        if metrics.is_file():
+            upload_once(metrics, "metrics.json")
+        self.log.warning("Training failed: uploaded the reason to %s; no model was uploaded", uploaded["failure"])
+        return {"status": "failed", "model_uri": None, "artifacts": uploaded,
+                "failure": failure.read_text(errors="replace")[-2000:]}

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping
+
+from airflow.sdk import BaseOperator
+
+
+class ValidateSpecOperator(BaseOperator):
+    """First stage: check the job spec and hand the validated spec (a dict) to every later stage through XCom.
+
+    `spec` is the spec to run (a config file's, or None to take the run's Params/--conf); `spec_defaults` fill what it
+    leaves out. A bad spec fails here with one line naming the field, before anything is downloaded or started.
+    """
+
+    template_fields = ("spec",)
+    ui_color = "#fdf6e3"
+
+    def __init__(self, *, spec: Mapping[str, Any] | None = None, spec_defaults: Mapping[str, Any] | None = None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.spec_defaults = dict(spec_defaults or {})
+
+    def execute(self, context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from operators.settings import training_settings
+        from operators.spec import SpecError, base_name_from, job_name_from, validate_spec
+
+        raw = dict(self.spec_defaults)
+        given = self.spec if self.spec is not None else context["params"]
+        raw.update({k: v for k, v in dict(given).items() if v is not None})
+        settings = training_settings()
+        base = raw.get("base_job_name") or base_name_from(self.dag_id)
+        run_id = context["run_id"]
+        when = context["dag_run"].run_after or context.get("logical_date")
+        suffix = f"{when:%Y%m%d-%H%M%S}-{hashlib.sha256(run_id.encode()).hexdigest()[:4]}"
+        try:
+            spec = validate_spec(
+                raw,
+                default_job_name=job_name_from(base, suffix),
+                default_base_job_name=base,
+                default_backend=settings.default_backend,
+                default_layout=settings.default_layout,
+            )
+        except SpecError as err:
+            raise AirflowFailException(str(err)) from None  # retrying a bad spec cannot help
+        self.log.info("Job %s: %s backend, %s layout, %d host(s), artifacts to %s", spec.job_name, spec.backend,
+                      spec.layout, spec.instance_count, spec.job_output_uri)
+        return spec.to_dict()

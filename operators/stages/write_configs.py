@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from operators.stages.base import JobStageOperator
+
+
+def hyperparameter_strings(hyperparameters: dict[str, Any]) -> dict[str, str]:
+    """hyperparameters.json holds strings (TI, SageMaker); non-strings are JSON-encoded so the runtime can type them."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = f"{path}.tmp"
+    Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class WriteConfigsOperator(JobStageOperator):
+    """Write input/config/: hyperparameters.json, resourceconfig.json, inputdataconfig.json, trainingjobconfig.json.
+
+    Also clears what an earlier attempt of the same job left in output/ (success, failure) so its result can't be
+    mistaken for this one's.
+    """
+
+    template_fields = ("job", "channels")
+
+    def __init__(self, *, channels: dict | Any = None, **kwargs):
+        super().__init__(**kwargs)
+        self.channels = channels
+
+    def execute(self, context) -> dict:
+        from operators.hooks.launcher import launcher_for
+
+        spec, layout = self.spec, self.layout
+        launcher = launcher_for(spec.backend)
+        hosts = launcher.hosts(spec.job_name, spec.instance_count)
+        channels = dict(self.channels or {})
+        channel_names = list(spec.inputs) + (["model"] if spec.resume_from else [])
+        os.makedirs(layout.config_dir, exist_ok=True)
+        _write_json(layout.config_file("hyperparameters.json"), hyperparameter_strings(dict(spec.hyperparameters)))
+        _write_json(layout.config_file("resourceconfig.json"),
+                    {"current_host": hosts[0], "hosts": hosts, "network_interface_name": "eth0"})
+        _write_json(layout.config_file("inputdataconfig.json"),
+                    {name: {"TrainingInputMode": "File"} for name in channel_names})
+        resources = dict(spec.resources)
+        job_config = {
+            "job_name": spec.job_name,
+            "layout": spec.layout,
+            "entry_point": spec.entry_point,
+            "command": spec.command,
+            "distribution": spec.distribution,
+            "processes_per_host": spec.processes_per_host,
+            "master_port": 29500,
+            "num_gpus": int(resources.get("gpu") or 0),
+            "channel_files": {
+                name: os.path.basename(info["uri"].rstrip("/")) for name, info in channels.items() if info["is_file"]
+            },
+        }
+        if "cpu" in resources:
+            job_config["num_cpus"] = max(1, int(float(str(resources["cpu"]).rstrip("m")) / (
+                1000 if str(resources["cpu"]).endswith("m") else 1)))
+        addresses = launcher.host_addresses(spec.job_name, spec.instance_count)
+        if addresses:
+            job_config["host_addresses"] = addresses
+        _write_json(layout.config_file("trainingjobconfig.json"), job_config)
+        for stale in (layout.success_file, layout.failure_file):
+            Path(stale).unlink(missing_ok=True)
+        self.log.info("Configs written to %s for hosts %s", layout.config_dir, hosts)
+        return {"hosts": hosts, "config_dir": layout.config_dir}

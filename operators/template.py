@@ -1,0 +1,78 @@
+"""The reusable DAG template: the chain of stage operators for one training job.
+
+    with DAG("my_training", params=training_job_params(), schedule=None) as dag:
+        tasks = training_job_tasks()                    # the spec comes from the run's Params / --conf
+    with DAG("nightly", schedule="@daily") as dag:
+        tasks = training_job_tasks(spec=load_job_config("dags/configs/churn.yaml"))
+
+validate -> stage_code -> prefetch_data -> write_configs -> restore -> launch_training -> upload_artifacts -> publish_model
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from operators.stages import (
+    LaunchTrainingOperator,
+    PrefetchDataOperator,
+    PublishModelOperator,
+    RestoreOperator,
+    StageCodeOperator,
+    UploadArtifactsOperator,
+    ValidateSpecOperator,
+    WriteConfigsOperator,
+)
+
+
+@dataclass(frozen=True)
+class TrainingTasks:
+    validate: ValidateSpecOperator
+    stage_code: StageCodeOperator
+    prefetch_data: PrefetchDataOperator
+    write_configs: WriteConfigsOperator
+    restore: RestoreOperator
+    launch: LaunchTrainingOperator
+    upload: UploadArtifactsOperator
+    publish: PublishModelOperator
+
+    @property
+    def first(self):
+        return self.validate
+
+    @property
+    def last(self):
+        return self.publish
+
+
+def model_asset_for(dag_id: str):
+    """The Asset a training DAG's models are published to (event extra carries model_uri)."""
+    from airflow.sdk import Asset
+
+    return Asset(name=f"{dag_id}.model", uri=f"model://{dag_id}")
+
+
+def training_job_tasks(
+    *,
+    spec: Mapping[str, Any] | None = None,
+    spec_defaults: Mapping[str, Any] | None = None,
+    model_asset=None,
+    task_id_prefix: str = "",
+    deferrable: bool | None = None,
+    launch_retries: int = 2,
+) -> TrainingTasks:
+    """Create the stage chain in the current DAG (call inside `with DAG(...)`); returns its tasks for wiring."""
+    p = task_id_prefix
+    validate = ValidateSpecOperator(task_id=f"{p}validate_spec", spec=spec, spec_defaults=spec_defaults)
+    job = validate.output
+    stage_code = StageCodeOperator(task_id=f"{p}stage_code", job=job)
+    prefetch = PrefetchDataOperator(task_id=f"{p}prefetch_data", job=job)
+    configs = WriteConfigsOperator(task_id=f"{p}write_configs", job=job, channels=prefetch.output)
+    restore = RestoreOperator(task_id=f"{p}restore", job=job)
+    launch = LaunchTrainingOperator(task_id=f"{p}launch_training", job=job, channels=prefetch.output,
+                                    deferrable=deferrable, retries=launch_retries)
+    upload = UploadArtifactsOperator(task_id=f"{p}upload_artifacts", job=job, trigger_rule="all_done")
+    publish = PublishModelOperator(task_id=f"{p}publish_model", upload=upload.output, model_asset=model_asset)
+    validate >> stage_code >> prefetch >> configs >> restore >> launch >> upload >> publish
+    launch >> publish  # a failed training fails the run (publish becomes upstream_failed)
+    return TrainingTasks(validate, stage_code, prefetch, configs, restore, launch, upload, publish)
