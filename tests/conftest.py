@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home-"))
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 shutil.copy(REPO / "airflow.cfg", _AIRFLOW_HOME / "airflow.cfg")
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
@@ -44,3 +46,360 @@ def airflow_db(airflow_home: Path) -> Path:
         stdout=subprocess.DEVNULL,
     )
     return airflow_home
+
+
+# --- object storage fixtures ---
+# A real S3 HTTP endpoint on loopback: `python -m moto.server` in a child process, with moto's IAM
+# authentication switched on (so wrong credentials are refused like on a real store), behind small
+# counting reverse proxies (one per "provider" endpoint) that record every request and the bytes they
+# return, and can slow responses down. Nothing in boto3 is patched: the code under test talks HTTP.
+
+import json as _json
+import socket as _socket
+import threading as _threading
+import time as _time
+import uuid as _uuid
+from dataclasses import dataclass as _dataclass
+from http.client import HTTPConnection as _HTTPConnection
+from http.server import BaseHTTPRequestHandler as _BaseHandler
+from http.server import ThreadingHTTPServer as _ThreadingHTTPServer
+
+_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection", "te", "upgrade"}
+
+
+def _free_port() -> int:
+    with _socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = _time.monotonic() + timeout
+    while _time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited with {proc.returncode}")
+        try:
+            with _socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            _time.sleep(0.1)
+    raise RuntimeError(f"moto server did not listen on port {port} within {timeout}s")
+
+
+class CountingProxy:
+    """Loopback reverse proxy in front of the moto server.
+
+    `requests` holds one dict per request: method, path, query, status, bytes_in (request body) and
+    bytes_out (response body bytes actually sent). `throttle_bytes_per_s` slows every response body
+    down (per response) so a test can interrupt a transfer half-way or make it long enough to log
+    progress. `corrupt_object_bodies` flips the first byte of every object GET response body (a
+    transfer corrupted on the way, which only an MD5 check notices).
+    """
+
+    def __init__(self, upstream_port: int, name: str) -> None:
+        self.name = name
+        self.upstream_port = upstream_port
+        self.requests: list[dict] = []
+        self.throttle_bytes_per_s = 0
+        self.corrupt_object_bodies = False
+        self._lock = _threading.Lock()
+        proxy = self
+
+        class Handler(_BaseHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def _read_body(self) -> bytes:
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _forward(self) -> None:
+                body = self._read_body()
+                upstream = _HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
+                # The Host header is forwarded unchanged: it is part of the SigV4 signature.
+                upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                for key, value in self.headers.items():
+                    if key.lower() not in _HOP_HEADERS and key.lower() != "content-length":
+                        upstream.putheader(key, value)
+                if body or self.command in ("PUT", "POST"):
+                    upstream.putheader("Content-Length", str(len(body)))
+                upstream.endheaders(body or None)
+                response = upstream.getresponse()
+                record = {
+                    "method": self.command,
+                    "path": self.path.split("?", 1)[0],
+                    "query": self.path.split("?", 1)[1] if "?" in self.path else "",
+                    "status": response.status,
+                    "bytes_in": len(body),
+                    "bytes_out": 0,
+                }
+                with proxy._lock:
+                    proxy.requests.append(record)
+                self.send_response_only(response.status, response.reason)
+                headers = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_HEADERS]
+                length = response.getheader("Content-Length")
+                if self.command == "HEAD" or response.status in (204, 304):
+                    for key, value in headers:
+                        self.send_header(key, value)
+                    self.end_headers()
+                    upstream.close()
+                    return
+                if length is None:
+                    data = response.read()
+                    headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+                    headers.append(("Content-Length", str(len(data))))
+                    chunks = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+                else:
+                    chunks = iter(lambda: response.read(65536), b"")
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.end_headers()
+                corrupt = (
+                    proxy.corrupt_object_bodies
+                    and self.command == "GET"
+                    and response.status in (200, 206)
+                    and record["path"].strip("/").count("/") >= 1
+                )
+                try:
+                    for chunk in chunks:
+                        if corrupt and chunk:
+                            chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
+                            corrupt = False
+                        self.wfile.write(chunk)
+                        record["bytes_out"] += len(chunk)
+                        if proxy.throttle_bytes_per_s:
+                            _time.sleep(len(chunk) / proxy.throttle_bytes_per_s)
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                finally:
+                    upstream.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self._server = _ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = _threading.Thread(target=self._server.serve_forever, name=f"proxy-{name}", daemon=True)
+        self._thread.start()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+        self.throttle_bytes_per_s = 0
+        self.corrupt_object_bodies = False
+
+    def snapshot(self) -> list[dict]:
+        with self._lock:
+            return list(self.requests)
+
+    def object_requests(self) -> list[dict]:
+        """Requests that read or write object bytes (everything but listings and bucket calls)."""
+        return [r for r in self.snapshot() if r["path"].strip("/").count("/") >= 1]
+
+    def bytes_out(self, method: str | None = None) -> int:
+        return sum(r["bytes_out"] for r in self.snapshot() if method is None or r["method"] == method)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@_dataclass
+class MotoServer:
+    url: str
+    port: int
+    access_key: str
+    secret_key: str
+    process: subprocess.Popen
+
+    def client(self, region: str = "us-east-1"):
+        """A boto3 client talking to moto directly (not through the proxies: setup traffic is not counted)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name=region,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            config=Config(
+                s3={"addressing_style": "path"},
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+            ),
+        )
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory) -> MotoServer:
+    import urllib.request
+
+    import boto3
+
+    # Import Airflow (which configures its log handlers on sys.stdout) here, under the session-wide capture,
+    # not inside a test using capfd/capsys whose stream is closed afterwards ("I/O operation on closed file").
+    import airflow.providers.amazon.aws.hooks.base_aws  # noqa: F401
+
+    port = _free_port()
+    log_file = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        iam = boto3.client(
+            "iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup"
+        )
+        iam.create_user(UserName="trainer")
+        iam.put_user_policy(
+            UserName="trainer",
+            PolicyName="all",
+            PolicyDocument=_json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+            ),
+        )
+        key = iam.create_access_key(UserName="trainer")["AccessKey"]
+        # From now on moto checks every request's signature against its IAM users.
+        enable_auth = urllib.request.Request(
+            f"{url}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"}
+        )
+        urllib.request.urlopen(enable_auth).read()
+        yield MotoServer(url, port, key["AccessKeyId"], key["SecretAccessKey"], proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log_file.close()
+
+
+@pytest.fixture(scope="session")
+def _s3_proxy_session(moto_server) -> CountingProxy:
+    proxy = CountingProxy(moto_server.port, "aws")
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="session")
+def _cos_proxy_session(moto_server) -> CountingProxy:
+    proxy = CountingProxy(moto_server.port, "cos")
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def s3_proxy(_s3_proxy_session) -> CountingProxy:
+    """The aws_default endpoint's proxy, with its request log cleared for this test."""
+    _s3_proxy_session.reset()
+    yield _s3_proxy_session
+    _s3_proxy_session.reset()
+
+
+@pytest.fixture
+def cos_proxy(_cos_proxy_session) -> CountingProxy:
+    """The COS endpoint's proxy (a different host:port than aws_default), log cleared for this test."""
+    _cos_proxy_session.reset()
+    yield _cos_proxy_session
+    _cos_proxy_session.reset()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(_s3_proxy_session) -> str:
+    return _s3_proxy_session.url
+
+
+@pytest.fixture(scope="session")
+def cos_endpoint(_cos_proxy_session) -> str:
+    return _cos_proxy_session.url
+
+
+def aws_connection_json(access_key: str, secret_key: str, endpoint: str, region: str, **extra) -> str:
+    """An Airflow connection of type aws in the JSON form AIRFLOW_CONN_<ID> accepts."""
+    return _json.dumps(
+        {
+            "conn_type": "aws",
+            "login": access_key,
+            "password": secret_key,
+            "extra": {"endpoint_url": endpoint, "region_name": region, "addressing_style": "path", **extra},
+        }
+    )
+
+
+@pytest.fixture
+def storage_connections(monkeypatch, moto_server, s3_proxy, cos_proxy) -> dict[str, str]:
+    """AIRFLOW_CONN_AWS_DEFAULT, AIRFLOW_CONN_COS_DEFAULT and AIRFLOW_CONN_MY_COS pointing at the proxies.
+
+    Returns conn id -> endpoint URL. Child processes started by the test inherit the variables.
+    """
+    key, secret = moto_server.access_key, moto_server.secret_key
+    connections = {
+        "aws_default": (s3_proxy.url, "us-east-1"),
+        "cos_default": (cos_proxy.url, "ap-guangzhou"),
+        "my_cos": (cos_proxy.url, "ap-shanghai"),
+    }
+    for conn_id, (endpoint, region) in connections.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", aws_connection_json(key, secret, endpoint, region))
+    return {conn_id: endpoint for conn_id, (endpoint, _) in connections.items()}
+
+
+@pytest.fixture
+def set_aws_connection(monkeypatch):
+    """set_aws_connection(conn_id, access_key, secret_key, endpoint, region="us-east-1", **extra): an env connection."""
+
+    def set_connection(conn_id: str, access_key: str, secret_key: str, endpoint: str, region: str = "us-east-1", **extra):
+        env_name = f"AIRFLOW_CONN_{conn_id.upper()}"
+        monkeypatch.setenv(env_name, aws_connection_json(access_key, secret_key, endpoint, region, **extra))
+
+    return set_connection
+
+
+class ObjectStore:
+    """Test helper: unique buckets and objects on the moto server (direct, uncounted)."""
+
+    def __init__(self, server: MotoServer) -> None:
+        self.server = server
+        self.client = server.client()
+
+    def bucket(self, prefix: str = "bkt") -> str:
+        name = f"{prefix}-{_uuid.uuid4().hex[:12]}"
+        self.client.create_bucket(Bucket=name)
+        return name
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def get(self, bucket: str, key: str) -> bytes:
+        return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def head(self, bucket: str, key: str) -> dict:
+        return self.client.head_object(Bucket=bucket, Key=key)
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", []) or [])
+
+
+@pytest.fixture
+def object_store(moto_server) -> ObjectStore:
+    return ObjectStore(moto_server)
+
+
+# --- end object storage fixtures ---

@@ -20,9 +20,15 @@ class UploadArtifactsOperator(JobStageOperator):
     ui_color = "#e1bee7"
 
     def execute(self, context) -> dict:
+        from airflow.sdk.exceptions import AirflowSkipException
+
         from operators.safe_tar import pack_directory
 
+        if not self.job:
+            raise AirflowSkipException("the job spec was not validated: nothing to upload")
         spec, layout = self.spec, self.layout
+        if not os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file):
+            raise AirflowSkipException("training did not run (an earlier stage failed): nothing to upload")
         out = spec.job_output_uri
         artifacts = Path(layout.root, ".artifacts")
         artifacts.mkdir(exist_ok=True)
@@ -64,9 +70,6 @@ class UploadArtifactsOperator(JobStageOperator):
                 self.storage.delete(out + "failure")  # from an earlier failed attempt of this job
             return {"status": "succeeded", "model_uri": uploaded["model.tar.gz"], "artifacts": uploaded}
         failure = Path(layout.failure_file)
-        if not failure.is_file():
-            failure.parent.mkdir(parents=True, exist_ok=True)
-            failure.write_text("training did not finish (no success or failure was recorded)\n")
         upload_once(failure, "failure")
         if metrics.is_file():
             upload_once(metrics, "metrics.json")

@@ -1,0 +1,160 @@
+"""The training_job DAG end to end: real Airflow (dag.test + metadata DB), real `train` processes, real files and the
+loopback S3 server for every object-storage path."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import textwrap
+
+import pytest
+
+from dag_runner import load_dag, run_dag
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+TI_SCRIPT = textwrap.dedent('''
+    import argparse, json, os
+    p = argparse.ArgumentParser(); p.add_argument("--epochs", type=int); p.add_argument("--tag")
+    args = p.parse_args()
+    rows = open(os.path.join(os.environ["TM_CHANNEL_TRAIN"], "rows.csv")).read().split()
+    hps = json.loads(os.environ["TM_HPS"])
+    for epoch in range(args.epochs):
+        print(f"epoch={epoch} loss={1.0 / (epoch + 1):.3f}", flush=True)
+    with open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w") as f:
+        json.dump({"rows": len(rows), "hps": hps, "tag": args.tag, "cwd": os.getcwd(),
+                   "host": os.environ["TM_CURRENT_HOST"]}, f)
+''')
+
+
+@pytest.fixture
+def training_dag():  # a fresh DAG object per run: dag.test() keeps the previous run's conf in its params
+    return load_dag("training_job.py", "training_job")
+
+
+def model_json(object_store, bucket, key) -> dict:
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, key))) as tar:
+        return json.load(tar.extractfile("model.json"))
+
+
+def put_code(object_store, bucket, files: dict[str, str], prefix="code/"):
+    for name, text in files.items():
+        object_store.put(bucket, prefix + name, text.encode())
+
+
+def test_ti_layout_single_host_from_s3(training_dag, storage_connections, object_store, s3_proxy):
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": TI_SCRIPT})
+    object_store.put(bucket, "data/train/rows.csv", b"1\n2\n3\n")
+    conf = {
+        "job_name": "ti-single",
+        "source_dir": f"s3://{bucket}/code/",
+        "entry_point": "train.py",
+        "hyperparameters": {"epochs": 3, "tag": "a b; touch PWNED"},
+        "inputs": {"train": f"s3://{bucket}/data/train/"},
+        "output_path": f"s3://{bucket}/models",
+        "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+    }
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "success", states
+    model_uri = f"s3://{bucket}/models/ti-single/output/model.tar.gz"
+    assert values["publish_model"] == model_uri
+    model = model_json(object_store, bucket, "models/ti-single/output/model.tar.gz")
+    assert model["rows"] == 3 and model["tag"] == "a b; touch PWNED" and model["host"] == "algo-1"
+    assert model["hps"] == {"epochs": 3, "tag": "a b; touch PWNED"}
+    assert model["cwd"].endswith("/jobs/ti-single/code")
+    assert values["launch_training"]["metrics"] == {"loss": pytest.approx(0.333)}
+    metrics = json.loads(object_store.get(bucket, "models/ti-single/output/metrics.json"))
+    assert [p["value"] for p in metrics["series"]["loss"]] == [1.0, 0.5, 0.333]
+    assert "models/ti-single/output/failure" not in object_store.keys(bucket)
+
+
+def test_pai_layout_with_a_command_and_cos(training_dag, storage_connections, object_store):
+    bucket = object_store.bucket("cos")
+    script = textwrap.dedent('''
+        import argparse, json, os, sys
+        p = argparse.ArgumentParser(); p.add_argument("--lr", type=float); p.add_argument("--name")
+        args = p.parse_args()
+        assert os.getcwd() == os.environ["PAI_WORKING_DIR"], (os.getcwd(), os.environ["PAI_WORKING_DIR"])
+        data = open(os.environ["PAI_INPUT_TRAIN"]).read()
+        out = os.environ["PAI_OUTPUT_MODEL"]
+        json.dump({"lr": args.lr, "name": args.name, "data": data, "hps": json.loads(os.environ["PAI_HPS"]),
+                   "lr_env": os.environ["PAI_HPS_LR"]}, open(os.path.join(out, "model.json"), "w"))
+        open(os.path.join(os.environ["TM_OUTPUT_DATA_DIR"], "predictions.txt"), "w").write("ok")
+    ''')
+    put_code(object_store, bucket, {"train.py": script})
+    object_store.put(bucket, "data/single.txt", b"one object channel")
+    conf = {
+        "job_name": "pai-command",
+        "layout": "pai",
+        "source_dir": f"cos://{bucket}/code/",
+        "command": "python train.py $PAI_USER_ARGS",
+        "hyperparameters": {"lr": 0.01, "name": "x-y"},
+        "inputs": {"train": f"cos://{bucket}/data/single.txt"},
+        "output_path": f"cos://{bucket}/models",
+    }
+    state, states, _ = run_dag(training_dag, conf)
+    assert state == "success", states
+    model = model_json(object_store, bucket, "models/pai-command/output/model.tar.gz")
+    assert model == {"lr": 0.01, "name": "x-y", "data": "one object channel", "hps": {"lr": 0.01, "name": "x-y"},
+                     "lr_env": "0.01"}
+    assert "models/pai-command/output/output.tar.gz" in object_store.keys(bucket)
+
+
+def test_failing_script_fails_the_run_with_its_reason(training_dag, storage_connections, object_store, capfd):
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": "import sys\nprint('loading', flush=True)\n"
+                                                "sys.exit('ValueError: column label has NaN values')\n"})
+    conf = {"job_name": "failing", "source_dir": f"s3://{bucket}/code/", "entry_point": "train.py",
+            "output_path": f"s3://{bucket}/models"}
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "failed"
+    assert states["launch_training"] == "failed" and states["publish_model"] == "upstream_failed"
+    keys = object_store.keys(bucket, "models/failing/")
+    assert "models/failing/output/model.tar.gz" not in keys
+    failure = object_store.get(bucket, "models/failing/output/failure").decode()
+    assert "column label has NaN values" in failure
+    out = capfd.readouterr().out
+    assert "training job failing failed (user_error)" in out and "column label has NaN values" in out
+    assert values["upload_artifacts"]["status"] == "failed"
+
+
+def test_bad_spec_fails_in_the_first_task_naming_the_field(training_dag, capfd):
+    state, states, _ = run_dag(training_dag, {"source_dir": "/tmp/x", "entry_point": "train.py",
+                                              "output_path": "/tmp/y", "inputs": {"bad name": "/tmp/z"}})
+    assert state == "failed" and states["validate_spec"] == "failed" and states["stage_code"] == "upstream_failed"
+    assert "job spec field 'inputs.bad name'" in capfd.readouterr().out
+
+
+CKPT_SCRIPT = textwrap.dedent('''
+    import json, os
+    ckpt = os.path.join(os.environ["PAI_OUTPUT_CHECKPOINTS"], "step.txt")
+    step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+    prev = os.path.join(os.environ["TM_CHANNEL_MODEL"], "model.json") if "TM_CHANNEL_MODEL" in os.environ else ""
+    generation = json.load(open(prev))["generation"] + 1 if prev and os.path.exists(prev) else 1
+    open(ckpt, "w").write(str(step + 10))
+    json.dump({"step": step + 10, "generation": generation},
+              open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w"))
+''')
+
+
+def test_resume_from_checkpoint_and_from_latest(training_dag, storage_connections, object_store, s3_proxy):
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": CKPT_SCRIPT})
+    object_store.put(bucket, "ckpt/step.txt", b"5")
+    conf = {"base_job_name": "nightly", "source_dir": f"s3://{bucket}/code/", "entry_point": "train.py",
+            "output_path": f"s3://{bucket}/models", "checkpoint_path": f"s3://{bucket}/ckpt/",
+            "resume_from": "latest"}
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "success", states
+    first = values["publish_model"]
+    assert model_json(object_store, bucket, first.split(bucket + "/")[1]) == {"step": 15, "generation": 1}
+    assert object_store.get(bucket, "ckpt/step.txt") == b"15"  # synced back at the end
+
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "success", states
+    assert values["restore"]["resumed_from"] == first
+    second = values["publish_model"]
+    assert second != first
+    assert model_json(object_store, bucket, second.split(bucket + "/")[1]) == {"step": 25, "generation": 2}
