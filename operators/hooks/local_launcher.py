@@ -84,6 +84,14 @@ class LocalLauncherHook:
     def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str]:
         return {host: "127.0.0.1" for host in self.hosts(job_name, instance_count)}
 
+    def master_port(self) -> int:
+        """A free port, so concurrent local jobs don't collide on 29500."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
     def stop(self, request: LaunchRequest) -> None:
         entries = [(p.pid, None) for p in self._procs] + self._recorded_pids(request.job_root)
         if entries:
@@ -107,8 +115,8 @@ class LocalLauncherHook:
 
     # -- internals ------------------------------------------------------------------------------------
     def _start(self, request: LaunchRequest, lines: queue.Queue) -> None:
-        env = {**os.environ, **request.env, "PYTHONUNBUFFERED": "1", "TRAINING_ROOT": request.job_root}
-        env.pop("TRAINING_CURRENT_HOST", None)
+        env = {**user_environment(os.environ), **request.env, "PYTHONUNBUFFERED": "1",
+               "TRAINING_ROOT": request.job_root, "TRAINING_JOB_VENV": "1"}
         multi = len(request.hosts) > 1
         for host in request.hosts:
             cmd = [self.python, "-m", "training_runtime", "--root", request.job_root, "--current-host", host]
@@ -213,6 +221,16 @@ class LocalLauncherHook:
     @staticmethod
     def _forget_pids(job_root: str) -> None:
         Path(job_root, PIDS_FILE).unlink(missing_ok=True)
+
+
+# Airflow's own secrets and config (connections, variables, the DB URL, fernet key) and the worker's cloud
+# credentials must not reach user code; a job passes what it needs through its spec's `environment`.
+_PRIVATE_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW", "AWS_", "TRAINING_")
+_PRIVATE_NAMES = {"AIRFLOW_HOME", "AIRFLOW_CONFIG", "JOB_COMPLETION_INDEX"}
+
+
+def user_environment(environ) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}
 
 
 def _failure_file(request: LaunchRequest) -> Path:

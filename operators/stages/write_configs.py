@@ -15,7 +15,7 @@ def hyperparameter_strings(hyperparameters: dict[str, Any]) -> dict[str, str]:
 
 def _write_json(path: str, data: Any) -> None:
     tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True))
+    Path(tmp).write_text(json.dumps(data, indent=2))  # key order kept: it is the order of the script's arguments
     os.replace(tmp, path)
 
 
@@ -54,7 +54,7 @@ class WriteConfigsOperator(JobStageOperator):
             "command": spec.command,
             "distribution": spec.distribution,
             "processes_per_host": spec.processes_per_host,
-            "master_port": 29500,
+            "master_port": launcher.master_port() if hasattr(launcher, "master_port") else 29500,
             "num_gpus": int(resources.get("gpu") or 0),
             "channel_files": {
                 name: os.path.basename(info["uri"].rstrip("/")) for name, info in channels.items() if info["is_file"]

@@ -14,8 +14,14 @@ def load_dag(file_name: str, dag_id: str | None = None):
     return next(d for d in dags if dag_id in (None, d.dag_id))
 
 
-def run_dag(dag, conf: dict | None = None):
-    """One DAG run; returns (state, {task_id: state}, {task_id: return value})."""
+class DagRunResult(tuple):
+    """(state, {task_id: state}, {task_id: return value}) plus the run id."""
+
+    run_id: str
+
+
+def run_dag(dag, conf: dict | None = None) -> DagRunResult:
+    """One DAG run; returns (state, {task_id: state}, {task_id: return value}) with .run_id."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -26,4 +32,6 @@ def run_dag(dag, conf: dict | None = None):
             XComModel.get_many(run_id=dr.run_id, dag_ids=dag.dag_id, key="return_value")
         ).all()
         values = {row.task_id: XComModel.deserialize_value(row) for row in rows}
-    return dr.state, states, values
+    result = DagRunResult((dr.state, states, values))
+    result.run_id = dr.run_id
+    return result

@@ -158,3 +158,60 @@ def test_resume_from_checkpoint_and_from_latest(training_dag, storage_connection
     second = values["publish_model"]
     assert second != first
     assert model_json(object_store, bucket, second.split(bucket + "/")[1]) == {"step": 25, "generation": 2}
+
+
+def test_retried_upload_sends_nothing_twice(training_dag, storage_connections, object_store, s3_proxy, airflow_home):
+    import os
+    import subprocess
+    import sys
+
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": "import os\nopen(os.environ['TM_MODEL_DIR'] + '/w', 'w').write('1')\n"})
+    conf = {"job_name": "retried", "source_dir": f"s3://{bucket}/code/", "entry_point": "train.py",
+            "output_path": f"s3://{bucket}/models"}
+    result = run_dag(training_dag, conf)
+    assert result[0] == "success"
+    first_etag = object_store.head(bucket, "models/retried/output/model.tar.gz")["ETag"]
+    s3_proxy.reset()
+    # The upload task run again for the same run, as a retry or a clear would.
+    rerun = subprocess.run(
+        [sys.executable, "-m", "airflow", "tasks", "test", "training_job", "upload_artifacts", result.run_id,
+         "--task-params", json.dumps(conf)],
+        env=os.environ.copy(), capture_output=True, text=True, timeout=300,
+    )
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "already uploaded (retry): skipped" in rerun.stdout + rerun.stderr
+    assert [r for r in s3_proxy.snapshot() if r["method"] in ("PUT", "POST")] == []
+    assert object_store.head(bucket, "models/retried/output/model.tar.gz")["ETag"] == first_etag
+
+
+DDP_SCRIPT = textwrap.dedent('''
+    import json, os
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    print(f"rank={rank} world={world} allreduce={value.item()}", flush=True)
+    if rank == 0:
+        json.dump({"sum": value.item(), "world": world, "master": os.environ["MASTER_ADDR"],
+                   "hosts": json.loads(os.environ["TM_HOSTS"])},
+                  open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w"))
+    dist.destroy_process_group()
+''')
+
+
+@pytest.mark.slow
+def test_two_host_pytorch_ddp_all_reduce(training_dag, storage_connections, object_store):
+    pytest.importorskip("torch")
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": DDP_SCRIPT})
+    conf = {"job_name": "ddp-2", "source_dir": f"s3://{bucket}/code/", "entry_point": "train.py",
+            "instance_count": 2, "distribution": "pytorch", "output_path": f"s3://{bucket}/models",
+            "metric_definitions": [{"Name": "allreduce", "Regex": "allreduce=([0-9.]+)"}], "max_run_seconds": 300}
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "success", states
+    model = model_json(object_store, bucket, "models/ddp-2/output/model.tar.gz")
+    assert model == {"sum": 3.0, "world": 2, "master": "127.0.0.1", "hosts": ["algo-1", "algo-2"]}
+    assert values["launch_training"]["metrics"] == {"allreduce": 3.0}

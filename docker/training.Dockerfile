@@ -1,0 +1,37 @@
+# Training base image: the training runtime installed, `train` as the command.
+#
+#   docker build -f docker/training.Dockerfile -t training-base:latest .     (from the repository root)
+#
+# Framework images build FROM this one (pip install torch / tensorflow ...). The
+# job root is mounted (or baked) at the layout's root: /opt/ml (ti, sagemaker),
+# /ml (pai), /home/ma-user/modelarts (modelarts); pass `--root` / TRAINING_ROOT or
+# `--layout` for the last two. Launchers should override the arguments (Kubernetes
+# `args`, e.g. ["train", "--layout", "pai"]) rather than replace the image's command.
+ARG PYTHON_VERSION=3.11
+FROM python:${PYTHON_VERSION}-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Only the runtime package (standard library only, no dependencies).
+COPY runtime/pyproject.toml /tmp/training-runtime/pyproject.toml
+COPY runtime/training_runtime/ /tmp/training-runtime/training_runtime/
+RUN pip install --no-cache-dir /tmp/training-runtime \
+ && rm -rf /tmp/training-runtime \
+ && train --version
+
+# A fixed non-root uid/gid 1000, so the Kubernetes "restricted" Pod Security profile
+# (runAsNonRoot, verifiable numeric USER) admits the pod. The layout roots exist
+# and belong to it; `train` needs to write output/ and, for requirements.txt, a
+# virtual environment under the job root. `train` is PID 1: it handles SIGTERM /
+# SIGINT itself and forwards them to the user code's process group.
+RUN groupadd --gid 1000 ml \
+ && useradd --uid 1000 --gid 1000 --create-home --home-dir /home/ml --shell /bin/bash ml \
+ && mkdir -p /opt/ml/code /opt/ml/input/config /opt/ml/input/data /opt/ml/model \
+             /opt/ml/checkpoints /opt/ml/output/data /ml /home/ma-user/modelarts \
+ && chown -R 1000:1000 /opt/ml /ml /home/ma-user
+
+USER 1000:1000
+WORKDIR /opt/ml/code
+CMD ["train"]

@@ -1,0 +1,71 @@
+"""``train [--root DIR] [--current-host NAME] [--layout NAME] [--check]``."""
+
+import argparse
+import logging
+import sys
+
+from training_runtime import __version__
+from training_runtime.layouts import LAYOUT_NAMES
+
+LOG_PREFIX = "[train]"
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record):
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            message = "%s: %s" % (record.levelname, message)
+        return "%s %s" % (LOG_PREFIX, message)
+
+
+def configure_logging(level=logging.INFO):
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    logger = logging.getLogger("training_runtime")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="train",
+        description="Run one host's share of a training job from a job root "
+        "(TI-ONE / PAI / SageMaker / ModelArts contract).",
+        epilog="Exit codes: 0 success, 1 user code failed, 2 invalid job, "
+        "3 requirements.txt install failed, 4 platform error, 128+n stopped by signal n.",
+    )
+    parser.add_argument(
+        "--root",
+        help="the job root (default: $TRAINING_ROOT, else the container root of --layout, else /opt/ml)",
+    )
+    parser.add_argument(
+        "--current-host",
+        help="this host's name in resourceconfig.json hosts (default: $TRAINING_CURRENT_HOST, "
+        "hosts[$JOB_COMPLETION_INDEX], else resourceconfig.json current_host)",
+    )
+    parser.add_argument(
+        "--layout",
+        help="directory layout: %s (default: trainingjobconfig.json layout, else ti)"
+        % ", ".join(LAYOUT_NAMES),
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the job root and print what would run; install and run nothing",
+    )
+    parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    configure_logging()
+    from training_runtime.trainer import train
+
+    return train(
+        root=args.root,
+        current_host=args.current_host,
+        layout_name=args.layout,
+        check_only=args.check,
+    )

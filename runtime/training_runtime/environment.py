@@ -1,0 +1,269 @@
+"""The environment the user code sees: every platform family, whatever the layout.
+
+All paths point into the actual job root (locally the job directory). Families:
+
+TI-ONE (``ti-containers``)
+    TM_NUM_GPUS, TM_NUM_CPUS, TM_HPS (typed JSON), TM_CURRENT_HOST, TM_HOSTS (JSON
+    list), TM_CHANNELS (JSON list, file order), TM_CHANNEL_<NAME>, TM_MODEL_DIR,
+    TM_OUTPUT_DATA_DIR, TM_INPUT_CONFIG_DIR, TM_NETWORK_INTERFACE_NAME,
+    TM_USER_ENTRY_POINT, TM_LOG_LEVEL.
+PAI
+    PAI_HPS (typed JSON), PAI_HPS_<NAME> (upper-cased, characters outside
+    [A-Za-z0-9_] -> ``_``; the string from hyperparameters.json), PAI_USER_ARGS
+    (``--name value`` in file order, every element shell-quoted once),
+    PAI_INPUT_<CHANNEL> (``input/data/<ch>/``, or the file for a channel listed in
+    ``channel_files``), PAI_OUTPUT_MODEL, PAI_OUTPUT_CHECKPOINTS, PAI_CONFIG_DIR
+    (directories with a trailing ``/`` as PAI documents them), PAI_WORKING_DIR.
+SageMaker (``sagemaker-training``)
+    SM_MODEL_DIR, SM_CHANNELS (sorted JSON list), SM_CHANNEL_<NAME>, SM_HPS,
+    SM_HP_<NAME>, SM_CURRENT_HOST, SM_HOSTS, SM_NUM_GPUS, SM_NUM_CPUS,
+    SM_OUTPUT_DATA_DIR, SM_INPUT_CONFIG_DIR, SM_INPUT_DIR, SM_OUTPUT_DIR,
+    SM_MODULE_DIR, SM_USER_ENTRY_POINT, SM_USER_ARGS (JSON list), SM_LOG_LEVEL,
+    SM_NETWORK_INTERFACE_NAME, SM_RESOURCE_CONFIG, SM_INPUT_DATA_CONFIG,
+    SM_FRAMEWORK_PARAMS, SM_TRAINING_ENV.
+ModelArts
+    MA_JOB_DIR (the directory holding the code directory), MA_NUM_HOSTS,
+    MA_CURRENT_HOST, MA_CURRENT_IP, MA_NUM_GPUS, VC_TASK_INDEX (host index),
+    MA_TASK_NAME (``worker``; ``ps`` for TensorFlow parameter servers); in the
+    modelarts layout MA_JOB_DIR is also put first on PYTHONPATH.
+Generic
+    TRAINING_ROOT, TRAINING_JOB_NAME, TRAINING_LAYOUT, TRAINING_CURRENT_HOST,
+    TRAINING_HOST_INDEX, TRAINING_NUM_HOSTS; PYTHONUNBUFFERED=1 unless set.
+
+``TM_CHANNEL_<NAME>``, ``SM_CHANNEL_<NAME>`` and ``SM_HP_<NAME>`` use the name
+upper-cased as the originals do (``SM_HP_BATCH-SIZE``); where that is not a
+shell-friendly name the sanitised form (``SM_HP_BATCH_SIZE``) is set as well.
+The distributed launcher variables come from :mod:`training_runtime.distributed`.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+
+from training_runtime import hyperparameters as hps
+
+DEFAULT_LOG_LEVEL = "20"  # logging.INFO, as ti-containers and sagemaker-training
+_VALID_ENV_NAME = re.compile(r"^[^=\0]+$")
+
+
+@dataclass(frozen=True)
+class Resources:
+    num_gpus: int
+    num_cpus: int
+    current_ip: str
+
+
+def detect_resources(job, environ=None):
+    """GPUs/CPUs from trainingjobconfig, else what this machine gives the process."""
+    environ = os.environ if environ is None else environ
+    num_gpus = job.num_gpus if job.num_gpus is not None else _detect_gpus(environ)
+    num_cpus = job.num_cpus if job.num_cpus is not None else _detect_cpus()
+    current_ip = job.host_addresses.get(job.current_host) or _own_address(job.current_host)
+    return Resources(num_gpus=num_gpus, num_cpus=num_cpus, current_ip=current_ip)
+
+
+def build(job, layout, resources, entry_point_args, base_env, python):
+    """The complete environment of the user code: ``base_env`` plus every family.
+
+    ``entry_point_args`` are the hyperparameter arguments (SM_USER_ARGS);
+    ``python`` is the job's interpreter, whose directory goes first on PATH so
+    that ``python`` in a command is the job's Python.
+    """
+    env = dict(base_env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    python_dir = os.path.dirname(python)
+    path = env.get("PATH", os.defpath)
+    if path.split(os.pathsep)[0] != python_dir:
+        env["PATH"] = python_dir + os.pathsep + path
+    typed = hps.typed_mapping(job.hyperparameters)
+    entry_point = job.entry_point if not job.command else ""
+    host_index = job.host_index
+
+    env.update(
+        {
+            "TRAINING_ROOT": layout.root,
+            "TRAINING_JOB_NAME": job.job_name,
+            "TRAINING_LAYOUT": layout.name,
+            "TRAINING_CURRENT_HOST": job.current_host,
+            "TRAINING_HOST_INDEX": str(host_index),
+            "TRAINING_NUM_HOSTS": str(len(job.hosts)),
+        }
+    )
+
+    # --- TI-ONE
+    log_level = job.reserved_value("ti_container_log_level") or DEFAULT_LOG_LEVEL
+    env.update(
+        {
+            "TM_NUM_GPUS": str(resources.num_gpus),
+            "TM_NUM_CPUS": str(resources.num_cpus),
+            "TM_HPS": json.dumps(typed),
+            "TM_CURRENT_HOST": job.current_host,
+            "TM_HOSTS": json.dumps(job.hosts),
+            "TM_CHANNELS": json.dumps(job.channels),
+            "TM_MODEL_DIR": layout.model_dir,
+            "TM_OUTPUT_DATA_DIR": layout.output_data_dir,
+            "TM_INPUT_CONFIG_DIR": layout.config_dir,
+            "TM_NETWORK_INTERFACE_NAME": job.network_interface_name,
+            "TM_USER_ENTRY_POINT": entry_point,
+            "TM_LOG_LEVEL": str(log_level),
+        }
+    )
+    for channel in job.channels:
+        _set_named(env, "TM_CHANNEL_", channel, layout.channel_dir(channel))
+
+    # --- PAI
+    env.update(
+        {
+            "PAI_HPS": json.dumps(typed),
+            "PAI_USER_ARGS": hps.to_shell_args(job.hyperparameters),
+            "PAI_OUTPUT_MODEL": _as_dir(layout.model_dir),
+            "PAI_OUTPUT_CHECKPOINTS": _as_dir(layout.checkpoint_dir),
+            "PAI_CONFIG_DIR": _as_dir(layout.config_dir),
+            "PAI_WORKING_DIR": layout.code_dir,
+        }
+    )
+    for hp in job.hyperparameters:
+        env["PAI_HPS_" + hps.env_suffix(hp.name)] = hp.raw
+    for channel in job.channels:
+        if channel in job.channel_files:
+            value = os.path.join(layout.channel_dir(channel), job.channel_files[channel])
+        else:
+            value = _as_dir(layout.channel_dir(channel))
+        env["PAI_INPUT_" + hps.env_suffix(channel)] = value
+
+    # --- SageMaker
+    channel_dirs = {channel: layout.channel_dir(channel) for channel in job.channels}
+    framework_params = {name: hp.value for name, hp in job.reserved.items() if name.startswith("sagemaker_")}
+    sm_log_level = job.reserved_value("sagemaker_container_log_level") or DEFAULT_LOG_LEVEL
+    training_env = {
+        "job_name": job.job_name,
+        "hosts": job.hosts,
+        "current_host": job.current_host,
+        "master_hostname": job.hosts[0],
+        "is_master": host_index == 0,
+        "channel_input_dirs": channel_dirs,
+        "hyperparameters": typed,
+        "additional_framework_parameters": framework_params,
+        "input_dir": os.path.join(layout.root, "input"),
+        "input_config_dir": layout.config_dir,
+        "input_data_config": job.input_data_config,
+        "resource_config": job.resource_config,
+        "model_dir": layout.model_dir,
+        "output_dir": layout.output_dir,
+        "output_data_dir": layout.output_data_dir,
+        "module_dir": layout.code_dir,
+        "user_entry_point": entry_point,
+        "network_interface_name": job.network_interface_name,
+        "num_gpus": resources.num_gpus,
+        "num_cpus": resources.num_cpus,
+        "log_level": int(sm_log_level) if str(sm_log_level).isdigit() else sm_log_level,
+    }
+    env.update(
+        {
+            "SM_MODEL_DIR": layout.model_dir,
+            "SM_CHANNELS": _compact(sorted(job.channels)),
+            "SM_HPS": _compact(typed),
+            "SM_CURRENT_HOST": job.current_host,
+            "SM_HOSTS": _compact(job.hosts),
+            "SM_NUM_GPUS": str(resources.num_gpus),
+            "SM_NUM_CPUS": str(resources.num_cpus),
+            "SM_OUTPUT_DATA_DIR": layout.output_data_dir,
+            "SM_INPUT_CONFIG_DIR": layout.config_dir,
+            "SM_INPUT_DIR": os.path.join(layout.root, "input"),
+            "SM_OUTPUT_DIR": layout.output_dir,
+            "SM_MODULE_DIR": layout.code_dir,
+            "SM_USER_ENTRY_POINT": entry_point,
+            "SM_USER_ARGS": _compact(list(entry_point_args)),
+            "SM_LOG_LEVEL": str(sm_log_level),
+            "SM_NETWORK_INTERFACE_NAME": job.network_interface_name,
+            "SM_RESOURCE_CONFIG": _compact(job.resource_config),
+            "SM_INPUT_DATA_CONFIG": _compact(job.input_data_config),
+            "SM_FRAMEWORK_PARAMS": _compact(framework_params),
+            "SM_TRAINING_ENV": _compact(training_env),
+        }
+    )
+    for channel in job.channels:
+        _set_named(env, "SM_CHANNEL_", channel, layout.channel_dir(channel))
+    for hp in job.hyperparameters:
+        _set_named(env, "SM_HP_", hp.name, hp.raw)
+
+    # --- ModelArts
+    env.update(
+        {
+            "MA_JOB_DIR": layout.job_dir,
+            "MA_NUM_HOSTS": str(len(job.hosts)),
+            "MA_CURRENT_HOST": job.current_host,
+            "MA_CURRENT_IP": resources.current_ip,
+            "MA_NUM_GPUS": str(resources.num_gpus),
+            "VC_TASK_INDEX": str(host_index),
+            "MA_TASK_NAME": "worker",
+        }
+    )
+    if layout.name == "modelarts":
+        pythonpath = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = layout.job_dir + (os.pathsep + pythonpath if pythonpath else "")
+    return env
+
+
+def _set_named(env, prefix, name, value):
+    """``PREFIX<NAME upper-cased>`` as the original toolkits name it, plus the
+    sanitised ``PREFIX<NAME_WITH_UNDERSCORES>`` when that differs."""
+    original = prefix + name.upper()
+    if _VALID_ENV_NAME.match(original):
+        env[original] = value
+    env[prefix + hps.env_suffix(name)] = value
+
+
+def _as_dir(path):
+    return path.rstrip("/") + "/"
+
+
+def _compact(value):
+    # The encoding sagemaker-training uses for its SM_* JSON values.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _detect_gpus(environ):
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        devices = [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+        return 0 if visible.strip() in ("", "NoDevFiles") else len(devices)
+    nvidia_smi = shutil.which("nvidia-smi")
+    if not nvidia_smi:
+        return 0
+    try:
+        listing = subprocess.run(
+            [nvidia_smi, "--list-gpus"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+
+
+def _detect_cpus():
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        count = os.cpu_count() or 1
+    # A container's CPU limit (cgroup v2 cpu.max "quota period") is lower than the
+    # CPUs it may be scheduled on; report the limit, as the platforms do.
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
+def _own_address(host):
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return host

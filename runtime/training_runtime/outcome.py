@@ -1,0 +1,86 @@
+"""``output/success`` and ``output/failure``.
+
+Rules (hosts of a local job share one root, so every step tolerates the others):
+
+* At start, a success/failure file older than this ``train`` process is left
+  over from an earlier attempt and removed.
+* On failure, an existing non-empty ``output/failure`` is kept: the user code
+  wrote its own reason (or another host failed first). Otherwise the reason is
+  written. ``output/success`` is removed: a failure on any host fails the job.
+* On success, ``output/success`` is written unless a failure file exists.
+
+Every file is written to a private name and renamed, so readers (the upload
+stage) never see half a file. The failure text is capped at
+:data:`MAX_FAILURE_BYTES`.
+"""
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+MAX_FAILURE_BYTES = 16 * 1024
+MAX_LINE_CHARS = 1000
+
+
+def clear_stale(layout, started_at):
+    for path in (layout.success_file, layout.failure_file):
+        try:
+            if os.stat(path).st_mtime < started_at:
+                os.remove(path)
+                log.info("removed %s left over from an earlier attempt", path)
+        except FileNotFoundError:
+            pass
+
+
+def write_success(layout):
+    if _has_content(layout.failure_file):
+        log.warning("%s exists (written by the user code or another host): not writing %s",
+                    layout.failure_file, layout.success_file)
+        return
+    _write(layout.success_file, "success\n")
+
+
+def write_failure(layout, text):
+    _remove(layout.success_file)
+    if _has_content(layout.failure_file):
+        log.info("keeping %s as the user code (or another host) wrote it", layout.failure_file)
+        return
+    _write(layout.failure_file, _cap(text))
+
+
+def _cap(text):
+    lines = [
+        line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " [...]"
+        for line in text.splitlines()
+    ]
+    capped = "\n".join(lines) + "\n"
+    data = capped.encode("utf-8", "replace")
+    if len(data) > MAX_FAILURE_BYTES:
+        # Keep the start (the reason) and the end (the last error lines).
+        head = data[: MAX_FAILURE_BYTES // 4].decode("utf-8", "ignore")
+        tail = data[-(MAX_FAILURE_BYTES * 3 // 4):].decode("utf-8", "ignore")
+        capped = head + "\n[... truncated ...]\n" + tail
+    return capped
+
+
+def _has_content(path):
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = "%s.%d.partial" % (path, os.getpid())
+    with open(partial, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(partial, path)

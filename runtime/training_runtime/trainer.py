@@ -1,0 +1,189 @@
+"""One host's training run, and the one place errors become exit codes.
+
+Order: read and validate the job root (nothing runs before that), install
+requirements, build the environment and argv, run the user code, record the
+outcome. Every failure ends in :func:`train`'s ``except`` clauses, which write
+``output/failure`` and return the exit code documented in the package docstring.
+"""
+
+import errno
+import logging
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from training_runtime import (
+    config,
+    distributed,
+    entrypoint,
+    environment,
+    hyperparameters,
+    outcome,
+    process,
+    requirements,
+    validation,
+)
+from training_runtime.errors import (
+    SUCCESS,
+    InvalidJobError,
+    PlatformError,
+    StoppedError,
+    TrainingError,
+    UserCodeError,
+)
+from training_runtime.layouts import DEFAULT_LAYOUT, layout_for
+
+log = logging.getLogger(__name__)
+
+
+def train(root=None, current_host=None, layout_name=None, check_only=False, environ=None):
+    """Run the job at ``root`` as ``current_host``; returns the exit code.
+
+    ``check_only`` validates the job root and logs the argv without installing
+    or running anything (nor writing output files).
+    """
+    started_at = time.time()
+    environ = dict(os.environ if environ is None else environ)
+    root = config.resolve_root(root, environ, layout_name)
+    # output/ is at the same place in every layout, so failures can be recorded
+    # even when the layout itself is what is wrong.
+    outputs = layout_for(DEFAULT_LAYOUT, root)
+    previous_handlers = _stop_on_signals()
+    try:
+        if os.path.isdir(root) and not check_only:
+            outcome.clear_stale(outputs, started_at)
+        _run(root, current_host, layout_name, check_only, environ)
+        if not check_only:
+            outcome.write_success(outputs)
+            log.info("training succeeded")
+    except TrainingError as error:
+        return _report(outputs, error, check_only)
+    except KeyboardInterrupt:
+        return _report(outputs, _stopped(signal.SIGINT), check_only)
+    except Exception as error:  # noqa: BLE001 - everything else is the runtime's fault
+        failure = PlatformError(
+            "internal error of the training runtime (%s: %s); the job may be retried"
+            % (type(error).__name__, error),
+            details=traceback.format_exc(),
+        )
+        return _report(outputs, failure, check_only)
+    finally:
+        _restore(previous_handlers)
+    return SUCCESS
+
+
+def _stopped(signum, details=""):
+    return StoppedError(
+        "training was stopped: train received %s" % signal.Signals(signum).name, signum, details
+    )
+
+
+def _stop_on_signals():
+    """Outside the user code (whose runner forwards signals), SIGTERM/SIGHUP stop
+    ``train`` through the same error path, so output/failure is still written."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    stopping = []
+
+    def stop(signum, frame):
+        if stopping:  # already on the way out: let the failure be written
+            log.warning("received %s again; still stopping", signal.Signals(signum).name)
+            return
+        stopping.append(signum)
+        raise _stopped(signum)
+
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def _restore(previous_handlers):
+    for signum, handler in previous_handlers.items():
+        signal.signal(signum, handler)
+
+
+def _run(root, current_host, layout_name, check_only, environ):
+    layout, job = config.load_job(root, layout_name, current_host, environ)
+    validation.validate(job, layout)
+    script = validation.resolve_entry_point(job, layout) if not job.command else None
+    log.info(
+        "job %s, layout %s, host %s (%d of %d)%s",
+        job.job_name, layout.name, job.current_host, job.host_index + 1, len(job.hosts),
+        ", distribution %s" % job.distribution if job.distribution else "",
+    )
+    plan = distributed.plan(job, layout)
+    if check_only:
+        argv = entrypoint.build(job, layout, sys.executable, plan, script)
+        log.info("the job is valid; it would run: %s", shlex.join(argv))
+        return
+
+    python = requirements.prepare_python(layout, environ)
+    resources = environment.detect_resources(job, environ)
+    plan.write_files()
+    argv = entrypoint.build(job, layout, python, plan, script)
+    env = environment.build(
+        job, layout, resources, hyperparameters.to_args(job.hyperparameters), environ, python
+    )
+    env.update(plan.env)
+    what = "command" if job.command else "entry point %s" % job.entry_point
+    os.makedirs(layout.code_dir, exist_ok=True)  # a command may need no code, but needs a cwd
+    log.info("running %s in %s: %s", what, layout.code_dir, shlex.join(argv))
+    try:
+        result = process.run(argv, cwd=layout.code_dir, env=env)
+    except OSError as error:
+        if error.errno in (errno.ENOEXEC, errno.EACCES) and script and argv[0] == script:
+            raise InvalidJobError(
+                "entry point %r cannot be executed (%s): give it a #! line or use a .py/.sh file"
+                % (job.entry_point, error.strerror)
+            ) from None
+        if error.errno == errno.E2BIG:
+            raise InvalidJobError(
+                "the hyperparameters are too large to pass to a process (%s): pass large values "
+                "as a file in an input channel instead" % error.strerror
+            ) from None
+        raise PlatformError("could not start the user code (%s): %s" % (argv[0], error)) from None
+
+    stderr_tail = "Last lines of its stderr:\n" + "\n".join(result.tail) if result.tail else ""
+    if result.stopped_by is not None:
+        name = signal.Signals(result.stopped_by).name
+        raise StoppedError(
+            "training was stopped: train received %s and forwarded it to the user code "
+            "(exit code %d)" % (name, result.exit_code),
+            result.stopped_by,
+            details=stderr_tail,
+        )
+    if result.exit_code != 0:
+        raise UserCodeError(
+            "the user code (%s) failed with exit code %d%s"
+            % (what, result.exit_code, _signal_hint(result.exit_code)),
+            details=stderr_tail,
+            child_exit_code=result.exit_code,
+        )
+
+
+def _signal_hint(exit_code):
+    if exit_code <= 128:
+        return ""
+    try:
+        name = signal.Signals(exit_code - 128).name
+    except ValueError:
+        return ""
+    hint = " (killed by %s" % name
+    if name == "SIGKILL":
+        hint += "; out of memory?"
+    return hint + ")"
+
+
+def _report(outputs, error, check_only):
+    log.error("%s", error)
+    if isinstance(error, PlatformError) and error.details:
+        log.error("%s", error.details.rstrip())
+    if not check_only and os.path.isdir(outputs.root):
+        try:
+            outcome.write_failure(outputs, error.failure_text())
+        except OSError as write_error:
+            log.error("could not write %s: %s", outputs.failure_file, write_error)
+    return error.exit_code

@@ -1,0 +1,82 @@
+"""The `train` command line, `python -m training_runtime`, and the package's promises."""
+
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import training_runtime
+
+PACKAGE_PARENT = str(Path(training_runtime.__file__).resolve().parents[1])
+
+
+def test_python_dash_m_is_train(make_job):
+    job = make_job(hyperparameters={"epochs": 1})
+    result = subprocess.run(
+        [sys.executable, "-m", "training_runtime", "--root", str(job.root)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert job.seen()["argv"] == ["--epochs", "1"]
+
+
+def test_check_validates_and_runs_nothing(make_job):
+    code = {"train.py": "open('RAN', 'w')\n", "requirements.txt": "nothing-xyz\n"}
+    job = make_job(hyperparameters={"epochs": 1}, code=code)
+    result = job.run("--check")
+    assert result.returncode == 0, result.stderr
+    assert "the job is valid; it would run:" in result.stderr and "train.py --epochs 1" in result.stderr
+    assert not Path(job.layout.code_dir, "RAN").exists()
+    assert not job.succeeded and job.failure is None
+    assert not (job.root / ".venv-job").exists()
+
+
+def test_check_refuses_an_invalid_job(make_job):
+    job = make_job(entry_point="missing.py")
+    result = job.run("--check")
+    assert result.returncode == 2
+    assert "entry point 'missing.py'" in result.stderr
+
+
+def test_help_lists_the_flags_and_exit_codes():
+    result = subprocess.run([sys.executable, "-m", "training_runtime", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for fragment in ("--root", "--current-host", "--layout", "--check", "3 requirements.txt install failed"):
+        assert fragment in text
+
+
+def test_importing_the_runtime_has_no_side_effects_and_no_airflow():
+    code = (
+        "import logging, sys\n"
+        "import training_runtime.cli, training_runtime.trainer, training_runtime.layouts\n"
+        "assert not any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules), 'airflow imported'\n"
+        "assert not logging.getLogger('training_runtime').handlers, 'logging configured at import'\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert result.stdout == "ok\n", result.stderr
+
+
+def _python39():
+    candidates = glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9"))
+    candidates += glob.glob("/usr/bin/python3.9") + glob.glob("/usr/local/bin/python3.9")
+    for candidate in candidates:
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_python39() is None, reason="no Python 3.9 interpreter on this machine")
+def test_runs_on_python_3_9_with_the_standard_library_only(make_job):
+    job = make_job(distribution="pytorch", hyperparameters={"epochs": 1})
+    env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT, PYTHONNOUSERSITE="1")
+    result = subprocess.run(
+        [_python39(), "-S", "-m", "training_runtime", "--root", str(job.root)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert job.seen()["executable"].endswith("python3.9")
