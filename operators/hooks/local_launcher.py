@@ -49,24 +49,53 @@ def _process_tree(pid: int, create_time: float | None = None):
         return []
 
 
-def kill_trees(entries: list[tuple[int, float | None]], grace: float = KILL_GRACE_SECONDS) -> int:
-    """SIGTERM every process of the given trees, SIGKILL what is still alive after `grace` seconds."""
+def kill_trees(entries: list[tuple[int, float | None]], grace: float = KILL_GRACE_SECONDS,
+               children: list[subprocess.Popen] = ()) -> int:
+    """SIGTERM every process of the given trees, SIGKILL what is still alive after `grace` seconds.
+
+    Our own children (`children`) are waited for through their Popen objects: reaping them here (psutil) would make
+    Popen report exit code 0 for a process that was killed.
+    """
     import psutil
 
+    own = {p.pid for p in children}
     procs = [p for pid, ctime in entries for p in _process_tree(pid, ctime)]
+    procs += [p for child in children if child.poll() is None for p in _process_tree(child.pid)]
     for proc in procs:
         try:
             proc.send_signal(signal.SIGTERM)
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    deadline = time.monotonic() + grace
+    for child in children:
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    others = [p for p in procs if p.pid not in own]
+    _, alive = psutil.wait_procs(others, timeout=max(0.1, deadline - time.monotonic()))
+    alive += [p for p in procs if p.pid in own and _running(p)]
     for proc in alive:
         try:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=5)
+    for child in children:
+        try:
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+    psutil.wait_procs([p for p in alive if p.pid not in own], timeout=5)
     return len(procs)
+
+
+def _running(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 class LocalLauncherHook:
@@ -93,9 +122,10 @@ class LocalLauncherHook:
             return sock.getsockname()[1]
 
     def stop(self, request: LaunchRequest) -> None:
-        entries = [(p.pid, None) for p in self._procs] + self._recorded_pids(request.job_root)
-        if entries:
-            killed = kill_trees(entries)
+        own = {p.pid for p in self._procs}
+        entries = [e for e in self._recorded_pids(request.job_root) if e[0] not in own]
+        if entries or self._procs:
+            killed = kill_trees(entries, children=self._procs)
             log.info("Stopped training %s: %d processes killed", request.job_name, killed)
         self._forget_pids(request.job_root)
 
@@ -108,9 +138,8 @@ class LocalLauncherHook:
         try:
             return self._wait(request, lines, on_line)
         finally:
-            still_running = [(p.pid, None) for p in self._procs if p.poll() is None]
-            if still_running:
-                kill_trees(still_running)
+            if any(p.poll() is None for p in self._procs):
+                kill_trees([], children=self._procs)
             self._forget_pids(request.job_root)
 
     # -- internals ------------------------------------------------------------------------------------
@@ -162,16 +191,16 @@ class LocalLauncherHook:
                 timed_out = True
                 log.error("Training %s exceeded max_run_seconds=%s: stopping it", request.job_name,
                           request.max_run_seconds)
-                kill_trees([(p.pid, None) for p in self._procs if p.poll() is None])
+                kill_trees([], children=self._procs)
             failed = [p for p in self._procs if p.poll() not in (None, 0)]
             if failed and first_failure_at is None:
                 first_failure_at = now
             if first_failure_at is not None and now - first_failure_at > PEER_FAILURE_GRACE_SECONDS:
                 # A failed host leaves its peers waiting on collectives forever: stop them.
-                running = [(p.pid, None) for p in self._procs if p.poll() is None]
+                running = [p for p in self._procs if p.poll() is None]
                 if running:
                     log.error("A host of %s failed; stopping the %d still running", request.job_name, len(running))
-                    kill_trees(running)
+                    kill_trees([], children=running)
         while True:  # lines queued after the last poll
             try:
                 line = lines.get_nowait()

@@ -1,22 +1,10 @@
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from operators.stages.base import JobStageOperator
-
-
-def hyperparameter_strings(hyperparameters: dict[str, Any]) -> dict[str, str]:
-    """hyperparameters.json holds strings (TI, SageMaker); non-strings are JSON-encoded so the runtime can type them."""
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}
-
-
-def _write_json(path: str, data: Any) -> None:
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(data, indent=2))  # key order kept: it is the order of the script's arguments
-    os.replace(tmp, path)
 
 
 class WriteConfigsOperator(JobStageOperator):
@@ -33,6 +21,8 @@ class WriteConfigsOperator(JobStageOperator):
         self.channels = channels
 
     def execute(self, context) -> dict:
+        from training_runtime.config import write_config_files
+
         from operators.hooks.launcher import launcher_for
 
         spec, layout = self.spec, self.layout
@@ -40,12 +30,6 @@ class WriteConfigsOperator(JobStageOperator):
         hosts = launcher.hosts(spec.job_name, spec.instance_count)
         channels = dict(self.channels or {})
         channel_names = list(spec.inputs) + (["model"] if spec.resume_from else [])
-        os.makedirs(layout.config_dir, exist_ok=True)
-        _write_json(layout.config_file("hyperparameters.json"), hyperparameter_strings(dict(spec.hyperparameters)))
-        _write_json(layout.config_file("resourceconfig.json"),
-                    {"current_host": hosts[0], "hosts": hosts, "network_interface_name": "eth0"})
-        _write_json(layout.config_file("inputdataconfig.json"),
-                    {name: {"TrainingInputMode": "File"} for name in channel_names})
         resources = dict(spec.resources)
         job_config = {
             "job_name": spec.job_name,
@@ -66,7 +50,13 @@ class WriteConfigsOperator(JobStageOperator):
         addresses = launcher.host_addresses(spec.job_name, spec.instance_count)
         if addresses:
             job_config["host_addresses"] = addresses
-        _write_json(layout.config_file("trainingjobconfig.json"), job_config)
+        write_config_files(
+            layout,
+            hyperparameters=dict(spec.hyperparameters),  # order kept: it is the order of the script's arguments
+            resource_config={"current_host": hosts[0], "hosts": hosts, "network_interface_name": "eth0"},
+            input_data_config={name: {"TrainingInputMode": "File"} for name in channel_names},
+            job_config=job_config,
+        )
         for stale in (layout.success_file, layout.failure_file):
             Path(stale).unlink(missing_ok=True)
         self.log.info("Configs written to %s for hosts %s", layout.config_dir, hosts)
