@@ -19,5 +19,6 @@ class PrefetchDataOperator(JobStageOperator):
             self.log.info("Channel %s: %s -> %s (%s, %d files, %d bytes, %d bytes transferred)", channel, uri,
                           entry.path, "reused" if entry.reused else "downloaded", entry.files, entry.bytes,
                           entry.bytes_transferred)
-            channels[channel] = {"entry": str(entry.path), "is_file": entry.is_file, "uri": uri}
+            channels[channel] = {"entry": str(entry.path), "is_file": entry.is_file, "uri": uri,
+                                 "file_name": entry.file_name}
         return channels

@@ -27,6 +27,7 @@ class UploadArtifactsOperator(JobStageOperator):
         if not self.job:
             raise AirflowSkipException("the job spec was not validated: nothing to upload")
         spec, layout = self.spec, self.layout
+        self._release_cache_entries()
         if not os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file):
             raise AirflowSkipException("training did not run (an earlier stage failed): nothing to upload")
         out = spec.job_output_uri
@@ -76,3 +77,10 @@ class UploadArtifactsOperator(JobStageOperator):
         self.log.warning("Training failed: uploaded the reason to %s; no model was uploaded", uploaded["failure"])
         return {"status": "failed", "model_uri": None, "artifacts": uploaded,
                 "failure": failure.read_text(errors="replace")[-2000:]}
+
+    def _release_cache_entries(self) -> None:
+        """Training is over: the job's channels no longer pin their cache entries against eviction."""
+        from operators.hooks.data_cache import DataCacheHook
+
+        DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes).release(
+            self.spec.job_name)

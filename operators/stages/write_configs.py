@@ -41,7 +41,7 @@ class WriteConfigsOperator(JobStageOperator):
             "master_port": launcher.master_port() if hasattr(launcher, "master_port") else 29500,
             "num_gpus": int(resources.get("gpu") or 0),
             "channel_files": {
-                name: os.path.basename(info["uri"].rstrip("/")) for name, info in channels.items() if info["is_file"]
+                name: info["file_name"] for name, info in channels.items() if info["is_file"]
             },
         }
         if "cpu" in resources:

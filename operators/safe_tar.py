@@ -1,0 +1,335 @@
+"""Safe .tar.gz extraction, packing a directory into a .tar.gz, and atomic directory replacement.
+
+Code archives come from users and object storage, so extraction trusts nothing in them:
+- only regular files and directories; symbolic links, hard links, device files, FIFOs and anything
+  else are refused (links are how archives escape their target: `link -> /etc` then `link/passwd`);
+- member names must be relative and free of `..`; `./` prefixes and repeated slashes are normalised;
+- the total size and the number of members are bounded (decompression bombs, inode exhaustion);
+- everything is written into a fresh temporary directory next to the target and renamed into place
+  only when the whole archive has been read, so a refused archive leaves nothing behind and nothing is
+  ever written outside the target. Parent directories are created by us as real directories and no link
+  is ever created, so no write can be redirected.
+The error (`UnsafeArchiveError`, a ValueError) names the offending member.
+
+`pack_directory` is the one place that writes archives (model.tar.gz, output.tar.gz, code bundles); it
+is deliberately simple now (gzip via the standard library) so a faster implementation can replace it
+without touching callers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import gzip
+import logging
+import lzma
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 4 * 1024**3  # 4 GiB of extracted content
+DEFAULT_MAX_MEMBERS = 100_000
+_COPY_CHUNK = 1024 * 1024
+
+
+class BadArchiveError(ValueError):
+    """The archive cannot be read (not a tar, truncated, corrupt)."""
+
+
+class UnsafeArchiveError(BadArchiveError):
+    """The archive contains a member we refuse to extract; the message names it."""
+
+
+@dataclass(frozen=True)
+class ExtractStats:
+    files: int
+    directories: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class PackStats:
+    files: int
+    bytes_in: int  # content bytes packed
+    bytes_out: int  # size of the .tar.gz
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# directory helpers
+
+
+def _rename_exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def remove_tree(path: str) -> None:
+    """rmtree that also removes read-only trees (cache entries are made read-only on purpose)."""
+
+    def make_writable_and_retry(func, failed_path, exc_info):
+        if isinstance(exc_info[1], FileNotFoundError):
+            return  # removed concurrently (another sweep): that is the goal anyway
+        parent = os.path.dirname(failed_path)
+        for target in (parent, failed_path):
+            try:
+                mode = os.lstat(target).st_mode
+                if stat.S_ISDIR(mode):
+                    os.chmod(target, mode | stat.S_IRWXU)
+            except OSError:
+                pass
+        try:
+            func(failed_path)
+        except FileNotFoundError:
+            pass
+
+    try:
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path, onerror=make_writable_and_retry)
+    except FileNotFoundError:
+        pass
+
+
+def replace_directory(new_dir: str, dest: str) -> None:
+    """Put `new_dir` at `dest` atomically, replacing whatever is there (directory, symlink or file).
+
+    `new_dir` must be on the same file system as `dest` (create it in the same parent). Readers see either
+    the old or the new tree, never a mix and never nothing (RENAME_EXCHANGE; elsewhere a brief gap).
+    """
+    if not os.path.lexists(dest):
+        try:
+            os.rename(new_dir, dest)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise
+    if _rename_exchange(new_dir, dest):
+        remove_tree(new_dir)  # now holds the previous content
+        return
+    aside = f"{dest}.old-{os.urandom(4).hex()}"
+    os.rename(dest, aside)
+    os.rename(new_dir, dest)
+    remove_tree(aside)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# extraction
+
+
+def _member_parts(member: tarfile.TarInfo, archive: str) -> list[str]:
+    name = member.name
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":" and name[0].isalpha()):
+        raise UnsafeArchiveError(f"unsafe archive {archive}: member {name!r} has an absolute path")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchiveError(f"unsafe archive {archive}: member {name!r} contains '..'")
+    if any("\x00" in p for p in parts):
+        raise UnsafeArchiveError(f"unsafe archive {archive}: member {name!r} contains a NUL character")
+    return parts
+
+
+def _refuse_type(member: tarfile.TarInfo, archive: str) -> None:
+    name = member.name
+    if member.issym():
+        what = f"is a symbolic link (to {member.linkname!r})"
+    elif member.islnk():
+        what = f"is a hard link (to {member.linkname!r})"
+    elif member.ischr() or member.isblk():
+        what = "is a device file"
+    elif member.isfifo():
+        what = "is a FIFO"
+    else:
+        what = f"has unsupported type {member.type!r}"
+    raise UnsafeArchiveError(
+        f"unsafe archive {archive}: member {name!r} {what}; only regular files and directories are allowed"
+    )
+
+
+def safe_extract(
+    archive_path: str,
+    dest_dir: str,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+) -> ExtractStats:
+    """Extract a .tar(.gz/.bz2/.xz) into `dest_dir`, replacing it atomically; refuse anything unsafe."""
+    archive_path = os.path.abspath(archive_path)
+    dest_dir = os.path.abspath(dest_dir)
+    parent = os.path.dirname(dest_dir)
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f".{os.path.basename(dest_dir)}.extract-", dir=parent)
+    try:
+        stats = _extract_into(archive_path, work, max_bytes, max_members)
+        os.chmod(work, 0o755)  # mkdtemp makes it 0700
+        replace_directory(work, dest_dir)
+        return stats
+    except BaseException:
+        remove_tree(work)
+        raise
+
+
+def _extract_into(archive: str, work: str, max_bytes: int, max_members: int) -> ExtractStats:
+    files = directories = total = members = 0
+    try:
+        # Stream mode: one pass over the compressed data, members validated before anything is written.
+        with tarfile.open(archive, mode="r|*") as tf:
+            for member in tf:
+                members += 1
+                if members > max_members:
+                    raise UnsafeArchiveError(
+                        f"unsafe archive {archive}: more than {max_members} members (at member {member.name!r})"
+                    )
+                parts = _member_parts(member, archive)
+                if member.isdir():
+                    if parts:
+                        os.makedirs(os.path.join(work, *parts), exist_ok=True)
+                        directories += 1
+                    continue
+                if not member.isreg():
+                    _refuse_type(member, archive)
+                if not parts:
+                    raise UnsafeArchiveError(f"unsafe archive {archive}: member {member.name!r} has no file name")
+                if total + member.size > max_bytes:
+                    raise UnsafeArchiveError(
+                        f"unsafe archive {archive}: member {member.name!r} ({member.size} bytes) takes the content "
+                        f"over the limit of {max_bytes} bytes"
+                    )
+                target = os.path.join(work, *parts)
+                if os.path.isdir(target):
+                    raise UnsafeArchiveError(
+                        f"unsafe archive {archive}: member {member.name!r} is a file where a directory was extracted"
+                    )
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                source = tf.extractfile(member)
+                written = 0
+                with open(target, "wb") as out:
+                    while chunk := source.read(_COPY_CHUNK):  # type: ignore[union-attr]
+                        written += len(chunk)
+                        if total + written > max_bytes:
+                            raise UnsafeArchiveError(
+                                f"unsafe archive {archive}: member {member.name!r} takes the content over the limit "
+                                f"of {max_bytes} bytes"
+                            )
+                        out.write(chunk)
+                total += written
+                os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+                os.utime(target, (member.mtime, member.mtime))
+                files += 1
+    except BadArchiveError:
+        raise
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as err:
+        # Disk-full / permission OSErrors propagate as they are: they are not the archive's fault.
+        raise BadArchiveError(f"cannot read archive {archive}: {err}; expected a valid .tar.gz") from None
+    return ExtractStats(files=files, directories=directories, bytes=total)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# packing
+
+
+def _collect(src_dir: str, skip: set[str]) -> list[tuple[str, str, bool]]:
+    """(relative name, absolute path, is_dir) for every directory and regular file, sorted."""
+    entries: list[tuple[str, str, bool]] = []
+    for root, dirs, files in os.walk(src_dir):
+        kept = []
+        for d in sorted(dirs):
+            full = os.path.join(root, d)
+            if os.path.islink(full):
+                log.warning("pack: skipping symlinked directory %s", full)
+                continue
+            kept.append(d)
+            entries.append((os.path.relpath(full, src_dir), full, True))
+        dirs[:] = kept
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            if os.path.abspath(full) in skip:
+                continue
+            if not os.path.isfile(full):  # dangling links, sockets, FIFOs: not packable content
+                log.warning("pack: skipping %s (not a regular file)", full)
+                continue
+            entries.append((os.path.relpath(full, src_dir), full, False))
+    entries.sort(key=lambda e: e[0].split(os.sep))
+    return entries
+
+
+def pack_directory(src_dir: str, out_path: str, compresslevel: int = 6) -> PackStats:
+    """Pack `src_dir` into a standard .tar.gz at `out_path` (written under a temp name, then renamed).
+
+    Members are relative to `src_dir`, sorted, with owner root/0 and the gzip timestamp zeroed, so the same
+    tree gives the same bytes. Symlinks to files are stored as the files they point to (extraction refuses
+    links); symlinked directories and special files are skipped with a warning.
+    """
+    src_dir = os.path.abspath(src_dir)
+    out_path = os.path.abspath(out_path)
+    if not os.path.isdir(src_dir):
+        raise FileNotFoundError(f"cannot pack {src_dir}: not a directory")
+    out_dir = os.path.dirname(out_path)
+    os.makedirs(out_dir, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(out_path)}.part-", dir=out_dir)
+    files = content = 0
+    try:
+        entries = _collect(src_dir, skip={out_path, temp})
+        with os.fdopen(fd, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) as gz:
+                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                    for rel, full, is_dir in entries:
+                        st = os.stat(full)
+                        info = tarfile.TarInfo(rel.replace(os.sep, "/"))
+                        info.mtime = int(st.st_mtime)
+                        info.uid = info.gid = 0
+                        info.uname = info.gname = ""
+                        if is_dir:
+                            info.type = tarfile.DIRTYPE
+                            info.mode = 0o755
+                            tf.addfile(info)
+                            continue
+                        info.type = tarfile.REGTYPE
+                        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+                        info.size = st.st_size
+                        with open(full, "rb") as fh:
+                            tf.addfile(info, fh)
+                        files += 1
+                        content += st.st_size
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, out_path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    return PackStats(files=files, bytes_in=content, bytes_out=os.path.getsize(out_path))
+
+
+__all__ = [
+    "BadArchiveError",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_MEMBERS",
+    "ExtractStats",
+    "PackStats",
+    "UnsafeArchiveError",
+    "pack_directory",
+    "remove_tree",
+    "replace_directory",
+    "safe_extract",
+]

@@ -1,0 +1,261 @@
+"""DataCacheHook against a real S3 endpoint: warm hits cost 0 object bytes, entries are complete or absent."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from operators.hooks.data_cache import COMPLETE_MARKER, DataCacheHook
+from operators.hooks.object_storage import ObjectStorageHook, StorageError
+from operators.settings import TrainingSettings
+
+KiB = 1024
+
+
+@pytest.fixture
+def settings(tmp_path) -> TrainingSettings:
+    return TrainingSettings(workspace=str(tmp_path / "ws"), transfer_concurrency=4)
+
+
+def new_cache(settings: TrainingSettings, max_bytes: int = 0, connections=None) -> DataCacheHook:
+    """A fresh hook pair, as a new Airflow task would build it."""
+    return DataCacheHook(settings.cache_dir, ObjectStorageHook(connections, settings=settings), max_bytes=max_bytes)
+
+
+def put_tree(object_store, bucket: str, prefix: str, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        object_store.put(bucket, f"{prefix}{rel}", data)
+
+
+def read_tree(root) -> dict[str, bytes]:
+    root = Path(root)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def entry_dirs(settings) -> list[str]:
+    cache = Path(settings.cache_dir)
+    return sorted(p.name for p in cache.iterdir() if len(p.name) == 64) if cache.exists() else []
+
+
+def test_cold_then_warm_prefetch_transfers_zero_object_bytes(settings, storage_connections, object_store, s3_proxy):
+    bucket = object_store.bucket()
+    files = {"part-0.csv": os.urandom(100 * KiB), "part-1.csv": os.urandom(50 * KiB), "meta/schema.json": b"{}"}
+    put_tree(object_store, bucket, "datasets/train/", files)
+
+    cold = new_cache(settings).prefetch(f"s3://{bucket}/datasets/train", user="job-a")
+
+    assert not cold.reused and not cold.is_file
+    assert (cold.files, cold.bytes, cold.bytes_transferred) == (3, 150 * KiB + 2, 150 * KiB + 2)
+    assert read_tree(cold.path) == files
+    assert s3_proxy.bytes_out("GET") >= cold.bytes and len(s3_proxy.object_requests()) == 3
+    assert (Path(cold.entry_dir) / COMPLETE_MARKER).is_file()
+    assert not os.stat(Path(cold.path) / "part-0.csv").st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+    s3_proxy.reset()
+
+    warm = new_cache(settings).prefetch(f"s3://{bucket}/datasets/train/", user="job-b")
+
+    assert warm.reused and warm.bytes_transferred == 0
+    assert (warm.key, warm.path) == (cold.key, cold.path)
+    requests = s3_proxy.snapshot()
+    assert requests and all("list-type=2" in r["query"] for r in requests)  # only the LIST
+    assert s3_proxy.object_requests() == []  # zero object bytes at the server
+    infos = new_cache(settings).entries()
+    assert [(i.key, i.users) for i in infos] == [(cold.key, ("job-a", "job-b"))]
+
+
+def test_changed_object_invalidates_only_its_entry(settings, storage_connections, object_store, s3_proxy):
+    bucket = object_store.bucket()
+    put_tree(object_store, bucket, "a/", {"x.txt": b"x1", "y.txt": b"y1"})
+    object_store.put(bucket, "b/labels.csv", b"labels")
+    cache = new_cache(settings)
+    a1 = cache.prefetch(f"s3://{bucket}/a/", user="job-1")
+    b1 = cache.prefetch(f"s3://{bucket}/b/labels.csv", user="job-1")
+    assert b1.is_file and b1.file_name == "labels.csv"
+
+    object_store.put(bucket, "a/y.txt", b"y2, changed")
+    s3_proxy.reset()
+    cache = new_cache(settings)
+    a2 = cache.prefetch(f"s3://{bucket}/a/", user="job-2")
+    b2 = cache.prefetch(f"s3://{bucket}/b/labels.csv", user="job-2")
+
+    assert not a2.reused and a2.key != a1.key
+    assert read_tree(a2.path) == {"x.txt": b"x1", "y.txt": b"y2, changed"}
+    assert b2.reused and b2.key == b1.key and b2.bytes_transferred == 0
+    fetched = sorted(r["path"].split("/", 2)[2] for r in s3_proxy.object_requests())
+    assert fetched == ["a/x.txt", "a/y.txt"]  # nothing of channel b
+    assert read_tree(a1.path) == {"x.txt": b"x1", "y.txt": b"y1"}  # the old entry is left for LRU, untouched
+
+
+_PREFETCH_SCRIPT = """
+import sys
+from operators.hooks.data_cache import DataCacheHook
+from operators.hooks.object_storage import ObjectStorageHook
+from operators.settings import TrainingSettings
+settings = TrainingSettings(workspace=sys.argv[1], transfer_concurrency=4)
+DataCacheHook(settings.cache_dir, ObjectStorageHook(settings=settings)).prefetch(sys.argv[2], user="doomed-job")
+print("finished")
+"""
+
+
+def test_killed_download_leaves_no_complete_entry_and_next_prefetch_repairs(
+    settings, storage_connections, object_store, s3_proxy, repo_root
+):
+    bucket = object_store.bucket()
+    files = {"blob.bin": os.urandom(3 * 1024 * KiB), "small.txt": b"small"}
+    put_tree(object_store, bucket, "big/", files)
+    uri = f"s3://{bucket}/big/"
+    s3_proxy.throttle_bytes_per_s = 512 * KiB  # the 3 MiB object takes ~6 s: plenty of time to kill it
+    cache_dir = Path(settings.cache_dir)
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PREFETCH_SCRIPT, settings.workspace, uri],
+        cwd=repo_root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            partial = [p for p in cache_dir.glob("tmp-*/data/**/*") if p.is_file() and p.stat().st_size > 64 * KiB]
+            if partial:
+                break
+            assert child.poll() is None, child.stdout.read().decode()
+            time.sleep(0.05)
+        else:
+            pytest.fail("the child never started writing the download")
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    assert entry_dirs(settings) == []  # nothing that looks like an entry
+    assert list(cache_dir.rglob(COMPLETE_MARKER)) == []
+    assert list(cache_dir.glob("tmp-*"))  # only the debris of the killed download
+
+    s3_proxy.throttle_bytes_per_s = 0
+    cache = new_cache(settings)
+    repaired = cache.prefetch(uri, user="retry-job")
+
+    assert not repaired.reused and read_tree(repaired.path) == files
+    assert list(cache_dir.glob("tmp-*")) == []
+    assert [(i.key, i.users) for i in cache.entries()] == [(repaired.key, ("retry-job",))]
+
+
+def test_two_concurrent_prefetches_of_one_channel_download_once(
+    settings, storage_connections, object_store, s3_proxy, caplog
+):
+    caplog.set_level(logging.INFO, logger="operators.hooks.data_cache")
+    bucket = object_store.bucket()
+    data = os.urandom(512 * KiB)
+    object_store.put(bucket, "shared/data.bin", data)
+    s3_proxy.throttle_bytes_per_s = 1024 * KiB  # ~0.5 s download: the two prefetches overlap
+    start = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def run(user: str) -> None:
+        cache = new_cache(settings)
+        start.wait()
+        try:
+            results[user] = cache.prefetch(f"s3://{bucket}/shared/", user=user)
+        except BaseException as err:  # noqa: BLE001 - reported by the assertions below
+            results[user] = err
+
+    threads = [threading.Thread(target=run, args=(u,)) for u in ("job-x", "job-y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    entries = [results["job-x"], results["job-y"]]
+    assert all(not isinstance(e, BaseException) for e in entries), entries
+    assert sorted(e.reused for e in entries) == [False, True]
+    assert entries[0].path == entries[1].path
+    assert (Path(entries[0].path) / "data.bin").read_bytes() == data
+    assert sum(r["bytes_out"] for r in s3_proxy.object_requests()) == len(data)  # downloaded exactly once
+    assert [i.users for i in new_cache(settings).entries()] == [("job-x", "job-y")]
+    assert "being prefetched by another task; waiting" in caplog.text  # they really did collide
+
+
+def test_lru_eviction_never_evicts_an_entry_in_use(settings, storage_connections, object_store):
+    bucket = object_store.bucket()
+    for name in ("c1", "c2", "c3"):
+        object_store.put(bucket, f"{name}/data.bin", os.urandom(100 * KiB))
+    limit = 250 * KiB
+    e1 = new_cache(settings, limit).prefetch(f"s3://{bucket}/c1/", user="job-1")  # oldest, stays in use
+    e2 = new_cache(settings, limit).prefetch(f"s3://{bucket}/c2/", user="job-2")
+    new_cache(settings, limit).release("job-2")  # job-2 finished: its entry may go
+
+    e3 = new_cache(settings, limit).prefetch(f"s3://{bucket}/c3/", user="job-3")
+
+    assert set(entry_dirs(settings)) == {e1.key, e3.key}  # e2 went, although e1 is older
+    assert (Path(e1.path) / "data.bin").stat().st_size == 100 * KiB
+
+    cache = new_cache(settings, limit)
+    assert cache.release("job-1") == [e1.key]
+    again = cache.prefetch(f"s3://{bucket}/c2/", user="job-4")  # now e1 is the LRU unused entry
+    assert not again.reused and again.key == e2.key
+    assert set(entry_dirs(settings)) == {e2.key, e3.key}
+    assert cache.total_bytes() <= limit
+
+    # Everything in use: the cache goes over its limit rather than pull data from under a running job.
+    e1b = new_cache(settings, limit).prefetch(f"s3://{bucket}/c1/", user="job-5")
+    assert set(entry_dirs(settings)) == {e1b.key, e2.key, e3.key}
+
+
+def test_link_view_symlink_hardlink_and_single_file(settings, storage_connections, object_store, tmp_path):
+    bucket = object_store.bucket()
+    put_tree(object_store, bucket, "imgs/", {"a.png": b"A", "sub/b.png": b"B"})
+    object_store.put(bucket, "tables/train.csv", b"1,2,3")
+    cache = new_cache(settings)
+    directory = cache.prefetch(f"s3://{bucket}/imgs/", user="job")
+    single = cache.prefetch(f"s3://{bucket}/tables/train.csv", user="job")
+    job_data = tmp_path / "ws" / "jobs" / "job" / "input" / "data"
+    (job_data / "images").mkdir(parents=True)  # the layout creates empty channel dirs before prefetch
+
+    view = Path(cache.link_view(directory, str(job_data / "images")))
+    assert view.is_symlink() and not os.path.isabs(os.readlink(view))  # one relative symlink
+    assert read_tree(view) == {"a.png": b"A", "sub/b.png": b"B"}
+    cache.link_view(directory, str(job_data / "images"))  # idempotent (task retries)
+    assert read_tree(view) == {"a.png": b"A", "sub/b.png": b"B"}
+
+    hard = Path(cache.link_view(directory, str(job_data / "images"), mode="hardlink"))
+    assert hard.is_dir() and not hard.is_symlink()
+    assert os.stat(hard / "sub" / "b.png").st_ino == os.stat(Path(directory.path) / "sub" / "b.png").st_ino
+
+    table = Path(cache.link_view(single, str(job_data / "train")))
+    assert sorted(os.listdir(table)) == ["train.csv"] and (table / "train.csv").read_bytes() == b"1,2,3"
+    assert (table / "train.csv").is_symlink()
+    assert sorted(os.listdir(job_data)) == ["images", "train"]  # no staging leftovers
+
+
+def test_cos_and_local_channels_and_connection_in_key(settings, storage_connections, object_store, cos_proxy, tmp_path):
+    bucket = object_store.bucket()
+    object_store.put(bucket, "ds/x.txt", b"x")
+    by_default = new_cache(settings).prefetch(f"cos://{bucket}/ds/", user="job")
+    by_named = new_cache(settings, connections={"cos": "my_cos"}).prefetch(f"cos://{bucket}/ds/", user="job")
+    assert cos_proxy.object_requests()
+    assert by_default.key != by_named.key  # another connection may be another store: another entry
+
+    local = tmp_path / "nfs" / "dataset"
+    local.mkdir(parents=True)
+    (local / "f.txt").write_text("local")
+    first = new_cache(settings).prefetch(str(local), user="job")
+    assert read_tree(first.path) == {"f.txt": b"local"} and not first.reused
+    assert new_cache(settings).prefetch(f"file://{local}/", user="job").reused
+    (local / "f.txt").write_text("changed")
+    assert not new_cache(settings).prefetch(str(local), user="job").reused
+
+    with pytest.raises(StorageError, match="nothing to prefetch"):
+        new_cache(settings).prefetch(f"s3://{bucket}/empty/", user="job")
