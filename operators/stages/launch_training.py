@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 from operators.stages.base import JobStageOperator
@@ -79,8 +80,10 @@ class LaunchTrainingOperator(JobStageOperator):
             self.deferrable if self.deferrable is not None else getattr(self.launcher, "deferrable_default", True))
         if use_defer:
             self.launcher.start(request)
+            # The launcher enforces max_run_seconds (activeDeadlineSeconds); this is the safety net behind it.
             self.defer(trigger=self.launcher.trigger(request), method_name="execute_complete",
-                       kwargs={"request": request.to_dict()})
+                       kwargs={"request": request.to_dict()},
+                       timeout=timedelta(seconds=self.spec.max_run_seconds + 900))
         metrics = self._metrics()
         sync = self._checkpoint_sync()
 

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import os
+
 from operators.stages.base import JobStageOperator
 
 
 class PrefetchDataOperator(JobStageOperator):
-    """Prefetch each input channel into the shared cache (once), then make input/data/<channel> a view of it."""
+    """Prefetch each input channel into the shared cache (once), then make input/data/<channel> a view of it.
+
+    Locally the view is a link into the cache; in pods and containers the entry itself is mounted read-only there.
+    """
 
     ui_color = "#e3f2e1"
 
@@ -15,7 +20,13 @@ class PrefetchDataOperator(JobStageOperator):
         channels = {}
         for channel, uri in self.spec.inputs.items():
             entry = cache.prefetch(uri, user=self.spec.job_name)
-            cache.link_view(entry, self.layout.channel_dir(channel))
+            view = self.layout.channel_dir(channel)
+            if self.spec.backend == "local":
+                cache.link_view(entry, view)
+            else:  # kubernetes/docker mount the entry read-only at input/data/<channel>: leave an empty mount point
+                if os.path.islink(view):
+                    os.unlink(view)
+                os.makedirs(view, exist_ok=True)
             self.log.info("Channel %s: %s -> %s (%s, %d files, %d bytes, %d bytes transferred)", channel, uri,
                           entry.path, "reused" if entry.reused else "downloaded", entry.files, entry.bytes,
                           entry.bytes_transferred)

@@ -35,3 +35,18 @@ def run_dag(dag, conf: dict | None = None) -> DagRunResult:
     result = DagRunResult((dr.state, states, values))
     result.run_id = dr.run_id
     return result
+
+
+def asset_events(asset_name: str, run_id: str | None = None) -> list[dict]:
+    """The extras of the events of an Asset (optionally only those a given run emitted)."""
+    from sqlalchemy import select
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(
+            AssetModel.name == asset_name)
+        if run_id is not None:
+            query = query.where(AssetEvent.source_run_id == run_id)
+        return [dict(event.extra or {}) for event in session.scalars(query.order_by(AssetEvent.id))]

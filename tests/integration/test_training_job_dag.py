@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from dag_runner import load_dag, run_dag
+from dag_runner import asset_events, load_dag, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -56,10 +56,13 @@ def test_ti_layout_single_host_from_s3(training_dag, storage_connections, object
         "output_path": f"s3://{bucket}/models",
         "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
     }
-    state, states, values = run_dag(training_dag, conf)
+    result = run_dag(training_dag, conf)
+    state, states, values = result
     assert state == "success", states
     model_uri = f"s3://{bucket}/models/ti-single/output/model.tar.gz"
     assert values["publish_model"] == model_uri
+    [event] = asset_events("training_job.model", result.run_id)
+    assert event["model_uri"] == model_uri
     model = model_json(object_store, bucket, "models/ti-single/output/model.tar.gz")
     assert model["rows"] == 3 and model["tag"] == "a b; touch PWNED" and model["host"] == "algo-1"
     assert model["hps"] == {"epochs": 3, "tag": "a b; touch PWNED"}
