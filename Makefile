@@ -3,6 +3,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 export AIRFLOW_HOME := $(CURDIR)
+TRAINING_E2E_IMAGE ?= training-base:latest
+TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
 
 .PHONY: install db demo test test-fast test-cluster test-docker bench clean
 
@@ -29,10 +31,12 @@ test-fast: install
 
 # Real cluster / engine end-to-end tests (need a kubeconfig / a Docker engine): see docs/kubernetes.md
 test-cluster: install
-	TRAINING_E2E_CLUSTER=1 $(PY) -m pytest -q -m cluster tests/integration
+	TRAINING_E2E_CLUSTER=1 TRAINING_E2E_IMAGE=$(TRAINING_E2E_IMAGE) TRAINING_E2E_WORKSPACE=$(TRAINING_E2E_WORKSPACE) \
+		$(PY) -m pytest -v -m cluster tests/integration/test_kubernetes_cluster.py
 
 test-docker: install
-	TRAINING_E2E_DOCKER=1 $(PY) -m pytest -q -m docker tests/integration
+	TRAINING_E2E_DOCKER=1 TRAINING_E2E_IMAGE=$(TRAINING_E2E_IMAGE) \
+		$(PY) -m pytest -v -m docker tests/integration/test_docker_engine.py
 
 bench: install
 	$(PY) bench/run_all.py

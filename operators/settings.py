@@ -39,7 +39,7 @@ class TrainingSettings:
     multipart_threshold: int = 8 * 1024 * 1024
     multipart_chunksize: int = 8 * 1024 * 1024
     checkpoint_sync_seconds: int = 60
-    default_image: str = "training-runtime:latest"
+    default_image: str = "training-base:latest"
 
     @property
     def jobs_dir(self) -> str:
@@ -83,7 +83,7 @@ def training_settings() -> TrainingSettings:
         multipart_threshold=int(_get(s, "multipart_threshold", str(8 * 1024 * 1024))),
         multipart_chunksize=int(_get(s, "multipart_chunksize", str(8 * 1024 * 1024))),
         checkpoint_sync_seconds=int(_get(s, "checkpoint_sync_seconds", "60")),
-        default_image=_get(s, "default_image", "training-runtime:latest"),
+        default_image=_get(s, "default_image", "training-base:latest"),
     )
 
 
