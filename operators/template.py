@@ -49,7 +49,7 @@ def model_asset_for(dag_id: str):
     """The Asset a training DAG's models are published to (event extra carries model_uri)."""
     from airflow.sdk import Asset
 
-    return Asset(name=f"{dag_id}.model", uri=f"model://{dag_id}")
+    return Asset(name=f"{dag_id}.model", uri=f"x-model://{dag_id}")
 
 
 def training_job_tasks(
@@ -60,8 +60,14 @@ def training_job_tasks(
     task_id_prefix: str = "",
     deferrable: bool | None = None,
     launch_retries: int = 2,
+    early_stopping=None,
+    launch_kwargs: Mapping[str, Any] | None = None,
 ) -> TrainingTasks:
-    """Create the stage chain in the current DAG (call inside `with DAG(...)`); returns its tasks for wiring."""
+    """Create the stage chain in the current DAG (call inside `with DAG(...)`); returns its tasks for wiring.
+
+    `early_stopping` (a primitive dict or an XComArg of one) and `launch_kwargs` (extra BaseOperator arguments of the
+    launch task, e.g. pool, max_active_tis_per_dagrun) exist for hyperparameter search trials (operators/search.py).
+    """
     p = task_id_prefix
     validate = ValidateSpecOperator(task_id=f"{p}validate_spec", spec=spec, spec_defaults=spec_defaults)
     job = validate.output
@@ -70,7 +76,8 @@ def training_job_tasks(
     configs = WriteConfigsOperator(task_id=f"{p}write_configs", job=job, channels=prefetch.output)
     restore = RestoreOperator(task_id=f"{p}restore", job=job)
     launch = LaunchTrainingOperator(task_id=f"{p}launch_training", job=job, channels=prefetch.output,
-                                    deferrable=deferrable, retries=launch_retries)
+                                    deferrable=deferrable, retries=launch_retries, early_stopping=early_stopping,
+                                    **dict(launch_kwargs or {}))
     upload = UploadArtifactsOperator(task_id=f"{p}upload_artifacts", job=job, trigger_rule="all_done")
     publish = PublishModelOperator(task_id=f"{p}publish_model", upload=upload.output, model_asset=model_asset)
     validate >> stage_code >> prefetch >> configs >> restore >> launch >> upload >> publish

@@ -8,6 +8,12 @@ added or removed object gives a different key, i.e. a new entry: the old entry o
 no longer used (and ages out by LRU), entries of other channels are untouched. For local sources the
 "ETag" is a stamp of (mtime, size, inode).
 
+Listing in parallel. A warm check is only the listing, and S3 hands out a large prefix one page (1,000 keys)
+after another: each page's continuation token is in the previous page. So after each listing of more than one
+page we keep every 1,000th key in cache/listings/<hash of connection and URI>.json; the next listing of that
+URI cuts the key space at those keys and lists the ranges in parallel (ObjectStorageHook.describe's
+split_after). The keys are only split points: whatever changed since, the ranges together list every key.
+
 Complete or absent. An entry is built in cache/tmp-<key>-<random>/, the manifest marker `.complete` is
 written (and fsynced) last, then the directory is renamed to cache/<key>/ in one step. Only a directory
 named <key> that holds a readable `.complete` for that key counts as an entry; a download killed half-way
@@ -62,16 +68,19 @@ from dataclasses import dataclass
 from typing import Iterator
 from urllib.parse import quote
 
-from operators.hooks.object_storage import ObjectListing, ObjectStorageHook, StorageError
+from operators.hooks.object_storage import ObjectListing, ObjectStorageHook, StorageError, parse_uri
 from operators.safe_tar import remove_tree, replace_directory
 
 log = logging.getLogger(__name__)
 
 DATA_DIR = "data"
 COMPLETE_MARKER = ".complete"
+OBJECTS_FILE = "objects.json"  # [[relative path, size, etag], ...] of the listing the key was computed from
 USERS_DIR = "users"
 LAST_USED = "last_used"
 LOCKS_DIR = "locks"
+LISTINGS_DIR = "listings"  # per channel URI: split keys of its last listing (see _write_listing_hints)
+LIST_PAGE = 1000  # keys per LIST page (the S3 maximum)
 TMP_PREFIX = "tmp-"
 TRASH_PREFIX = "trash-"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -232,9 +241,11 @@ class DataCacheHook:
         """
         if not user:
             raise ValueError("prefetch needs the user (the job name) that will use the entry")
-        listing = self.storage.describe(uri)
+        hints_path = self._listing_hints_path(uri)
+        listing = self.storage.describe(uri, split_after=self._read_listing_hints(hints_path))
         loc = listing.location
         conn_id = None if loc.is_local else self.storage.connection_id(loc.scheme)
+        self._write_listing_hints(hints_path, listing)
         if not listing.objects:
             where = loc.local_path if loc.is_local else loc.uri
             via = "" if loc.is_local else f" via connection '{conn_id}'"
@@ -261,6 +272,50 @@ class DataCacheHook:
         if self.max_bytes:
             self.evict()
         return entry
+
+    # -- listing hints ------------------------------------------------------------------------------------------
+
+    def _listing_hints_path(self, uri: str) -> str | None:
+        """Where the split keys of this URI's last listing are kept (None for local paths: no LIST pages)."""
+        try:
+            loc = parse_uri(uri)
+        except StorageError:
+            return None  # describe() raises the one-line error
+        if loc.is_local:
+            return None
+        name = hashlib.sha256(f"{self.storage.connection_id(loc.scheme)}\n{loc.uri.rstrip('/')}".encode()).hexdigest()
+        return os.path.join(self.cache_dir, LISTINGS_DIR, name[:32] + ".json")
+
+    @staticmethod
+    def _read_listing_hints(path: str | None) -> list[str]:
+        if path is None:
+            return []
+        try:
+            with open(path, encoding="utf-8") as fh:
+                keys = json.load(fh)
+        except (OSError, ValueError):
+            return []
+        return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+
+    def _write_listing_hints(self, path: str | None, listing: ObjectListing) -> None:
+        """Every LIST_PAGE-th key of a listing of more than one page: next time the pages are listed in parallel.
+
+        (Why: a warm check is nothing but this listing, and its pages come one after another because each
+        page's continuation token is in the previous page; ranges cut at known keys need no token.)
+        """
+        if path is None:
+            return
+        keys = [o.key for o in listing.objects[LIST_PAGE - 1 : -1 : LIST_PAGE]]
+        if keys == self._read_listing_hints(path) or (not keys and not os.path.exists(path)):
+            return
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            temp = f"{path}.{os.urandom(4).hex()}.tmp"
+            with open(temp, "w", encoding="utf-8") as fh:
+                json.dump(keys, fh)
+            os.replace(temp, path)
+        except OSError:
+            log.debug("could not write listing hints %s", path, exc_info=True)  # only an optimisation
 
     def _fill(self, key: str, listing: ObjectListing, conn_id: str | None, user: str) -> CacheEntry:
         """Build the entry (caller holds the key's lock)."""
@@ -290,8 +345,11 @@ class DataCacheHook:
                 "files": len(listing.objects),
                 "bytes": listing.total_bytes,
                 "created": time.time(),
-                "objects": [[o.relative_path, o.size, o.etag] for o in listing.objects],
             }
+            # The object list goes into its own file: the marker is read on every warm hit and by every eviction
+            # pass, and with 10,000 objects the list made it ~600 KB of JSON to parse each time.
+            with open(os.path.join(tmp, OBJECTS_FILE), "w", encoding="utf-8") as fh:
+                json.dump([[o.relative_path, o.size, o.etag] for o in listing.objects], fh, separators=(",", ":"))
             os.makedirs(os.path.join(tmp, USERS_DIR))
             _touch(os.path.join(tmp, USERS_DIR, _user_file_name(user)))
             _touch(os.path.join(tmp, LAST_USED))

@@ -240,6 +240,7 @@ class KubernetesLauncherHook(BaseHook):
             poll_interval=options.poll_interval,
             image_pull_grace_seconds=options.image_pull_grace_seconds,
             propagation_policy=options.propagation_policy,
+            metric_definitions=[dict(m) for m in request.metric_definitions],
         )
 
     def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:

@@ -43,6 +43,7 @@ class LaunchRequest:
     max_run_seconds: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # backend-specific per-job options
+    metric_definitions: tuple = ()  # [{"Name", "Regex"}]: for backends whose logs stream outside the worker
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -51,12 +52,14 @@ class LaunchRequest:
         data["resources"] = dict(self.resources)
         data["env"] = dict(self.env)
         data["options"] = dict(self.options)
+        data["metric_definitions"] = [dict(m) for m in self.metric_definitions]
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchRequest:
         values = dict(data)
         values["hosts"] = tuple(values.get("hosts") or ())
+        values["metric_definitions"] = tuple(values.get("metric_definitions") or ())
         return cls(**values)
 
 

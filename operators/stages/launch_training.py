@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import os
+import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, Mapping
 
 from operators.stages.base import JobStageOperator
 
@@ -14,16 +15,23 @@ class LaunchTrainingOperator(JobStageOperator):
     are synced to checkpoint_path while training runs (blocking backends) and at the end. On failure the runtime's
     reason becomes this task's error; user errors and invalid jobs are not retried, platform errors and evictions are.
     With a deferrable backend (kubernetes) and deferrable=True, the wait happens in the triggerer, not a worker slot.
+
+    `early_stopping` (optional, a primitive dict; hyperparameter search trials, see operators/search.py): every
+    objective point is checked as it streams; when the rule says stop, the training is stopped, metrics.json and the
+    reason (as `failure`) are kept, and the task ends "skipped" (stopped early) instead of failed. Blocking path only.
     """
 
-    template_fields = ("job", "channels")
+    template_fields = ("job", "channels", "early_stopping")
     ui_color = "#ffe0b2"
 
-    def __init__(self, *, channels: dict | Any = None, deferrable: bool | None = None, **kwargs):
+    def __init__(self, *, channels: dict | Any = None, deferrable: bool | None = None,
+                 early_stopping: Mapping[str, Any] | Any = None, **kwargs):
         super().__init__(**kwargs)
         self.channels = channels
         self.deferrable = deferrable
+        self.early_stopping = early_stopping
         self._launcher = None
+        self._stop_reason: str | None = None
 
     # -- building the request --------------------------------------------------------------------------
     @property
@@ -55,6 +63,7 @@ class LaunchTrainingOperator(JobStageOperator):
             max_run_seconds=spec.max_run_seconds,
             env=env,
             options=options,
+            metric_definitions=tuple(spec.metric_definitions),
         )
 
     def _metrics(self):
@@ -74,6 +83,7 @@ class LaunchTrainingOperator(JobStageOperator):
 
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> dict:
+        self._stop_reason = None
         request = self.launch_request()
         context["ti"].xcom_push(key="job_root", value=request.job_root)
         use_defer = self.launcher.supports_defer and (
@@ -86,16 +96,23 @@ class LaunchTrainingOperator(JobStageOperator):
                        timeout=timedelta(seconds=self.spec.max_run_seconds + 900))
         metrics = self._metrics()
         sync = self._checkpoint_sync()
+        monitor = self._trial_monitor()
+        stop_lock = threading.Lock()  # log lines and the metrics-file poller may both decide to stop
 
         def on_line(line: str) -> None:
             self.log.info("%s", line)
             metrics.feed(line)
+            if monitor is not None:
+                self._stop_early(monitor.observe_collector(metrics), request, stop_lock)
 
         if sync:
             sync.start()
+        watching = self._watch_metrics_file(monitor, request, stop_lock) if monitor is not None else None
         try:
             result = self.launcher.run(request, on_line)
         finally:
+            if watching:
+                watching.set()
             if sync:
                 sync.stop()
         return self._finish(request, result, metrics, sync)
@@ -105,6 +122,8 @@ class LaunchTrainingOperator(JobStageOperator):
 
         req = LaunchRequest.from_dict(request) if request else self.launch_request()
         metrics = self._metrics()
+        for name, points in (event.get("metrics") or {}).items():  # matched in the triggerer as the log streamed
+            metrics.series[name] = list(points)
 
         def on_line(line: str) -> None:
             self.log.info("%s", line)
@@ -124,6 +143,8 @@ class LaunchTrainingOperator(JobStageOperator):
             sync.sync_once()
         summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
                    "failure_class": result.failure_class}
+        if self._stop_reason is not None and not result.succeeded:
+            self._end_stopped_early()
         if result.succeeded:
             self.log.info("Training %s succeeded; final metrics: %s", self.spec.job_name, metrics.final() or "none")
             return summary
@@ -138,6 +159,49 @@ class LaunchTrainingOperator(JobStageOperator):
         if result.retryable:
             raise AirflowException(message)
         raise AirflowFailException(message)
+
+    # -- early stopping (optional: hyperparameter search trials) ------------------------------------------
+    def _trial_monitor(self):
+        if not self.early_stopping:
+            return None
+        from operators.search import TrialMonitor
+
+        return TrialMonitor(self.early_stopping, self.spec.job_name)
+
+    def _watch_metrics_file(self, monitor, request, lock) -> threading.Event:
+        """Points the script writes to TRAINING_METRICS_FILE (not the log) are checked once a second."""
+        from operators.metrics import METRICS_FILE
+
+        done = threading.Event()
+        path = os.path.join(request.job_root, METRICS_FILE)
+
+        def poll() -> None:
+            while not done.wait(1.0):
+                self._stop_early(monitor.poll_metrics_file(path), request, lock)
+
+        threading.Thread(target=poll, name=f"early-stopping-{self.spec.job_name}", daemon=True).start()
+        return done
+
+    def _stop_early(self, reason: str | None, request, lock) -> None:
+        if reason is None:
+            return
+        with lock:
+            if self._stop_reason is not None:
+                return
+            self._stop_reason = reason
+        self.log.warning("Stopping training %s early: %s", self.spec.job_name, reason)
+        self.launcher.stop(request)
+
+    def _end_stopped_early(self) -> None:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        failure = self.layout.failure_file
+        os.makedirs(os.path.dirname(failure), exist_ok=True)
+        with open(failure, "w") as f:  # replaces the runtime's "stopped by SIGTERM": this is why it was stopped
+            f.write(f"stopped early: {self._stop_reason}\n")
+        if os.path.isfile(self.layout.success_file):
+            os.unlink(self.layout.success_file)
+        raise AirflowSkipException(f"training {self.spec.job_name} stopped early: {self._stop_reason}")
 
     def on_kill(self) -> None:
         try:

@@ -558,8 +558,10 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         image_pull_grace_seconds: float = 600,
         propagation_policy: str = "Foreground",
+        metric_definitions: list[dict[str, str]] | None = None,
     ):
         super().__init__()
+        self.metric_definitions = list(metric_definitions or [])
         self.name = name
         self.namespace = namespace
         self.instance_count = instance_count
@@ -579,6 +581,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "image_pull_grace_seconds": self.image_pull_grace_seconds,
                 "propagation_policy": self.propagation_policy,
+                "metric_definitions": self.metric_definitions,
             },
         )
 
@@ -588,6 +591,15 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id or None)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from operators.metrics import MetricCollector
+
+        # The log streams here, not in the worker: metrics are matched as lines pass and travel in the event.
+        metrics = MetricCollector(self.metric_definitions)
+
+        def emit(line: str) -> None:
+            self.log.info("%s", line)
+            metrics.feed(line)
+
         watch = JobWatch(
             self._hook(),
             name=self.name,
@@ -595,9 +607,11 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
             instance_count=self.instance_count,
             poll_interval=self.poll_interval,
             image_pull_grace_seconds=self.image_pull_grace_seconds,
-            emit=lambda line: self.log.info("%s", line),
+            emit=emit,
         )
-        yield TriggerEvent(await watch.run())
+        event = dict(await watch.run())
+        event["metrics"] = metrics.series
+        yield TriggerEvent(event)
 
     async def on_kill(self) -> None:
         """The user marked the deferred task failed/success or cleared it: leave nothing running."""

@@ -1,0 +1,151 @@
+"""Storage errors: one line a person can act on, translated from botocore / s3transfer / OS exceptions.
+
+`translate_error` maps whatever a transfer raised to a `StorageError` naming the action, the URI, the
+connection id and what to do; it never includes credentials and never a stack of botocore internals (callers
+log the original exception at DEBUG).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+from urllib.parse import urlsplit
+
+
+class StorageError(Exception):
+    """A storage operation failed; str() is one line saying what, where (URI, connection) and what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+class RemoteLike(Protocol):
+    """What an error message needs to know about the client a request went through."""
+
+    conn_id: str
+    endpoint: str | None
+
+
+def display_endpoint(endpoint: str | None) -> str:
+    if not endpoint:
+        return "default AWS endpoint"
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return f"{parts.scheme}://{host}" if parts.scheme else endpoint  # drop any user:password@
+
+
+AUTH_CODES = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidToken",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+}
+DENIED_CODES = {"AccessDenied", "AllAccessDisabled", "Forbidden", "403"}
+NO_OBJECT_CODES = {"NoSuchKey", "404", "NotFound"}
+REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException", "301"}
+
+
+def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLike | None) -> StorageError:
+    """Map botocore/s3transfer/OS errors to one actionable line; never includes credentials."""
+    import botocore.exceptions as bx
+    from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
+
+    if isinstance(err, StorageError):
+        return err
+    if isinstance(err, RetriesExceededError) and err.last_exception is not None:
+        err = err.last_exception
+    if remote is None:  # local file system
+        if isinstance(err, OSError):
+            what = err.strerror or type(err).__name__
+            name = err.filename or uri
+            return StorageError(f"cannot {action} {uri}: {what} ({name}); check the path and its permissions")
+        return StorageError(f"cannot {action} {uri}: {type(err).__name__}: {err}")
+
+    via = f"via connection '{remote.conn_id}'"
+    endpoint = display_endpoint(remote.endpoint)
+    if isinstance(err, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ProxyConnectionError)):
+        text = f"{err} {getattr(err, 'kwargs', {}).get('error', '')} {err.__context__ or ''}".lower()
+        reason = "connection refused" if "refused" in text else "timed out" if "timeout" in text or "timed out" in text else "connection failed"
+        if isinstance(err, bx.ConnectTimeoutError):
+            reason = "connect timed out"
+        return StorageError(
+            f"cannot reach {uri} {via} (endpoint {endpoint}): {reason}; "
+            "check the endpoint_url in the connection's extra and that the service is reachable"
+        )
+    if isinstance(err, bx.SSLError):
+        return StorageError(
+            f"cannot reach {uri} {via} (endpoint {endpoint}): TLS error; "
+            "check the endpoint_url scheme (http/https) and the connection's 'verify' extra"
+        )
+    if isinstance(err, (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError)):
+        return StorageError(
+            f"cannot {action} {uri} {via} (endpoint {endpoint}): the connection was interrupted "
+            f"({type(err).__name__}) after retries; retry the task, or check the network to the endpoint"
+        )
+    if isinstance(err, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+        return StorageError(
+            f"no credentials to {action} {uri} {via}; set the login (access key id) and password (secret key) "
+            f"of connection '{remote.conn_id}'"
+        )
+    if isinstance(err, S3DownloadFailedError) and "ETag" in str(err):
+        return StorageError(f"{uri} changed while it was being downloaded {via}; retry the task")
+    if isinstance(err, bx.ClientError):
+        error = err.response.get("Error", {}) or {}
+        code = str(error.get("Code") or "")
+        status = (err.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        bucket = error.get("BucketName") or ""
+        if code in AUTH_CODES:
+            return StorageError(
+                f"access denied to {uri} {via} (endpoint {endpoint}): {code}; "
+                f"check the credentials (login/password) of connection '{remote.conn_id}'"
+            )
+        if code in DENIED_CODES or status == 403:
+            return StorageError(
+                f"access denied to {uri} {via} ({code or 'HTTP 403'}); check that the credentials of connection "
+                f"'{remote.conn_id}' may {action} this bucket/prefix"
+            )
+        if code == "NoSuchBucket":
+            return StorageError(
+                f"no such bucket {bucket or uri.split('/')[2]!r} for {uri} {via} (endpoint {endpoint}); "
+                "check the bucket name and the connection's endpoint_url / region"
+            )
+        if code in NO_OBJECT_CODES or status == 404:
+            return StorageError(f"no such object {uri} {via}; check the URI")
+        if code in ("PreconditionFailed", "412") or status == 412:
+            return StorageError(f"{uri} changed while it was being downloaded {via}; retry the task")
+        if code in REGION_CODES or status == 301:
+            return StorageError(
+                f"cannot {action} {uri} {via}: wrong region or endpoint ({code}); "
+                "check region_name / endpoint_url in the connection's extra"
+            )
+        message = str(error.get("Message") or "").split("\n")[0][:200]
+        return StorageError(
+            f"cannot {action} {uri} {via} (endpoint {endpoint}): {code or 'error'} (HTTP {status})"
+            f"{': ' + message if message else ''}; check the URI and the connection"
+        )
+    if isinstance(err, bx.BotoCoreError):
+        return StorageError(f"cannot {action} {uri} {via} (endpoint {endpoint}): {type(err).__name__}: {err}")
+    if isinstance(err, OSError):
+        return StorageError(
+            f"cannot {action} {uri} {via}: local file error: {err.strerror or err} ({err.filename or ''}); "
+            "check the destination path, free space and permissions"
+        )
+    return StorageError(f"cannot {action} {uri} {via}: {type(err).__name__}: {err}")
+
+
+def is_not_found(err: BaseException) -> bool:
+    import botocore.exceptions as bx
+
+    if isinstance(err, bx.ClientError):
+        code = str((err.response.get("Error") or {}).get("Code") or "")
+        status = (err.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        return code in NO_OBJECT_CODES or status == 404
+    return False
+
+
+
+__all__ = ["StorageError", "display_endpoint", "is_not_found", "translate_error"]
