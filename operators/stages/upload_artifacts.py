@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from operators.links import ModelArtifactsLink
+
 import json
 import os
 from pathlib import Path
@@ -17,6 +19,7 @@ class UploadArtifactsOperator(JobStageOperator):
     already uploaded (a marker in the job root plus an existence check) and sends nothing twice.
     """
 
+    operator_extra_links = (ModelArtifactsLink(),)
     ui_color = "#e1bee7"
 
     def execute(self, context) -> dict:
@@ -74,7 +77,7 @@ class UploadArtifactsOperator(JobStageOperator):
         upload_once(failure, "failure")
         if metrics.is_file():
             upload_once(metrics, "metrics.json")
-        self.log.warning("Training failed: uploaded the reason to %s; no model was uploaded", uploaded["failure"])
+        self.log.warning("Training did not succeed: the reason is at %s; no model was uploaded", uploaded["failure"])
         return {"status": "failed", "model_uri": None, "artifacts": uploaded,
                 "failure": failure.read_text(errors="replace")[-2000:]}
 
