@@ -48,17 +48,10 @@ from operators.hooks.launcher import (
     LaunchResult,
     LineCallback,
 )
-from operators.kubernetes_manifests import OPTION_KEYS as KUBERNETES_OPTION_KEYS
-from operators.kubernetes_manifests import (
-    JOB_LABEL,
-    container_path,
-    ORIGINAL_NAME_ANNOTATION,
-    PLATFORM_EXIT_CODE,
-    USER_EXIT_CODES,
-    kube_name,
-    layout_root,
-    looks_like_secret,
-)
+from operators.kubernetes_manifests import PLATFORM_EXIT_CODE, USER_EXIT_CODES, container_path, layout_root
+from operators.kubernetes_names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION, kube_name
+from operators.kubernetes_options import OPTION_KEYS as KUBERNETES_OPTION_KEYS
+from operators.kubernetes_options import looks_like_secret
 from operators.triggers.kubernetes_job import LogCursor, deliver_line, is_rate_limited
 
 INDEX_LABEL = "airflow-training-jobs/host-index"

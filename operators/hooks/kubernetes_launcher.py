@@ -40,17 +40,18 @@ from airflow.providers.common.compat.sdk import BaseHook
 from operators.hooks.launcher import LaunchRequest, LaunchResult, LineCallback
 from operators.kubernetes_manifests import (
     CONTAINER_NAME,
-    JOB_LABEL,
-    ORIGINAL_NAME_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
-    KubernetesJobOptions,
-    host_names,
     job_manifest,
-    kube_name,
-    resolve_options,
     restricted_profile_violations,
     service_manifest,
 )
+from operators.kubernetes_names import (
+    JOB_LABEL,
+    ORIGINAL_NAME_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    host_names,
+    kube_name,
+)
+from operators.kubernetes_options import KubernetesJobOptions, resolve_options
 from operators.triggers.kubernetes_job import (
     JobWatch,
     KubernetesTrainingJobTrigger,

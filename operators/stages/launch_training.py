@@ -16,7 +16,7 @@ class LaunchTrainingOperator(JobStageOperator):
     reason becomes this task's error; user errors and invalid jobs are not retried, platform errors and evictions are.
     With a deferrable backend (kubernetes) and deferrable=True, the wait happens in the triggerer, not a worker slot.
 
-    `early_stopping` (optional, a primitive dict; hyperparameter search trials, see operators/search.py): every
+    `early_stopping` (optional, a primitive dict; hyperparameter search trials, see operators/early_stopping.py): every
     objective point is checked as it streams; when the rule says stop, the training is stopped, metrics.json and the
     reason (as `failure`) are kept, and the task ends "skipped" (stopped early) instead of failed. Blocking path only.
     """
@@ -164,7 +164,7 @@ class LaunchTrainingOperator(JobStageOperator):
     def _trial_monitor(self):
         if not self.early_stopping:
             return None
-        from operators.search import TrialMonitor
+        from operators.early_stopping import TrialMonitor
 
         return TrialMonitor(self.early_stopping, self.spec.job_name)
 

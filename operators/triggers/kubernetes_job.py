@@ -36,13 +36,8 @@ from typing import Any, AsyncIterator, Callable
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from operators.hooks.launcher import IMAGE_ERROR, OOM, PLATFORM_ERROR, TIMEOUT, USER_ERROR, EVICTED
-from operators.kubernetes_manifests import (
-    CONTAINER_NAME,
-    INDEX_ANNOTATION,
-    JOB_LABEL,
-    PLATFORM_EXIT_CODE,
-    USER_EXIT_CODES,
-)
+from operators.kubernetes_manifests import CONTAINER_NAME, PLATFORM_EXIT_CODE, USER_EXIT_CODES
+from operators.kubernetes_names import INDEX_ANNOTATION, JOB_LABEL
 
 Emit = Callable[[str], None]
 

@@ -1,74 +1,14 @@
-"""The Job and Service manifests: valid for the Kubernetes API (kubernetes-validate, strict schema), valid
-names and labels, the restricted Pod Security profile, mounts per layout, resources, and no credential
-ever written into a pod spec."""
+"""The Job and Service manifests: valid for the Kubernetes API (kubernetes-validate, strict schema), the restricted
+Pod Security profile, mounts per layout, resources, lifecycle fields, and one clear line for a bad request."""
 
 from __future__ import annotations
 
-import json
-
-import kubernetes_validate
 import pytest
+from kubernetes_job_samples import WORKSPACE, all_labels, build, make_request, validate
 
 from operators.hooks.launcher import LaunchRequest
-from operators.kubernetes_manifests import (
-    LAYOUT_ROOTS,
-    MAX_NAME_LENGTH,
-    SecretInEnvError,
-    host_names,
-    is_dns1035_label,
-    is_dns1123_label,
-    is_dns1123_subdomain,
-    is_label_key,
-    is_label_value,
-    job_manifest,
-    kube_name,
-    resolve_options,
-    restricted_profile_violations,
-    service_manifest,
-)
-from operators.settings import KubernetesSettings
-
-K8S_VERSIONS = ("1.29.0", "1.33.0", "1.34.0")  # the oldest supported, and current ones
-WORKSPACE = "/mnt/workspace"
-SETTINGS = KubernetesSettings()
-
-
-def make_request(job_name="resnet-train", hosts=1, layout="ti", gpu=0, options=None, env=None, **extra):
-    return LaunchRequest(
-        job_name=job_name,
-        job_root=f"{WORKSPACE}/jobs/{job_name}",
-        workspace=WORKSPACE,
-        layout=layout,
-        instance_count=hosts,
-        hosts=tuple(host_names(kube_name(job_name), hosts)),
-        channel_entries={
-            "train": f"{WORKSPACE}/cache/3f2a9c/train",
-            "validation": f"{WORKSPACE}/cache/77b0e1",
-        },
-        image_uri="registry.example.com/ml/training-runtime:1.4",
-        resources={"cpu": 4, "memory": "16Gi", "gpu": gpu},
-        max_run_seconds=extra.pop("max_run_seconds", 7200),
-        env=env or {"TM_LOG_LEVEL": "INFO"},
-        options=options or {},
-        **extra,
-    )
-
-
-def build(request):
-    options = resolve_options(request.options, SETTINGS)
-    return job_manifest(request, options, request.image_uri), options
-
-
-def validate(manifest):
-    for version in K8S_VERSIONS:
-        kubernetes_validate.validate(manifest, version, strict=True)
-
-
-def all_labels(manifest):
-    yield from manifest["metadata"].get("labels", {}).items()
-    template = manifest.get("spec", {}).get("template")
-    if template:
-        yield from template["metadata"].get("labels", {}).items()
+from operators.kubernetes_manifests import LAYOUT_ROOTS, restricted_profile_violations, service_manifest
+from operators.kubernetes_names import host_names, is_dns1035_label, is_dns1123_label, is_label_key, is_label_value
 
 
 @pytest.mark.parametrize("hosts", [1, 4])
@@ -172,121 +112,9 @@ def test_lifecycle_fields_failure_policy_deadline_and_cleanup():
     validate(kept)
 
 
-def test_per_job_options_override_the_settings():
-    job, options = build(
-        make_request(
-            gpu=1,
-            options={
-                "namespace": "ml-team",
-                "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
-                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
-                "priority_class": "training-low",
-                "service_account": "trainer",
-                "image_pull_policy": "Always",
-                "image_pull_secrets": ["regcred", "mirror-cred"],
-                "labels": {"team": "vision", "cost-center": "42"},
-                "annotations": {"owner": "vision@example.com"},
-                "workspace_pvc": "shared-fs",
-                "workspace_subpath": "airflow/workspace",
-                "run_as_user": 50000,
-                "shm_size": "8Gi",
-            },
-        )
-    )
-    validate(job)
-    pod = job["spec"]["template"]["spec"]
-    assert job["metadata"]["namespace"] == options.namespace == "ml-team"
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
-    assert pod["tolerations"][0]["key"] == "dedicated" and pod["tolerations"][1]["key"] == "nvidia.com/gpu"
-    assert pod["priorityClassName"] == "training-low"
-    assert pod["serviceAccountName"] == "trainer" and pod["automountServiceAccountToken"] is True
-    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror-cred"}]
-    assert pod["containers"][0]["imagePullPolicy"] == "Always"
-    assert pod["securityContext"]["runAsUser"] == 50000
-    assert job["metadata"]["labels"]["team"] == "vision" == job["spec"]["template"]["metadata"]["labels"]["team"]
-    assert job["metadata"]["annotations"]["owner"] == "vision@example.com"
-    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "shared-fs"
-    assert pod["containers"][0]["volumeMounts"][0]["subPath"] == "airflow/workspace/jobs/resnet-train"
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod["volumes"]
-
-
-@pytest.mark.parametrize(
-    "job_name",
-    [
-        "my-job",
-        "My_Job",
-        "2024-retrain",
-        "nightly.retrain/cos://bucket/prefix with spaces",
-        "a" * 200,
-        "resnet50-imagenet-" + "x" * 34,  # exactly MAX_NAME_LENGTH
-        "resnet50-imagenet-" + "x" * 35,  # one over
-    ],
-)
-def test_names_are_valid_deterministic_and_distinct(job_name):
-    name = kube_name(job_name)
-    assert name == kube_name(job_name)  # a retry finds the same Job
-    assert is_dns1035_label(name) and len(name) <= MAX_NAME_LENGTH
-    assert is_dns1123_label(f"{name}-9999999999")  # pod hostname <name>-<index> stays a DNS label
-    job, _ = build(make_request(job_name=job_name, hosts=4))
-    validate(job)
-    assert job["metadata"]["annotations"]["airflow-training-jobs/job-name"] == job_name
-    for key, value in all_labels(job):
-        assert is_label_key(key) and is_label_value(value)
-
-
-def test_names_keep_valid_job_names_and_never_collide():
-    assert kube_name("my-job") == "my-job"
-    assert kube_name("My_Job") != kube_name("my-job")
-    assert kube_name("My_Job") != kube_name("my_job")
-    assert kube_name("a" * 200) != kube_name("a" * 201)
-    assert kube_name("2024-retrain")[0].isalpha()  # a Service name must start with a letter
-    assert is_dns1123_subdomain("airflow-training-jobs")
-
-
-def test_credentials_are_refused_as_literals_and_passed_as_secret_refs():
-    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-    with pytest.raises(SecretInEnvError) as err:
-        build(make_request(env={"AWS_SECRET_ACCESS_KEY": secret}))
-    assert "AWS_SECRET_ACCESS_KEY" in str(err.value) and secret not in str(err.value)
-    assert "secret_env" in str(err.value)
-    with pytest.raises(SecretInEnvError):  # an innocent name does not hide a key-shaped value
-        build(make_request(env={"NOTES": "use AKIAIOSFODNN7EXAMPLE"}))
-
-    job, _ = build(
-        make_request(
-            env={
-                "TM_LOG_LEVEL": "DEBUG",
-                "EXTRA_ARGS": "--lr $(LR)",
-                "TRAINING_METRICS_FILE": f"{WORKSPACE}/jobs/resnet-train/output/metrics.jsonl",
-            },
-            options={
-                "secret_env": {"AWS_SECRET_ACCESS_KEY": "s3-credentials/secret_key", "HF_TOKEN": {"name": "hf", "key": "token"}},
-                "env_from_secrets": ["wandb-credentials"],
-            },
-        )
-    )
-    validate(job)
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["AWS_SECRET_ACCESS_KEY"] == {
-        "name": "AWS_SECRET_ACCESS_KEY",
-        "valueFrom": {"secretKeyRef": {"name": "s3-credentials", "key": "secret_key"}},
-    }
-    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "token"}
-    assert env["EXTRA_ARGS"]["value"] == "--lr $$(LR)"  # kept literal, not expanded by Kubernetes
-    # A path the Airflow side knows under the job root is where the pod sees it.
-    assert env["TRAINING_METRICS_FILE"]["value"] == "/opt/ml/output/metrics.jsonl"
-    assert container["envFrom"] == [{"secretRef": {"name": "wandb-credentials"}}]
-    assert secret not in json.dumps(job)
-
-
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"options": {"nodeSelector": {}}}, "kubernetes option 'nodeSelector' is not a known option"),
-        ({"options": {"image_pull_policy": "Sometimes"}}, "image_pull_policy"),
-        ({"options": {"labels": {"team": "vision team"}}}, "labels.team"),
-        ({"options": {"secret_env": {"TOKEN": "no-key"}}}, "secret_env.TOKEN"),
         ({"env": {"TRAINING_CURRENT_HOST": "algo-1"}}, "TRAINING_CURRENT_HOST is set by the launcher"),
         ({"resources": {"cpu": 2, "memory": "lots"}}, "resources.memory is 'lots'"),
         ({"resources": {"gpu": 1.5}}, "resources.gpu"),

@@ -20,7 +20,7 @@ from fake_kube_api import FakeKubeApi  # noqa: E402
 
 from operators.hooks.launcher import EVICTED, IMAGE_ERROR, OOM, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
 from operators.hooks.kubernetes_launcher import KubernetesLaunchError, KubernetesLauncherHook
-from operators.kubernetes_manifests import kube_name
+from operators.kubernetes_names import kube_name
 
 NAMESPACE = "training"
 

@@ -1,0 +1,113 @@
+"""Kubernetes names and labels of a training job, and the syntax Kubernetes accepts for names, label keys and values,
+quantities and environment variable names: pure functions, no I/O, no client.
+
+The Job and Service of a job are named by ``kube_name(job_name)``, derived deterministically from ``job_name`` (the
+idempotency key): a retried task or a restarted worker computes the same name and reattaches to the Job already there
+instead of starting a second one. Host i of an Indexed Job is ``<name>-<i>.<name>`` (``host_names``): Kubernetes names
+the pods ``<job>-<index>`` and the headless Service ``<name>`` is their subdomain.
+
+The syntax checks are shared by the per-job options (operators/kubernetes_options.py) and the manifests
+(operators/kubernetes_manifests.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Mapping
+
+LABEL_PREFIX = "airflow-training-jobs"
+JOB_LABEL = f"{LABEL_PREFIX}/job"  # value: the Kubernetes name; selects the Job's pods and Service
+ORIGINAL_NAME_ANNOTATION = f"{LABEL_PREFIX}/job-name"  # the job_name as the user wrote it
+SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
+MANAGED_BY = "airflow-training-jobs"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+# A pod's hostname is "<job>-<index>" and must stay a DNS label (<= 63): keep room for 10 index digits.
+MAX_NAME_LENGTH = 52
+_HASH_LENGTH = 8
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def is_dns1123_label(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+
+
+def is_dns1035_label(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS1035_LABEL.match(value))
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and bool(_DNS1123_SUBDOMAIN.match(value))
+
+
+def is_label_value(value: str) -> bool:
+    return value == "" or (len(value) <= 63 and bool(_LABEL_NAME.match(value)))
+
+
+def is_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and not is_dns1123_subdomain(prefix):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def is_quantity(value: str) -> bool:
+    """A Kubernetes resource quantity: 2, 500m, 1.5, 8Gi, 1e3."""
+    return bool(_QUANTITY.match(value))
+
+
+def is_env_var_name(name: str) -> bool:
+    return bool(_ENV_NAME.match(name))
+
+
+def kube_name(job_name: str) -> str:
+    """The Job/Service name of a job: a DNS-1035 label of at most MAX_NAME_LENGTH, the same on every call.
+
+    A job_name that already is such a name is used as is (so `kubectl get job <job_name>` works). Anything
+    else is lowercased, every run of other characters becomes '-', and a hash of the original job_name is
+    appended, so two job names that differ only in characters Kubernetes refuses ('My_Job' and 'my-job')
+    never share a Job.
+    """
+    if not job_name:
+        raise ValueError("job_name is empty; give the job a name (it is the idempotency key)")
+    if is_dns1035_label(job_name) and len(job_name) <= MAX_NAME_LENGTH:
+        return job_name
+    digest = hashlib.sha256(job_name.encode()).hexdigest()[:_HASH_LENGTH]
+    base = re.sub(r"[^a-z0-9]+", "-", job_name.lower()).strip("-")
+    if not base or not base[0].isalpha():
+        base = "job-" + base
+    base = base[: MAX_NAME_LENGTH - _HASH_LENGTH - 1].rstrip("-")
+    return f"{base}-{digest}"
+
+
+def host_names(name: str, instance_count: int) -> list[str]:
+    """`<name>-<i>.<name>`: the pod hostname Kubernetes gives index i, under the headless Service."""
+    if instance_count < 1:
+        raise ValueError(f"instance_count is {instance_count}; give at least 1 host")
+    return [f"{name}-{index}.{name}" for index in range(instance_count)]
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    return {JOB_LABEL: name}
+
+
+def job_labels(name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    labels = dict(extra or {})
+    labels.update(
+        {
+            "app.kubernetes.io/name": "training-job",
+            "app.kubernetes.io/instance": name,
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+            "app.kubernetes.io/component": "training",
+        }
+    )
+    labels.update(selector_labels(name))
+    return labels
+
