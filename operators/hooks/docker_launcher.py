@@ -33,7 +33,6 @@ import re
 import threading
 import time
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
@@ -47,8 +46,15 @@ from operators.hooks.launcher import (
     LaunchRequest,
     LaunchResult,
     LineCallback,
+    clear_outcome_markers,
+    read_failure_reason,
 )
-from operators.kubernetes_manifests import PLATFORM_EXIT_CODE, USER_EXIT_CODES, container_path, layout_root
+from operators.kubernetes_manifests import (
+    PLATFORM_EXIT_CODE,
+    USER_EXIT_CODES,
+    container_path,
+    layout_root,
+)
 from operators.kubernetes_names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION, kube_name
 from operators.kubernetes_options import OPTION_KEYS as KUBERNETES_OPTION_KEYS
 from operators.kubernetes_options import looks_like_secret
@@ -346,7 +352,7 @@ class DockerLauncherHook(BaseHook):
                 return None
             on_line(f"[docker] removing the containers of an earlier, failed try of job {network}")
             self._remove_all(request, keep_network=True)
-        self._clear_stale_markers(request)
+        clear_outcome_markers(request.job_root)
         try:
             client.create_network(network, driver="bridge", labels=job_labels(request), check_duplicate=True)
         except APIError as err:
@@ -509,7 +515,7 @@ class DockerLauncherHook(BaseHook):
             4: "the training runtime failed (platform error)",
         }.get(code, "the container was killed or crashed")
         message = f"{what} on {name}, exit code {code}"
-        reason = self._failure_file(request) if 1 <= code <= PLATFORM_EXIT_CODE else None
+        reason = read_failure_reason(request.job_root) if 1 <= code <= PLATFORM_EXIT_CODE else None
         return LaunchResult(
             succeeded=False,
             exit_code=code,
@@ -557,16 +563,3 @@ class DockerLauncherHook(BaseHook):
                 except NotFound:
                     pass
 
-    def _failure_file(self, request: LaunchRequest) -> str | None:
-        try:
-            text = (Path(request.job_root) / "output" / "failure").read_text(errors="replace")[:64 * 1024].strip()
-        except OSError:
-            return None
-        return text[-4000:] or None
-
-    def _clear_stale_markers(self, request: LaunchRequest) -> None:
-        for marker in ("success", "failure"):
-            try:
-                os.remove(os.path.join(request.job_root, "output", marker))
-            except FileNotFoundError:
-                pass

@@ -29,15 +29,19 @@ Secret), result_from_event() deletes it so nothing keeps retrying in the cluster
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from operators.hooks.launcher import LaunchRequest, LaunchResult, LineCallback
+from operators.hooks.launcher import (
+    LaunchRequest,
+    LaunchResult,
+    LineCallback,
+    clear_outcome_markers,
+    read_failure_reason,
+)
 from operators.kubernetes_manifests import (
     CONTAINER_NAME,
     job_manifest,
@@ -60,7 +64,6 @@ from operators.triggers.kubernetes_job import (
 )
 
 DELETE_WAIT_SECONDS = 180
-FAILURE_FILE_MAX_CHARS = 4000
 CATCH_UP_MARGIN_SECONDS = 600
 
 
@@ -136,7 +139,9 @@ class KubernetesLauncherHook(BaseHook):
 
     def async_kube(self):
         """The async hook for blocking mode, given the connection extras the sync hook has read already."""
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import (
+            AsyncKubernetesHook,
+        )
 
         return AsyncKubernetesHook(conn_id=self.kube.conn_id, connection_extras=dict(self.kube.conn_extras))
 
@@ -191,7 +196,7 @@ class KubernetesLauncherHook(BaseHook):
                 if err.status != 409:
                     raise _api_error(f"create Job {name}", namespace, err) from None
             else:
-                self._clear_stale_markers(request)
+                clear_outcome_markers(request.job_root)
                 self.log.info(
                     "Created Job %s/%s: %d host(s) %s, image %s",
                     namespace,
@@ -274,7 +279,7 @@ class KubernetesLauncherHook(BaseHook):
             on_line(f"[kubernetes] stopping Job {name}: {event['failure_class']} is not worth retrying in the cluster")
             self.stop(request)
         message = event.get("message") or "the training Job failed"
-        reason = self._failure_file(request) if event.get("exit_code") in (1, 2, 3, 4) else None
+        reason = read_failure_reason(request.job_root) if event.get("exit_code") in (1, 2, 3, 4) else None
         reason = reason or event.get("detail")
         return LaunchResult(
             succeeded=False,
@@ -421,24 +426,3 @@ class KubernetesLauncherHook(BaseHook):
             for raw in data.split(b"\n"):
                 if raw:
                     deliver_line(raw, cursor, on_line, host)
-
-    def _failure_file(self, request: LaunchRequest) -> str | None:
-        path = Path(request.job_root) / "output" / "failure"
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read(64 * 1024).strip()
-        except OSError:
-            return None
-        if len(text) > FAILURE_FILE_MAX_CHARS:
-            text = "..." + text[-FAILURE_FILE_MAX_CHARS:]
-        return text or None
-
-    def _clear_stale_markers(self, request: LaunchRequest) -> None:
-        """A fresh Job must not be judged by the success/failure files of an earlier try."""
-        for marker in ("success", "failure"):
-            try:
-                os.remove(os.path.join(request.job_root, "output", marker))
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                self.log.warning("Could not remove stale %s marker in %s: %s", marker, request.job_root, err)

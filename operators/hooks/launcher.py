@@ -13,6 +13,7 @@ Deferrable backends (supports_defer = True) also have:
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -74,6 +75,33 @@ class LaunchResult:
     @property
     def retryable(self) -> bool:
         return self.failure_class in RETRYABLE_CLASSES
+
+
+FAILURE_REASON_MAX_CHARS = 4000
+
+
+def read_failure_reason(job_root: str) -> str | None:
+    """The runtime's (or the user's) output/failure of a job root, trimmed to its last 4000 characters.
+
+    Every layout keeps output/ at the root, so this holds for all of them.
+    """
+    try:
+        with open(os.path.join(job_root, "output", "failure"), encoding="utf-8", errors="replace") as handle:
+            text = handle.read(64 * 1024).strip()
+    except OSError:
+        return None
+    if len(text) > FAILURE_REASON_MAX_CHARS:
+        text = "..." + text[-FAILURE_REASON_MAX_CHARS:]
+    return text or None
+
+
+def clear_outcome_markers(job_root: str) -> None:
+    """A fresh start must not be judged by the success/failure files of an earlier try."""
+    for marker in ("success", "failure"):
+        try:
+            os.remove(os.path.join(job_root, "output", marker))
+        except FileNotFoundError:
+            pass
 
 
 BACKENDS = ("local", "kubernetes", "docker")

@@ -27,6 +27,7 @@ from operators.hooks.launcher import (
     LaunchRequest,
     LaunchResult,
     LineCallback,
+    read_failure_reason,
 )
 
 log = logging.getLogger(__name__)
@@ -212,8 +213,7 @@ class LocalLauncherHook:
 
     @staticmethod
     def _result(request: LaunchRequest, codes: list[int], timed_out: bool) -> LaunchResult:
-        failure_file = _failure_file(request)
-        reason = failure_file.read_text(errors="replace").strip() if failure_file.is_file() else None
+        reason = read_failure_reason(request.job_root)
         if timed_out:
             return LaunchResult(False, None, f"training exceeded max_run_seconds={request.max_run_seconds} and was "
                                 f"stopped; raise max_run_seconds or make it faster", TIMEOUT)
@@ -260,9 +260,3 @@ _PRIVATE_NAMES = {"AIRFLOW_HOME", "AIRFLOW_CONFIG", "JOB_COMPLETION_INDEX"}
 
 def user_environment(environ) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}
-
-
-def _failure_file(request: LaunchRequest) -> Path:
-    from training_runtime.layouts import layout_for
-
-    return Path(layout_for(request.layout, request.job_root).failure_file)
