@@ -38,7 +38,11 @@ test-docker: install
 	TRAINING_E2E_DOCKER=1 TRAINING_E2E_IMAGE=$(TRAINING_E2E_IMAGE) \
 		$(PY) -m pytest -v -m docker tests/integration/test_docker_engine.py
 
+# Benchmarks against awscli, s5cmd, tar/pigz (see bench/README.md); pigz is a Debian package, installed if we can.
 bench: install
+	@command -v pigz >/dev/null || apt-get install -y -qq pigz >/dev/null 2>&1 \
+		|| (apt-get update -qq && apt-get install -y -qq pigz) >/dev/null 2>&1 \
+		|| echo "note: pigz could not be installed; the pigz rows of bench/results/latest.md are skipped"
 	$(PY) bench/run_all.py
 
 clean:

@@ -14,8 +14,19 @@ import os
 import shutil
 import tempfile
 
-from operators.hooks.object_storage import ObjectStorageHook, StorageError, TransferStats, parse_uri
-from operators.safe_tar import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS, BadArchiveError, replace_directory, safe_extract
+from operators.hooks.object_storage import (
+    ObjectStorageHook,
+    StorageError,
+    TransferStats,
+    parse_uri,
+)
+from operators.safe_tar import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_MEMBERS,
+    BadArchiveError,
+    replace_directory,
+    safe_extract,
+)
 
 log = logging.getLogger(__name__)
 

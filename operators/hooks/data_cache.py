@@ -68,7 +68,12 @@ from dataclasses import dataclass
 from typing import Iterator
 from urllib.parse import quote
 
-from operators.hooks.object_storage import ObjectListing, ObjectStorageHook, StorageError, parse_uri
+from operators.hooks.object_storage import (
+    ObjectListing,
+    ObjectStorageHook,
+    StorageError,
+    parse_uri,
+)
 from operators.safe_tar import remove_tree, replace_directory
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ import os
 import shutil
 import threading
 import time
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from operators.hooks.storage_client import Remote, make_remote
@@ -70,9 +70,6 @@ if TYPE_CHECKING:
     from operators.settings import TrainingSettings
 
 log = logging.getLogger(__name__)
-
-
-# the hook
 
 
 class ObjectStorageHook:

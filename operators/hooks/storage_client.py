@@ -126,7 +126,8 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
 
     config = Config(
         retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
-        max_pool_connections=max(10, concurrency + 4),
+        # small-object workers and s3transfer's ranged GETs can run at the same time: room for both
+        max_pool_connections=max(10, 2 * concurrency + 4),
         connect_timeout=CONNECT_TIMEOUT_S,
         read_timeout=READ_TIMEOUT_S,
         tcp_keepalive=True,

@@ -29,12 +29,18 @@ from typing import Any, Callable, Iterable
 
 from operators.hooks.storage_client import MAX_ATTEMPTS, Remote
 from operators.hooks.storage_errors import StorageError, translate_error
-from operators.hooks.storage_location import ObjectInfo, StorageLocation, is_md5_etag, normalize_etag
+from operators.hooks.storage_location import (
+    ObjectInfo,
+    StorageLocation,
+    is_md5_etag,
+    normalize_etag,
+)
 from operators.hooks.transfer_progress import TransferProgress
 
 log = logging.getLogger("operators.hooks.object_storage")
 
 IO_CHUNK = 1024 * 1024
+MAX_DOWNLOAD_PART = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,14 +51,26 @@ class TransferTuning:
     multipart_threshold: int
     multipart_chunksize: int
 
-    def transfer_config(self):
+    def transfer_config(self, *, part_size: int | None = None):
         from s3transfer.manager import TransferConfig
 
         return TransferConfig(
             multipart_threshold=self.multipart_threshold,
-            multipart_chunksize=self.multipart_chunksize,
+            multipart_chunksize=part_size or self.multipart_chunksize,
             max_request_concurrency=self.concurrency,
+            # 1 MiB reads from the response body instead of 256 KiB: a quarter of the Python calls per byte.
+            io_chunksize=IO_CHUNK,
+            max_io_queue_size=256,  # at most 256 MiB waiting for the disk, as with the defaults
         )
+
+    def download_part_size(self, largest: int) -> int:
+        """Range size for ranged downloads: the configured chunk size, grown so that the largest object takes
+        about `concurrency` ranges (capped at 64 MiB). Every connection is still busy, with fewer requests:
+        each costs ~2 ms of client CPU, and stores that serve a range by reading the whole object (moto,
+        some gateways) pay per range a full read of it (a 512 MiB object in 8 MiB ranges: 64 full reads)."""
+        wanted = -(-largest // max(1, self.concurrency))  # ceil
+        wanted = -(-wanted // IO_CHUNK) * IO_CHUNK  # whole MiB
+        return max(self.multipart_chunksize, min(wanted, MAX_DOWNLOAD_PART))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,7 +225,8 @@ def download_objects(
     if large:
         from s3transfer.manager import TransferManager
 
-        with TransferManager(remote.client, tuning.transfer_config()) as manager:
+        part_size = tuning.download_part_size(max(info.size for info, _ in large))
+        with TransferManager(remote.client, tuning.transfer_config(part_size=part_size)) as manager:
             pending = _submit_large(manager, remote, loc, large, progress, errors)
             _download_small(remote, loc, small, progress, tuning, errors)
             if errors.error is not None:
@@ -264,11 +283,11 @@ def _get_one(
     temp = temp_name(final)
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
+            # botocore retries the request itself (standard mode); what breaks while reading the body is ours.
+            body = remote.client.get_object(Bucket=bucket, Key=info.key, **extra)["Body"]
             written = 0
             digest = hashlib.md5(usedforsecurity=False) if check_md5 else None
             try:
-                response = remote.client.get_object(Bucket=bucket, Key=info.key, **extra)
-                body = response["Body"]
                 with open(temp, "wb") as fh:
                     if info.size <= IO_CHUNK:
                         chunks: Iterable[bytes] = (body.read(),)  # one read; botocore checks the length

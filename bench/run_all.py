@@ -1,0 +1,110 @@
+"""Run every benchmark (what `make bench` calls), then write bench/results/latest.md: the tables and the goals.
+
+    .venv/bin/python bench/run_all.py                  # full sizes (~25 min on 2 idle cores)
+    .venv/bin/python bench/run_all.py --quick          # small sizes (~5 min)
+    .venv/bin/python bench/run_all.py --only staging pack_upload
+
+The machine is shared: each benchmark waits (up to --max-wait seconds) for the 1-minute load average to drop
+below --max-load before it starts, and the table records the load it ran under.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import BENCH_DIR, RESULTS_DIR, tool, wait_for_low_load  # noqa: E402
+
+BENCHMARKS = [  # the search benchmark last: it depends on the newest DAG
+    ("staging", "bench_staging.py"),
+    ("pack_upload", "bench_pack_upload.py"),
+    ("pipeline", "bench_pipeline.py"),
+    ("search", "bench_search.py"),
+]
+
+
+def _load(name: str) -> dict | None:
+    try:
+        with open(os.path.join(RESULTS_DIR, f"{name}.json")) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def goals() -> str:
+    """The issue's goals, each with the figure it was judged on."""
+    lines = ["## Goals", "", "| goal | figure | holds |", "| --- | --- | --- |"]
+
+    def row(goal: str, figure: str, ok: bool | None) -> None:
+        lines.append(f"| {goal} | {figure} | {'yes' if ok else 'no' if ok is not None else 'n/a'} |")
+
+    staging = _load("staging")
+    if staging:
+        for name, data in staging["datasets"].items():
+            g = data["goals"]
+            small = "KiB" in name or (data["size"] <= 1024 * 1024 and data["count"] > 1)
+            if small and g.get("cold_vs_aws") is not None:
+                row(f"cold staging {name} >= 1.5x `aws s3 sync`", f"{g['cold_vs_aws']:.2f}x", g["cold_vs_aws"] >= 1.5)
+            if small and g.get("cold_vs_s5cmd") is not None:
+                row(f"cold staging {name} >= 0.9x s5cmd", f"{g['cold_vs_s5cmd']:.2f}x", g["cold_vs_s5cmd"] >= 0.9)
+            row(f"warm re-stage {name} >= 20x faster than cold", f"{g['warm_speedup']:.1f}x", g["warm_speedup"] >= 20)
+    pack = _load("pack_upload")
+    if pack and pack.get("goal_ratio_vs_pigz1") is not None:
+        r = pack["goal_ratio_vs_pigz1"]
+        row("pack+upload within 1.2x of `tar -I 'pigz -1'` + upload", f"{r:.2f}x the time", r <= 1.2)
+    pipeline = _load("pipeline")
+    if pipeline:
+        for p in pipeline["parse"]:
+            if "parse" in p:
+                row(f"{p['file']} parses in < 0.3 s", f"{p['parse']:.3f} s", p["parse"] < 0.3)
+        for stage, added in pipeline["added"].items():
+            row(f"stage {stage} adds < 1 s", f"{added:+.2f} s", added < 1.0)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (development)")
+    parser.add_argument("--only", nargs="*", choices=[b[0] for b in BENCHMARKS])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-load", type=float, default=1.0, help="wait for a 1-minute load below this")
+    parser.add_argument("--max-wait", type=float, default=300, help="seconds to wait for it at most")
+    args = parser.parse_args()
+
+    if not tool("pigz"):
+        print("note: pigz is not installed (apt-get install -y pigz): the pigz rows are skipped", flush=True)
+    for name, script in BENCHMARKS:
+        if args.only and name not in args.only:
+            continue
+        load = wait_for_low_load(args.max_load, args.max_wait)
+        print(f"\n##### {script} (load {load:.2f})", flush=True)
+        cmd = [sys.executable, os.path.join(BENCH_DIR, script)]
+        if args.quick:
+            cmd.append("--quick")
+        if name != "search":
+            cmd += ["--repeats", str(args.repeats)]
+        started = time.monotonic()
+        if subprocess.run(cmd).returncode != 0:
+            sys.exit(f"{script} failed")
+        print(f"##### {script}: {time.monotonic() - started:.0f} s", flush=True)
+
+    parts = [f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}{', --quick sizes' if args.quick else ''})", goals()]
+    for name, _ in BENCHMARKS:
+        path = os.path.join(RESULTS_DIR, f"{name}.md")
+        if os.path.isfile(path):
+            with open(path) as fh:
+                parts.append(fh.read().strip())
+    report = "\n\n".join(parts) + "\n"
+    with open(os.path.join(RESULTS_DIR, "latest.md"), "w") as fh:
+        fh.write(report)
+    print("\n" + report)
+
+
+if __name__ == "__main__":
+    main()
