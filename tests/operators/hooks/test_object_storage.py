@@ -355,3 +355,22 @@ def test_cos_connection_without_endpoint_is_refused_up_front(tmp_path, monkeypat
         hook.list_objects("cos://bucket/data/")
     assert "'cos_no_endpoint'" in str(info.value) and "no endpoint_url" in str(info.value)
     assert "secret-value-123" not in str(info.value)
+
+
+def test_split_listing_gives_the_same_objects_whatever_changed_since_the_hint(storage_connections, object_store):
+    from operators.hooks.object_storage import ObjectStorageHook
+
+    bucket = object_store.bucket()
+    for i in range(0, 60, 2):
+        object_store.put(bucket, f"data/k{i:03d}", b"x" * i)
+    hook = ObjectStorageHook()
+    uri = f"s3://{bucket}/data/"
+    hints = [f"data/k{i:03d}" for i in (10, 30, 50)]  # cut points remembered from an earlier listing
+    object_store.put(bucket, "data/k031", b"new")  # added inside a range
+    object_store.client.delete_object(Bucket=bucket, Key="data/k030")  # a cut point itself is gone
+    object_store.put(bucket, "data/k058", b"changed")  # overwritten
+    plain = hook.describe(uri)
+    split = hook.describe(uri, split_after=hints)
+    assert [(o.key, o.size, o.etag) for o in split.objects] == [(o.key, o.size, o.etag) for o in plain.objects]
+    keys = [o.key for o in split.objects]
+    assert "data/k031" in keys and "data/k030" not in keys and len(keys) == len(set(keys)) == 30
