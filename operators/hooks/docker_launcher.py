@@ -229,6 +229,7 @@ class DockerLauncherHook(BaseHook):
     """Runs a LaunchRequest as containers on a Docker engine; see the module docstring."""
 
     supports_defer = False
+    mounts_channels = True  # cache entries are bind-mounted read-only at input/data/<channel>
 
     def __init__(
         self, docker_url: str | None = None, docker_conn_id: str | None = None, default_image: str | None = None

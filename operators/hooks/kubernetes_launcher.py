@@ -116,6 +116,7 @@ class KubernetesLauncherHook(BaseHook):
     """Runs a LaunchRequest as an Indexed Job + headless Service; see the module docstring."""
 
     supports_defer = True
+    mounts_channels = True  # cache entries are sub-path mounts, read-only, at input/data/<channel>
 
     def __init__(self, settings: Any | None = None, default_image: str | None = None) -> None:
         super().__init__()

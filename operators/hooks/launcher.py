@@ -5,6 +5,7 @@ A backend is a hook with:
   host_addresses(job_name, instance_count) -> dict | None   name -> address where names don't resolve (local)
   run(request, on_line) -> LaunchResult              blocking: start (or reattach), stream logs, wait
   stop(request) -> None                              on_kill: stop the remote work, leave nothing behind
+  mounts_channels: bool                              True: the backend mounts cache entries at input/data/<ch>
 Deferrable backends (supports_defer = True) also have:
   start(request) -> None                             create (or reattach to) the remote work
   trigger(request) -> BaseTrigger                    waits in the triggerer

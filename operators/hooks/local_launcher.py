@@ -102,6 +102,7 @@ def _running(proc) -> bool:
 class LocalLauncherHook:
     backend = "local"
     supports_defer = False
+    mounts_channels = False  # input/data/<channel> is a link into the cache
 
     def __init__(self, python: str | None = None):
         self.python = python or sys.executable

@@ -99,9 +99,10 @@ class LaunchTrainingOperator(JobStageOperator):
         monitor = self._trial_monitor()
         stop_lock = threading.Lock()  # log lines and the metrics-file poller may both decide to stop
 
+        log_line = self._log_and_match(metrics)
+
         def on_line(line: str) -> None:
-            self.log.info("%s", line)
-            metrics.feed(line)
+            log_line(line)
             if monitor is not None:
                 self._stop_early(monitor.observe_collector(metrics), request, stop_lock)
 
@@ -125,12 +126,17 @@ class LaunchTrainingOperator(JobStageOperator):
         for name, points in (event.get("metrics") or {}).items():  # matched in the triggerer as the log streamed
             metrics.series[name] = list(points)
 
+        result = self.launcher.result_from_event(req, event, self._log_and_match(metrics))
+        return self._finish(req, result, metrics, self._checkpoint_sync())
+
+    def _log_and_match(self, metrics):
+        """User output goes into the task log line by line and is matched against metric_definitions."""
+
         def on_line(line: str) -> None:
             self.log.info("%s", line)
             metrics.feed(line)
 
-        result = self.launcher.result_from_event(req, event, on_line)
-        return self._finish(req, result, metrics, self._checkpoint_sync())
+        return on_line
 
     def _finish(self, request, result, metrics, sync) -> dict:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException

@@ -8,22 +8,25 @@ from operators.stages.base import JobStageOperator
 class PrefetchDataOperator(JobStageOperator):
     """Prefetch each input channel into the shared cache (once), then make input/data/<channel> a view of it.
 
-    Locally the view is a link into the cache; in pods and containers the entry itself is mounted read-only there.
+    Locally the view is a link into the cache; backends that mount cache entries (pods, containers) get an empty
+    mount point there instead.
     """
 
     ui_color = "#e3f2e1"
 
     def execute(self, context) -> dict:
         from operators.hooks.data_cache import DataCacheHook
+        from operators.hooks.launcher import launcher_for
 
         cache = DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes)
+        mounts = launcher_for(self.spec.backend).mounts_channels
         channels = {}
         for channel, uri in self.spec.inputs.items():
             entry = cache.prefetch(uri, user=self.spec.job_name)
             view = self.layout.channel_dir(channel)
-            if self.spec.backend == "local":
+            if not mounts:
                 cache.link_view(entry, view)
-            else:  # kubernetes/docker mount the entry read-only at input/data/<channel>: leave an empty mount point
+            else:  # the backend mounts the entry read-only here: leave an empty mount point
                 if os.path.islink(view):
                     os.unlink(view)
                 os.makedirs(view, exist_ok=True)
