@@ -21,12 +21,16 @@ Exit codes of ``train``
       channel names, current host not in hosts, unknown layout
 3     installing ``code/requirements.txt`` failed (pip's last lines are in
       ``output/failure``)
-4     platform/internal error of the runtime itself (retryable)
+4     platform/internal error of the runtime itself, or a host of a
+      multi-host job that never resolved (retryable)
+137   the user code was killed by SIGKILL (the OOM killer), or failed after
+      the OOM killer killed one of its processes: the OOM class
 128+n ``train`` was stopped by signal n (SIGTERM/SIGINT are forwarded to the
       user code first); ``output/failure`` says so
 ====  =====================================================================
 
-1-3 are user errors (retrying will not help), 4 and 128+n may be retried.
+1-3 are user errors (retrying will not help), 4 and 128+n may be retried,
+137 needs more memory (:func:`training_runtime.errors.failure_class`).
 """
 
 __version__ = "0.1.0"

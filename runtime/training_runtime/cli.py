@@ -33,7 +33,8 @@ def parse_args(argv=None):
         description="Run one host's share of a training job from a job root "
         "(TI-ONE / PAI / SageMaker / ModelArts contract).",
         epilog="Exit codes: 0 success, 1 user code failed, 2 invalid job, "
-        "3 requirements.txt install failed, 4 platform error, 128+n stopped by signal n.",
+        "3 requirements.txt install failed, 4 platform error (retryable), "
+        "137 the user code was killed by SIGKILL (out of memory), 128+n stopped by signal n.",
     )
     parser.add_argument(
         "--root",
@@ -48,6 +49,12 @@ def parse_args(argv=None):
         "--layout",
         help="directory layout: %s (default: trainingjobconfig.json layout, else ti)"
         % ", ".join(LAYOUT_NAMES),
+    )
+    parser.add_argument(
+        "--host-wait",
+        metavar="SECONDS",
+        help="how long a multi-host job waits for every host name to resolve before the user "
+        "code starts (default: $TRAINING_HOST_WAIT_SECONDS, else 120; 0: do not wait)",
     )
     parser.add_argument(
         "--check",
@@ -68,4 +75,5 @@ def main(argv=None):
         current_host=args.current_host,
         layout_name=args.layout,
         check_only=args.check,
+        host_wait=args.host_wait,
     )

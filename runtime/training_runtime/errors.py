@@ -10,6 +10,41 @@ USER_CODE_FAILED = 1
 INVALID_JOB = 2
 REQUIREMENTS_FAILED = 3
 PLATFORM_ERROR = 4
+#: The user code was killed by SIGKILL (128 + 9), almost always the kernel's OOM
+#: killer; the code Docker and Kubernetes report for an OOM-killed container.
+OUT_OF_MEMORY = 137
+
+# Failure classes, named as the launchers name them (operators/hooks/launcher.py).
+USER_ERROR_CLASS = "user_error"
+PLATFORM_ERROR_CLASS = "platform_error"
+OOM_CLASS = "oom_killed"
+STOPPED_CLASS = "stopped"
+
+#: exit code -> failure class; 128+n other than 137 is ``stopped`` (the launcher decides).
+EXIT_CLASSES = {
+    USER_CODE_FAILED: USER_ERROR_CLASS,
+    INVALID_JOB: USER_ERROR_CLASS,
+    REQUIREMENTS_FAILED: USER_ERROR_CLASS,
+    PLATFORM_ERROR: PLATFORM_ERROR_CLASS,
+    OUT_OF_MEMORY: OOM_CLASS,
+}
+
+
+def failure_class(exit_code):
+    """The failure class of a ``train`` exit code (None for success).
+
+    ``user_error`` (1-3: retrying will not help), ``platform_error`` (4:
+    retryable), ``oom_killed`` (137: needs more memory or a smaller batch),
+    ``stopped`` (other 128+n: train was stopped by signal n), else
+    ``platform_error`` (not a code train exits with: the container died).
+    """
+    if exit_code == SUCCESS:
+        return None
+    if exit_code in EXIT_CLASSES:
+        return EXIT_CLASSES[exit_code]
+    if exit_code is not None and 128 < exit_code < 160:
+        return STOPPED_CLASS
+    return PLATFORM_ERROR_CLASS
 
 
 class TrainingError(Exception):
@@ -56,6 +91,18 @@ class UserCodeError(TrainingError):
         self.child_exit_code = child_exit_code
 
 
+class OutOfMemoryError(TrainingError):
+    """The user code was killed by SIGKILL (the OOM killer, as a rule), or the
+    kernel's OOM killer killed one of its processes and it then failed."""
+
+    exit_code = OUT_OF_MEMORY
+    user_error = False
+
+    def __init__(self, message, details="", child_exit_code=137):
+        super().__init__(message, details)
+        self.child_exit_code = child_exit_code
+
+
 class StoppedError(TrainingError):
     """``train`` itself received SIGTERM/SIGINT and stopped the user code."""
 
@@ -68,6 +115,7 @@ class StoppedError(TrainingError):
 
 
 class PlatformError(TrainingError):
-    """Something outside the user's control failed (disk, venv creation, ...)."""
+    """Something outside the user's control failed (disk, venv creation, a host
+    that never resolved, ...); retrying the job may help."""
 
     exit_code = PLATFORM_ERROR

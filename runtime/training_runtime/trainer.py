@@ -21,7 +21,9 @@ from training_runtime import (
     distributed,
     entrypoint,
     environment,
+    hosts,
     hyperparameters,
+    memory,
     outcome,
     process,
     requirements,
@@ -30,6 +32,7 @@ from training_runtime import (
 from training_runtime.errors import (
     SUCCESS,
     InvalidJobError,
+    OutOfMemoryError,
     PlatformError,
     StoppedError,
     TrainingError,
@@ -40,11 +43,12 @@ from training_runtime.layouts import DEFAULT_LAYOUT, layout_for
 log = logging.getLogger(__name__)
 
 
-def train(root=None, current_host=None, layout_name=None, check_only=False, environ=None):
+def train(root=None, current_host=None, layout_name=None, check_only=False, environ=None, host_wait=None):
     """Run the job at ``root`` as ``current_host``; returns the exit code.
 
     ``check_only`` validates the job root and logs the argv without installing
-    or running anything (nor writing output files).
+    or running anything (nor writing output files). ``host_wait`` bounds the
+    wait for the hosts of a multi-host job to resolve (see :mod:`training_runtime.hosts`).
     """
     started_at = time.time()
     environ = dict(os.environ if environ is None else environ)
@@ -56,7 +60,7 @@ def train(root=None, current_host=None, layout_name=None, check_only=False, envi
     try:
         if os.path.isdir(root) and not check_only:
             outcome.clear_stale(outputs, started_at)
-        _run(root, current_host, layout_name, check_only, environ)
+        _run(root, current_host, layout_name, check_only, environ, host_wait)
         if not check_only:
             outcome.write_success(outputs)
             log.info("training succeeded")
@@ -105,7 +109,8 @@ def _restore(previous_handlers):
         signal.signal(signum, handler)
 
 
-def _run(root, current_host, layout_name, check_only, environ):
+def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
+    wait_seconds = hosts.wait_seconds(host_wait, environ)
     layout, job = config.load_job(root, layout_name, current_host, environ)
     validation.validate(job, layout)
     script = validation.resolve_entry_point(job, layout) if not job.command else None
@@ -130,7 +135,10 @@ def _run(root, current_host, layout_name, check_only, environ):
     env.update(plan.env)
     what = "command" if job.command else "entry point %s" % job.entry_point
     os.makedirs(layout.code_dir, exist_ok=True)  # a command may need no code, but needs a cwd
+    if len(job.hosts) > 1:
+        hosts.wait_for_hosts([job.address_of(host) for host in job.hosts], wait_seconds)
     log.info("running %s in %s: %s", what, layout.code_dir, shlex.join(argv))
+    oom_kills_before = memory.oom_kill_count()
     try:
         result = process.run(argv, cwd=layout.code_dir, env=env)
     except OSError as error:
@@ -156,12 +164,44 @@ def _run(root, current_host, layout_name, check_only, environ):
             details=stderr_tail,
         )
     if result.exit_code != 0:
+        _raise_if_out_of_memory(what, result, oom_kills_before, stderr_tail)
         raise UserCodeError(
             "the user code (%s) failed with exit code %d%s"
             % (what, result.exit_code, _signal_hint(result.exit_code)),
             details=stderr_tail,
             child_exit_code=result.exit_code,
         )
+
+
+def _raise_if_out_of_memory(what, result, oom_kills_before, stderr_tail):
+    """SIGKILL is what the kernel's OOM killer sends (and nothing of ours sends it
+    to a running child): the OOM class, not a user error. A child that failed
+    otherwise after the OOM killer struck in our cgroup (torchrun or a data loader
+    losing a worker) is the OOM class too."""
+    oom_kills = memory.oom_kill_count()
+    killed_by_oom = None not in (oom_kills, oom_kills_before) and oom_kills > oom_kills_before
+    limit = memory.describe_limit(memory.memory_limit())
+    if result.exit_code == 128 + signal.SIGKILL:
+        cause = (
+            "the kernel's OOM killer killed it: it ran out of memory"
+            if killed_by_oom
+            else "likely out of memory (the kernel's OOM killer sends SIGKILL)"
+        )
+        message = "the user code (%s) was killed by SIGKILL: %s" % (what, cause)
+    elif killed_by_oom:
+        message = (
+            "the user code (%s) failed with exit code %d after the kernel's OOM killer killed "
+            "one of its processes: it ran out of memory" % (what, result.exit_code)
+        )
+    else:
+        return
+    if limit:
+        message += " (%s)" % limit
+    raise OutOfMemoryError(
+        message + "; give the job more memory or make it use less",
+        details=stderr_tail,
+        child_exit_code=result.exit_code,
+    )
 
 
 def _signal_hint(exit_code):
@@ -171,10 +211,7 @@ def _signal_hint(exit_code):
         name = signal.Signals(exit_code - 128).name
     except ValueError:
         return ""
-    hint = " (killed by %s" % name
-    if name == "SIGKILL":
-        hint += "; out of memory?"
-    return hint + ")"
+    return " (killed by %s)" % name
 
 
 def _report(outputs, error, check_only):

@@ -33,9 +33,11 @@ class JobRoot:
     root: Path
     layout: object  # training_runtime.layouts.Layout
 
-    def run(self, *args: str, env: dict | None = None, timeout: float = 60, root: bool = True):
-        """Run `train` on this root (as a real subprocess); returns CompletedProcess."""
-        command = TRAIN_COMMAND + (["--root", str(self.root)] if root else []) + list(args)
+    def run(self, *args: str, env: dict | None = None, timeout: float = 60, root: bool = True,
+            prefix: list[str] | None = None):
+        """Run `train` on this root (as a real subprocess, after `prefix` if given,
+        e.g. a wrapper that execs it); returns CompletedProcess."""
+        command = (prefix or []) + TRAIN_COMMAND + (["--root", str(self.root)] if root else []) + list(args)
         return subprocess.run(
             command, capture_output=True, text=True, env=clean_env(env), timeout=timeout
         )
@@ -79,6 +81,10 @@ def clean_env(extra: dict | None = None) -> dict:
         for k, v in os.environ.items()
         if not k.startswith(("TRAINING_", "TM_", "SM_", "PAI_", "MA_")) and k != "JOB_COMPLETION_INDEX"
     }
+    # The hosts of these test jobs are names that resolve nowhere (algo-1, ...): a
+    # multi-host job would wait for them for 120 s. The tests of that wait
+    # (test_hosts.py) set the bound themselves.
+    env["TRAINING_HOST_WAIT_SECONDS"] = "0"
     env.update(extra or {})
     return env
 
