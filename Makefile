@@ -6,7 +6,7 @@ export AIRFLOW_HOME := $(CURDIR)
 TRAINING_E2E_IMAGE ?= training-base:latest
 TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
 
-.PHONY: install db demo test test-fast test-cluster test-docker bench clean
+.PHONY: install db demo airflow test test-fast test-cluster test-docker bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,8 +20,18 @@ install: $(VENV)/.installed
 db: install
 	$(VENV)/bin/airflow db migrate >/dev/null
 
-demo: db
-	$(PY) examples/demo.py
+# Secrets every Airflow component shares (jwt secret, [api] secret_key, fernet key): generated once, git-ignored.
+AIRFLOW_SECRETS := $(CURDIR)/airflow-secrets.env
+$(AIRFLOW_SECRETS):
+	python3 tools/airflow_secrets.py $@
+
+demo: db $(AIRFLOW_SECRETS)
+	set -a && . $(AIRFLOW_SECRETS) && set +a && $(PY) examples/demo.py
+
+# The whole Airflow on http://127.0.0.1:8080 (api-server, scheduler, dag-processor, triggerer); log in as admin with
+# the password in simple_auth_manager_passwords.json.generated. Ctrl-C stops everything.
+airflow: db $(AIRFLOW_SECRETS)
+	set -a && . $(AIRFLOW_SECRETS) && set +a && PATH=$(CURDIR)/$(VENV)/bin:$$PATH exec airflow standalone
 
 test: install
 	$(PY) -m pytest -q

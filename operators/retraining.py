@@ -247,6 +247,8 @@ def retraining_dag(config: RetrainingConfig, *, model_asset=None):
         start_date=config.start_date,
         catchup=False,
         max_active_runs=1,  # each run builds on the previous one's promoted model
+        # A schedule starts only when someone unpauses it: a fresh `make airflow` must not launch a run at once.
+        is_paused_upon_creation=True,
         default_args={"retries": config.retries},
         tags=["training", "retraining", *config.tags],
         doc_md=doc,

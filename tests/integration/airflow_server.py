@@ -1,0 +1,218 @@
+"""A real Airflow for tests: the components `make airflow` serves (api-server, scheduler, dag-processor, triggerer),
+started as separate processes on a FREE loopback port with their own AIRFLOW_HOME in a temporary directory.
+
+    from airflow_server import airflow_server          # a session-scoped pytest fixture (import it in the module)
+
+    def test_something(airflow_server):
+        api = airflow_server.api                        # logged-in REST client (JWT from POST /auth/token)
+        status, run = api.call("POST", "/api/v2/dags/training_job/dagRuns", {"logical_date": None, "conf": {...}})
+        run = airflow_server.wait_for_run("training_job", run["dag_run_id"])
+
+Or outside pytest: `with AirflowServer(tmp_dir) as server: ...`. What it shares with `make airflow`: the repository's
+airflow.cfg, dags/ and plugins/, and the secrets file written by tools/airflow_secrets.py (jwt secret, [api]
+secret_key, fernet key) loaded into every component's environment. What differs: AIRFLOW_HOME (a temp dir with its
+own SQLite DB, logs and workspace), the port (api-server, worker and triggerer log servers: all free ports, so
+several engineers' servers run side by side), a known admin password, 1 s scheduler heartbeat.
+On failure, each component's output is in `<home>/<component>.log` (`server.log_tail(name)`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW = [sys.executable, "-m", "airflow"]
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+PASSWORD = "admin-password-of-the-test-server"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Api:
+    """A tiny REST client: JSON in, (status, JSON) out; the bearer token comes from POST /auth/token."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self.token: str | None = None
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> tuple[int, dict]:
+        status, raw, _ = self.raw(method, path, body, timeout)
+        try:
+            return status, json.loads(raw or b"{}")
+        except ValueError:
+            return status, {"raw": raw.decode(errors="replace")}
+
+    def raw(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> tuple[int, bytes, dict]:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, response.read(), dict(response.headers)
+        except urllib.error.HTTPError as err:
+            return err.code, err.read(), dict(err.headers)
+
+    def login(self, username: str = "admin", password: str = PASSWORD) -> None:
+        status, body = self.call("POST", "/auth/token", {"username": username, "password": password})
+        assert status == 201, body
+        self.token = body["access_token"]
+
+
+class AirflowServer:
+    def __init__(self, home: Path, extra_env: dict[str, str] | None = None):
+        self.home = Path(home)
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.password = PASSWORD
+        self.api = Api(self.base_url)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.extra_env = dict(extra_env or {})
+        self.env: dict[str, str] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def __enter__(self) -> AirflowServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 240) -> None:
+        home = self.home
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "airflow.cfg", home / "airflow.cfg")
+        (home / "passwords.json").write_text(json.dumps({"admin": self.password}))
+        subprocess.run([sys.executable, str(REPO / "tools" / "airflow_secrets.py"), str(home / "airflow-secrets.env")],
+                       check=True, capture_output=True)
+        secrets = _read_env(home / "airflow-secrets.env")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+        env.update(secrets)
+        env.update({
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__BASE_URL": self.base_url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__TRAINING__WORKSPACE": str(home / "workspace"),
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime"), os.environ.get("PYTHONPATH", "")]),
+            "NO_PROXY": "*",
+        })
+        env.update(self.extra_env)
+        self.env = env
+        migrate = subprocess.run([*AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+        assert migrate.returncode == 0, migrate.stderr[-3000:]
+        for name in COMPONENTS:
+            cmd = [*AIRFLOW, name] + (["--host", "127.0.0.1", "--port", str(self.port)] if name == "api-server" else [])
+            with (home / f"{name}.log").open("wb") as out:  # the child keeps its own copy of the descriptor
+                self.procs[name] = subprocess.Popen(cmd, env=env, cwd=home, stdout=out, stderr=subprocess.STDOUT,
+                                                    start_new_session=True)
+        self._wait_healthy(timeout)
+        self.api.login()
+        self._wait_for_dag("training_job", timeout)
+
+    def stop(self) -> None:
+        for name, proc in reversed(list(self.procs.items())):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def log_tail(self, name: str, chars: int = 4000) -> str:
+        path = self.home / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.is_file() else ""
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            assert proc.poll() is None, f"airflow {name} exited with {proc.returncode}:\n{self.log_tail(name)}"
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            try:
+                status, health = self.api.call("GET", "/api/v2/monitor/health", timeout=5)
+                if status == 200 and all(health.get(c, {}).get("status") == "healthy"
+                                         for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                    return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"Airflow not healthy after {timeout} s:\n{self.log_tail('api-server')}"
+            time.sleep(0.5)
+
+    def _wait_for_dag(self, dag_id: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.api.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
+            self._check_alive()
+            assert time.monotonic() < deadline, f"{dag_id} not parsed after {timeout} s:\n{self.log_tail('dag-processor')}"
+            time.sleep(1)
+
+    # -- helpers for tests ----------------------------------------------------------------------------------
+    def trigger(self, dag_id: str, conf: dict, run_id: str | None = None) -> dict:
+        body = {"logical_date": None, "conf": conf, **({"dag_run_id": run_id} if run_id else {})}
+        status, run = self.api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
+        assert status == 200, run
+        return run
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            status, run = self.api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            assert status == 200, run
+            if run["state"] in ("success", "failed"):
+                return run
+            self._check_alive()
+            if time.monotonic() > deadline:
+                pytest.fail(f"{dag_id} {run_id} still {run['state']} after {timeout} s; scheduler log:\n"
+                            f"{self.log_tail('scheduler')}")
+            time.sleep(1)
+
+    def task_states(self, dag_id: str, run_id: str) -> dict:
+        _, body = self.api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+        return {(t["task_id"], t["map_index"]): t["state"] for t in body["task_instances"]}
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines()
+                if line.strip() and not line.startswith("#") and "=" in line)
+
+
+@pytest.fixture(scope="session")
+def airflow_server(tmp_path_factory):
+    """One real Airflow per test session (about a minute to start); tests share it, so they use their own job names."""
+    with AirflowServer(tmp_path_factory.mktemp("airflow-server")) as server:
+        yield server
