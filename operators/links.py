@@ -1,10 +1,21 @@
-"""Extra link from a training task to its model artifacts in the storage provider's console."""
+"""Extra links of the training stages, shown by the Airflow 3 UI on each task instance.
+
+Airflow 3 computes operator links in the worker when the task ends and stores the URL as an XCom, so a link must not
+depend on anything that expires or is secret: every link here points at the training-jobs plugin's own API
+(plugins/training_console), which resolves it when clicked: a local artifact is streamed, an object-storage one
+redirects to a short-lived presigned https URL or to the provider's console ([training] artifact_links), a log is
+read through Airflow's log reader. No file:// URL, no credentials, nothing that goes stale in the XCom.
+"""
 
 from __future__ import annotations
 
 from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
+
+PLUGIN_PREFIX = "/training-jobs"
+STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
+          "upload_artifacts", "publish_model")
 
 CONSOLES = {
     "s3": "https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={key}",
@@ -14,22 +25,89 @@ CONSOLES = {
 }
 
 
-def console_url(uri: str) -> str:
-    """The console page of the folder holding an artifact (a file:// URL for local paths)."""
+def console_url(uri: str) -> str | None:
+    """The provider console page of the folder holding an object; None for local paths and unknown schemes."""
     if "://" not in uri:
-        return "file://" + quote(uri)
+        return None
     scheme, rest = uri.split("://", 1)
     bucket, _, key = rest.partition("/")
     template = CONSOLES.get(scheme)
-    return template.format(bucket=bucket, key=quote(key.rsplit("/", 1)[0] + "/")) if template else uri
+    return template.format(bucket=bucket, key=quote(key.rsplit("/", 1)[0] + "/")) if template else None
 
 
-class ModelArtifactsLink(BaseOperatorLink):
-    name = "Model artifacts"
+def base_url() -> str:
+    """Where the UI is served ([api] base_url, else http://<[api] host>:<[api] port>), without a trailing slash."""
+    from airflow.configuration import conf
+
+    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    if base:
+        return base
+    host = conf.get("api", "host", fallback="127.0.0.1") or "127.0.0.1"
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{conf.get('api', 'port', fallback='8080')}"
+
+
+def job_path(dag_id: str, run_id: str, map_index: int) -> str:
+    """The plugin's path of one training job (a trial of a search is one job: its map index)."""
+    return f"{quote(dag_id, safe='')}/{quote(run_id, safe='')}/{int(map_index)}"
+
+
+def artifact_url(dag_id: str, run_id: str, map_index: int, name: str) -> str:
+    return f"{base_url()}{PLUGIN_PREFIX}/api/jobs/{job_path(dag_id, run_id, map_index)}/artifacts/{name}"
+
+
+def job_page_url(dag_id: str, run_id: str, map_index: int, section: str = "") -> str:
+    return f"{base_url()}{PLUGIN_PREFIX}/ui/#/job/{job_path(dag_id, run_id, map_index)}" + (
+        f"/{section}" if section else "")
+
+
+class _JobLink(BaseOperatorLink):
+    """A link about the training job the task belongs to (dag run + map index of a search trial)."""
+
+    def url(self, dag_id: str, run_id: str, map_index: int) -> str:
+        raise NotImplementedError
 
     def get_link(self, operator, *, ti_key) -> str:
-        from airflow.sdk.execution_time.xcom import XCom
+        return self.url(ti_key.dag_id, ti_key.run_id, ti_key.map_index)
 
-        value = XCom.get_value(ti_key=ti_key, key="return_value")
-        uri = value.get("model_uri") if isinstance(value, dict) else value
-        return console_url(uri) if isinstance(uri, str) and uri else ""
+
+class ModelArtifactsLink(_JobLink):
+    name = "Model"
+
+    def url(self, dag_id, run_id, map_index):
+        return artifact_url(dag_id, run_id, map_index, "model.tar.gz")
+
+
+class MetricsLink(_JobLink):
+    name = "Metrics"
+
+    def url(self, dag_id, run_id, map_index):
+        return job_page_url(dag_id, run_id, map_index, "metrics")
+
+
+class FailureReasonLink(_JobLink):
+    name = "Failure reason"
+
+    def url(self, dag_id, run_id, map_index):
+        return artifact_url(dag_id, run_id, map_index, "failure")
+
+
+class HostLogsLink(_JobLink):
+    name = "Host logs"
+
+    def url(self, dag_id, run_id, map_index):
+        return job_page_url(dag_id, run_id, map_index, "logs")
+
+
+class TrainingJobLink(_JobLink):
+    name = "Training job"
+
+    def url(self, dag_id, run_id, map_index):
+        return job_page_url(dag_id, run_id, map_index)
+
+
+def stage_links() -> tuple[BaseOperatorLink, ...]:
+    """The links every stage after validation shows (one set, so the UI shows the same menu on each)."""
+    return (TrainingJobLink(), ModelArtifactsLink(), MetricsLink(), FailureReasonLink(), HostLogsLink())
+
+
+ALL_LINKS = (TrainingJobLink, ModelArtifactsLink, MetricsLink, FailureReasonLink, HostLogsLink)

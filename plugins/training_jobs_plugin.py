@@ -1,10 +1,28 @@
-"""Airflow plugin of the training-job platform: registers the operators' extra link so the UI can show it."""
+"""Airflow plugin of the training-job platform: the training-jobs view (a FastAPI app for its data and page, shown
+as a nav entry and as a tab on DAG runs) and the extra links of the training stages (operators/links.py)."""
 
 from airflow.plugins_manager import AirflowPlugin
 
-from operators.links import ModelArtifactsLink
+from operators.links import ALL_LINKS, PLUGIN_PREFIX
+
+
+class _FastAPIApps:
+    """The app is built only where it is read (the API server): every task process loads the plugins too, and
+    importing FastAPI and Airflow's API security module there would cost each task seconds."""
+
+    def __get__(self, instance, owner):
+        from training_console.app import app
+
+        return [{"app": app, "url_prefix": PLUGIN_PREFIX, "name": "Training jobs"}]
 
 
 class TrainingJobsPlugin(AirflowPlugin):
     name = "training_jobs"
-    operator_extra_links = [ModelArtifactsLink()]
+    operator_extra_links = [link() for link in ALL_LINKS]
+    fastapi_apps = _FastAPIApps()
+    external_views = [
+        {"name": "Training jobs", "href": f"{PLUGIN_PREFIX}/ui/", "url_route": "training-jobs", "destination": "nav",
+         "icon": f"{PLUGIN_PREFIX}/ui/icon.svg"},
+        {"name": "Training jobs", "href": f"{PLUGIN_PREFIX}/ui/#/run/{{DAG_ID}}/{{RUN_ID}}",
+         "url_route": "training-jobs-run", "destination": "dag_run"},
+    ]

@@ -291,6 +291,16 @@ class ObjectStorageHook:
                         raise
         return self.is_prefix(uri) and bool(self._any_object(remote, loc))
 
+    def presigned_url(self, uri: str, expires_seconds: int = 900) -> str:
+        """A short-lived https GET URL of one object (the signature, never the secret key, is in the URL)."""
+        loc = parse_uri(uri)
+        if loc.is_local:
+            raise StorageError(f"presign {uri}: a local path has no URL; read it with read_bytes")
+        remote = self._remote(loc)
+        with self._errors("presign", loc.uri, remote):
+            return remote.client.generate_presigned_url(
+                "get_object", Params={"Bucket": loc.bucket, "Key": loc.key}, ExpiresIn=int(expires_seconds))
+
     def _any_object(self, remote: Remote, loc: StorageLocation) -> bool:
         prefix = loc.key if (not loc.key or loc.key.endswith("/")) else loc.key + "/"
         with self._errors("list", loc.uri, remote):

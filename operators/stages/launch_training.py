@@ -5,7 +5,12 @@ import threading
 from datetime import timedelta
 from typing import Any, Mapping
 
+from operators.links import stage_links
 from operators.stages.base import JobStageOperator
+
+# While training runs, the metrics matched so far are written to the job root's metrics.json at most this often, so
+# the training-jobs view draws the curves as they grow.
+LIVE_METRICS_SECONDS = 2.0
 
 
 class LaunchTrainingOperator(JobStageOperator):
@@ -22,6 +27,7 @@ class LaunchTrainingOperator(JobStageOperator):
     """
 
     template_fields = ("job", "channels", "early_stopping")
+    operator_extra_links = stage_links()
     ui_color = "#ffe0b2"
 
     def __init__(self, *, channels: dict | Any = None, deferrable: bool | None = None,
@@ -131,10 +137,20 @@ class LaunchTrainingOperator(JobStageOperator):
 
     def _log_and_match(self, metrics):
         """User output goes into the task log line by line and is matched against metric_definitions."""
+        import time
+
+        live = os.path.join(self.layout.output_dir, "metrics.json")
+        last_write = [0.0]
 
         def on_line(line: str) -> None:
             self.log.info("%s", line)
             metrics.feed(line)
+            if metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
+                last_write[0] = time.monotonic()
+                try:
+                    _write_metrics(live, metrics.to_json())
+                except OSError as err:  # the live view is a convenience: never fail the training for it
+                    self.log.debug("Could not write live metrics to %s: %s", live, err)
 
         return on_line
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from operators.links import ModelArtifactsLink
+from operators.links import stage_links
 
 from typing import Any
 
@@ -11,7 +11,7 @@ class PublishModelOperator(BaseOperator):
     """Publish the trained model: its URI is this task's XCom (the pipeline's result) and an event of the model Asset."""
 
     template_fields = ("upload",)
-    operator_extra_links = (ModelArtifactsLink(),)
+    operator_extra_links = stage_links()
     ui_color = "#c8e6c9"
 
     def __init__(self, *, upload: dict | Any, model_asset=None, **kwargs):

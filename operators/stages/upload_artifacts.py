@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from operators.links import ModelArtifactsLink
+from operators.links import stage_links
 
 import json
 import os
@@ -19,7 +19,7 @@ class UploadArtifactsOperator(JobStageOperator):
     already uploaded (a marker in the job root plus an existence check) and sends nothing twice.
     """
 
-    operator_extra_links = (ModelArtifactsLink(),)
+    operator_extra_links = stage_links()
     ui_color = "#e1bee7"
 
     def execute(self, context) -> dict:

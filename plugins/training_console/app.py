@@ -1,0 +1,128 @@
+"""The training-jobs plugin's FastAPI app, mounted by Airflow's API server at /training-jobs.
+
+    /training-jobs/ui/                                        the page (plain HTML + JS + SVG: no build, no CDN)
+    /training-jobs/api/jobs                                   the list (filter, sort, paginate)
+    /training-jobs/api/jobs/{dag_id}/{run_id}/{map_index}     one job: spec, stages, artifacts, failure
+    /training-jobs/api/jobs/.../metrics                       metric series (live while training runs)
+    /training-jobs/api/jobs/.../artifacts/{name}              model.tar.gz, metrics.json, failure, output.tar.gz
+
+Every data route needs a logged-in Airflow user (the UI's `_token` cookie or a bearer token) with read access to the
+DAG; the page calls Airflow's own REST API for logs and actions (stop, trigger a clone).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import FileResponse, RedirectResponse, Response
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+
+from training_console import artifacts
+from training_console.jobs import STAGES, Job, load_jobs, query_items
+
+STATIC = Path(__file__).parent / "static"
+ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
+CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+
+app = FastAPI(title="Training jobs", description="The training-jobs view of the training-job platform")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@app.get("/", include_in_schema=False)
+@app.get("/ui", include_in_schema=False)
+def index_redirect(request: Request) -> RedirectResponse:
+    return RedirectResponse(str(request.url_for("page")))
+
+
+@app.get("/ui/", include_in_schema=False, name="page")
+def page() -> FileResponse:
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+@app.get("/ui/{name}", include_in_schema=False)
+def static_file(name: str) -> FileResponse:
+    path = STATIC / name
+    if name not in {p.name for p in STATIC.iterdir()}:
+        raise HTTPException(404, f"no such file: {name}")
+    return FileResponse(path, headers={"Cache-Control": "no-cache"})
+
+
+@app.get("/api/jobs")
+def list_jobs(
+    user: GetUserDep,
+    session: SessionDep,
+    status: str | None = None,
+    dag_id: str | None = None,
+    q: str | None = None,
+    sort: str = "created",
+    order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
+    jobs = load_jobs(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
+    return query_items(jobs, status=status or None, dag_id=dag_id or None, q=q or None, sort=sort,
+                       descending=order == "desc", offset=offset, limit=limit, now=_now())
+
+
+def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:
+    for job in load_jobs(session, dag_ids=[dag_id], run_id=run_id):
+        if job.map_index == map_index:
+            return job
+    raise HTTPException(404, f"no training job in DAG {dag_id!r} run {run_id!r} (map index {map_index})")
+
+
+@app.get("/api/jobs/{dag_id}/{run_id}/{map_index}", dependencies=[CAN_READ_RUN])
+def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> dict[str, Any]:
+    job = _job(session, dag_id, run_id, map_index)
+    spec = job.spec
+    summary = job.summary(_now())
+    upload = job.xcoms.get("upload_artifacts") if isinstance(job.xcoms.get("upload_artifacts"), dict) else {}
+    output = artifacts.output_uri(spec)
+    listed = artifacts.describe(spec, upload, job.state("launch_training"))
+    stages = [{"stage": s, "task_id": job.prefix + s, "state": job.state(s),
+               "start": _iso(job.tis.get(s, (None, None))[1]), "end": _iso(job.tis.get(s, (None, None, None))[2]),
+               "try_number": job.tis.get(s, (None, None, None, None))[3]} for s in STAGES]
+    return {
+        **summary,
+        "spec": spec,
+        "conf": job.conf,
+        "validated": isinstance(job.xcoms.get("validate_spec"), dict),
+        "stages": stages,
+        "task_prefix": job.prefix,
+        "output_uri": output,
+        "artifacts": listed,
+        "failure": artifacts.failure_reason(spec, upload, job.state("launch_training")),
+        "hosts": artifacts.hosts(spec),
+        "resume_parent": artifacts.parent_of(session, spec.get("resume_from")),
+    }
+
+
+@app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/metrics", dependencies=[CAN_READ_RUN])
+def get_metrics(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> dict[str, Any]:
+    job = _job(session, dag_id, run_id, map_index)
+    status, _ = job.status()
+    return {"status": status, **artifacts.metrics(job.spec, live=status in ("running", "queued"))}
+
+
+@app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/artifacts/{name}", dependencies=[CAN_READ_RUN])
+def get_artifact(dag_id: str, run_id: str, map_index: int, name: str, session: SessionDep) -> Response:
+    if name not in ARTIFACTS:
+        raise HTTPException(404, f"unknown artifact {name!r}; one of {', '.join(ARTIFACTS)}")
+    job = _job(session, dag_id, run_id, map_index)
+    return artifacts.respond(job.spec, name)
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None

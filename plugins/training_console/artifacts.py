@@ -1,0 +1,152 @@
+"""A job's files: where the pipeline put them, and how a browser gets them.
+
+Local paths (the embedded default, file:// URIs) are streamed by the plugin itself; object-storage URIs redirect to a
+short-lived presigned https URL (default) or to the provider's console page, per airflow.cfg
+[training] artifact_links = presigned | console, [training] presigned_url_seconds. While a job runs, its metrics are
+read from the job root in the workspace (the launch stage rewrites metrics.json there every few seconds, and scripts
+may append points to output/metrics.jsonl); afterwards from the uploaded metrics.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Mapping
+
+from fastapi import HTTPException
+from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
+
+log = logging.getLogger(__name__)
+MEDIA = {"model.tar.gz": "application/gzip", "output.tar.gz": "application/gzip", "metrics.json": "application/json",
+         "failure": "text/plain; charset=utf-8"}
+
+
+def output_uri(spec: Mapping[str, Any]) -> str | None:
+    if not spec.get("output_path") or not spec.get("job_name"):
+        return None
+    return f"{str(spec['output_path']).rstrip('/')}/{spec['job_name']}/output/"
+
+
+def _local_path(uri: str) -> str | None:
+    if uri.startswith("file://"):
+        return uri[len("file://"):]
+    return None if "://" in uri else uri
+
+
+def _storage(spec: Mapping[str, Any]):
+    from operators.hooks.object_storage import ObjectStorageHook
+
+    return ObjectStorageHook(connections=spec.get("connections") or {})
+
+
+def _job_root(spec: Mapping[str, Any]) -> str | None:
+    if not spec.get("job_name"):
+        return None
+    from operators.settings import training_settings
+
+    return training_settings().job_root(spec["job_name"])
+
+
+def describe(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_state: str | None) -> list[dict[str, Any]]:
+    """The artifacts the upload stage reported (name, URI), plus where checkpoints go."""
+    out = output_uri(spec)
+    uploaded = dict((upload or {}).get("artifacts") or {})
+    rows = [{"name": name, "uri": uri, "available": True} for name, uri in uploaded.items()]
+    if out and not uploaded:  # not uploaded yet (running) or the upload never ran: say where they will be
+        rows = [{"name": name, "uri": out + name, "available": False} for name in ("model.tar.gz", "metrics.json")]
+    if spec.get("checkpoint_path"):
+        rows.append({"name": "checkpoints", "uri": spec["checkpoint_path"], "available": None})
+    return rows
+
+
+def failure_reason(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_state: str | None) -> str | None:
+    """The runtime's failure file: from the upload result, else the job root (the upload may not have run)."""
+    if upload and upload.get("failure"):
+        return str(upload["failure"]).strip()
+    root = _job_root(spec)
+    if root and launch_state in ("failed", "skipped", "up_for_retry"):
+        try:
+            with open(os.path.join(root, "output", "failure"), errors="replace") as f:
+                return f.read()[-4000:].strip() or None
+        except OSError:
+            return None
+    return None
+
+
+def hosts(spec: Mapping[str, Any]) -> list[str]:
+    count = int(spec.get("instance_count") or 1)
+    return [f"algo-{i + 1}" for i in range(count)]
+
+
+def parent_of(session, resume_from: str | None) -> dict[str, Any] | None:
+    """The job whose model a resumed job started from: the URI names its job (<output_path>/<job>/output/model.tar.gz)."""
+    if not resume_from or resume_from == "latest" or not resume_from.endswith("/output/model.tar.gz"):
+        return {"job_name": None, "uri": resume_from} if resume_from else None
+    parent_name = resume_from.rstrip("/").split("/")[-3]
+    from training_console.jobs import load_jobs
+
+    for job in load_jobs(session):
+        if job.spec.get("job_name") == parent_name:
+            return {"job_name": parent_name, "uri": resume_from, **job.key}
+    return {"job_name": parent_name, "uri": resume_from}
+
+
+def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
+    """{"final": {...}, "series": {name: [{"step", "value", "timestamp"}]}}, live from the job root when running."""
+    from operators.metrics import MetricCollector
+
+    root = _job_root(spec)
+    data: dict[str, Any] | None = None
+    if root:
+        try:
+            with open(os.path.join(root, "output", "metrics.json")) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = None
+    if data is None and not live and output_uri(spec):
+        try:
+            data = json.loads(_storage(spec).read_bytes(output_uri(spec) + "metrics.json"))
+        except Exception as err:  # noqa: BLE001 - no metrics is a normal state (failed early, no definitions)
+            log.debug("no metrics.json for %s: %s", spec.get("job_name"), err)
+    collector = MetricCollector()
+    collector.series = {k: list(v) for k, v in ((data or {}).get("series") or {}).items()}
+    if live and root:  # points the script appended itself join only until the final metrics.json includes them
+        collector.read_file(os.path.join(root, "output", "metrics.jsonl"))
+    return collector.to_json()
+
+
+def respond(spec: Mapping[str, Any], name: str) -> Response:
+    """A local artifact is streamed; an object-storage one redirects (presigned URL or console)."""
+    from airflow.configuration import conf
+
+    out = output_uri(spec)
+    if not out:
+        raise HTTPException(404, "the job has no output path (its spec was not validated)")
+    uri = out + name
+    if name == "metrics.json":  # metrics of a running job live in the job root
+        root = _job_root(spec)
+        if root and os.path.isfile(os.path.join(root, "output", name)) and _local_path(uri) is None:
+            return FileResponse(os.path.join(root, "output", name), media_type=MEDIA[name])
+    local = _local_path(uri)
+    if local is not None:
+        if not os.path.isfile(local):
+            if name == "failure":
+                return PlainTextResponse("no failure recorded for this job\n", status_code=404)
+            raise HTTPException(404, f"{uri} does not exist (yet)")
+        return FileResponse(local, media_type=MEDIA.get(name), filename=None if name in ("failure", "metrics.json")
+                            else f"{spec['job_name']}-{name}")
+    mode = (conf.get("training", "artifact_links", fallback="presigned") or "presigned").strip()
+    if mode == "console":
+        from operators.links import console_url
+
+        target = console_url(uri)
+        if target:
+            return RedirectResponse(target, status_code=307)
+    seconds = conf.getint("training", "presigned_url_seconds", fallback=900)
+    try:
+        target = _storage(spec).presigned_url(uri, seconds)
+    except Exception as err:  # noqa: BLE001 - one line, no credentials
+        raise HTTPException(502, f"could not sign a URL for {uri}: {err}") from None
+    log.info("artifact %s of %s: redirect to a presigned URL valid %d s", name, spec.get("job_name"), seconds)
+    return RedirectResponse(target, status_code=307)

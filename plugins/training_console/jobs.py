@@ -1,0 +1,267 @@
+"""The training jobs Airflow already knows about, read from its metadata DB: no table of our own.
+
+A job is the stage chain of one spec in one DAG run: the tasks `[<group>.]validate_spec ... publish_model` with one map
+index (a hyperparameter search runs one job per trial, as mapped task group instances). What the pipeline records is
+enough: the validated spec (validate_spec's XCom), the launch summary (final metrics, failure class), the upload
+result (model URI, failure reason), task states and times. Four queries for every job of the instance, the rest is
+done in Python: sorting by a metric needs every row anyway, and it stays well under a second for thousands of jobs
+(tests/plugins/test_jobs_scale.py measures it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
+          "upload_artifacts", "publish_model")
+STAGING = ("stage_code", "prefetch_data", "write_configs", "restore")
+UPLOAD = ("upload_artifacts", "publish_model")
+ACTIVE = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
+XCOM_STAGES = ("validate_spec", "launch_training", "upload_artifacts")
+
+
+@dataclass
+class Job:
+    dag_id: str
+    run_id: str
+    map_index: int
+    prefix: str  # "" or "<task group>."
+    run_state: str | None = None
+    run_after: datetime | None = None
+    conf: Mapping[str, Any] = field(default_factory=dict)
+    tis: dict[str, tuple] = field(default_factory=dict)  # stage -> (state, start, end, try_number)
+    xcoms: dict[str, Any] = field(default_factory=dict)  # stage -> return value
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        validated = self.xcoms.get("validate_spec")
+        if isinstance(validated, dict):
+            return validated
+        return dict(self.conf) if not self.prefix else {}
+
+    @property
+    def key(self) -> dict[str, Any]:
+        return {"dag_id": self.dag_id, "run_id": self.run_id, "map_index": self.map_index}
+
+    def state(self, stage: str) -> str | None:
+        return (self.tis.get(stage) or (None,))[0]
+
+    def status(self) -> tuple[str, str | None]:
+        """(succeeded | failed | stopped | running | queued, the stage that failed or stopped)."""
+        for stage in STAGES:
+            if self.state(stage) == "failed":
+                return "failed", stage
+        if self.state("launch_training") == "skipped":
+            return "stopped", "launch_training"
+        if any(self.state(s) in ACTIVE for s in STAGES):
+            started = any(self.state(s) not in (None, "scheduled", "queued") for s in STAGES)
+            return ("running" if started else "queued"), None
+        if self.state("publish_model") == "success":
+            return "succeeded", None
+        if self.state("upload_artifacts") == "upstream_failed" or self.state("publish_model") == "upstream_failed":
+            return "failed", _first(self, ("upstream_failed",)) or None
+        return ("queued" if self.run_state in ("queued", "running", None) else (self.run_state or "queued")), None
+
+    def durations(self, now: datetime) -> dict[str, float | None]:
+        return {"staging": _span(self, STAGING, now), "training": _span(self, ("launch_training",), now),
+                "upload": _span(self, UPLOAD, now)}
+
+    def created(self) -> datetime | None:
+        start = self.tis.get("validate_spec")
+        return self.run_after or (start[1] if start else None)
+
+    def summary(self, now: datetime) -> dict[str, Any]:
+        spec = self.spec
+        status, failed_stage = self.status()
+        launch = self.xcoms.get("launch_training") if isinstance(self.xcoms.get("launch_training"), dict) else {}
+        upload = self.xcoms.get("upload_artifacts") if isinstance(self.xcoms.get("upload_artifacts"), dict) else {}
+        created = self.created()
+        return {
+            **self.key,
+            "job_name": spec.get("job_name") or "",
+            "base_job_name": spec.get("base_job_name") or "",
+            "status": status,
+            "failed_stage": failed_stage,
+            "failure_class": launch.get("failure_class") if status == "failed" else None,
+            "created": created.isoformat() if created else None,
+            "durations": self.durations(now),
+            "backend": spec.get("backend"),
+            "layout": spec.get("layout"),
+            "instance_count": spec.get("instance_count"),
+            "resources": spec.get("resources") or {},
+            "image_uri": spec.get("image_uri"),
+            "metrics": launch.get("metrics") or {},
+            "model_uri": upload.get("model_uri"),
+            "resume_from": spec.get("resume_from"),
+        }
+
+
+def _first(job: Job, states: Iterable[str]) -> str | None:
+    return next((s for s in STAGES if job.state(s) in states), None)
+
+
+def _span(job: Job, stages: Iterable[str], now: datetime) -> float | None:
+    starts = [job.tis[s][1] for s in stages if s in job.tis and job.tis[s][1]]
+    if not starts:
+        return None
+    ends = [job.tis[s][2] or now for s in stages if s in job.tis and job.tis[s][1]]
+    return round((max(ends) - min(starts)).total_seconds(), 1)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, (bytes, str)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _split(task_id: str) -> tuple[str, str] | None:
+    """'trial.launch_training' -> ('trial.', 'launch_training'); None for a task that is not a stage."""
+    prefix, _, stage = task_id.rpartition(".")
+    if stage not in STAGES:
+        return None
+    return (prefix + "." if prefix else ""), stage
+
+
+def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | None = None) -> list[Job]:
+    """Every training job (optionally of some DAGs / one run), with its task states and recorded XComs."""
+    from sqlalchemy import or_, select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.xcom import XComModel
+
+    def scoped(query, model):
+        if dag_ids is not None:
+            query = query.where(model.dag_id.in_(list(dag_ids)))
+        if run_id is not None:
+            query = query.where(model.run_id == run_id)
+        return query
+
+    stage_filter = or_(*(TI.task_id.like(f"%{s}") for s in STAGES))
+    rows = session.execute(scoped(select(TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.state, TI.start_date,
+                                         TI.end_date, TI.try_number).where(stage_filter), TI)).all()
+    jobs: dict[tuple, Job] = {}
+    other: list[tuple] = []
+    for dag_id, rid, task_id, map_index, state, start, end, try_number in rows:
+        split = _split(task_id)
+        if split is None:
+            continue
+        prefix, stage = split
+        if stage == "validate_spec":
+            job = jobs.setdefault((dag_id, rid, prefix, map_index), Job(dag_id, rid, map_index, prefix))
+            job.tis[stage] = (state, start, end, try_number)
+        else:
+            other.append((dag_id, rid, prefix, map_index, stage, (state, start, end, try_number)))
+    for dag_id, rid, prefix, map_index, stage, ti in other:
+        job = jobs.get((dag_id, rid, prefix, map_index))
+        if job is not None:
+            job.tis[stage] = ti
+    if not jobs:
+        return []
+    job_dags = {k[0] for k in jobs}
+    runs = session.execute(scoped(select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after, DagRun.conf)
+                                  .where(DagRun.dag_id.in_(job_dags)), DagRun)).all()
+    run_info = {(d, r): (s, after, conf) for d, r, s, after, conf in runs}
+    xcom_filter = or_(*(XComModel.task_id.like(f"%{s}") for s in XCOM_STAGES))
+    xcoms = session.execute(scoped(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
+                                          XComModel.value)
+                                   .where(XComModel.key == "return_value", XComModel.dag_id.in_(job_dags), xcom_filter),
+                                   XComModel)).all()
+    for (dag_id, rid, prefix, map_index), job in jobs.items():
+        state, after, conf = run_info.get((dag_id, rid), (None, None, None))
+        job.run_state, job.run_after = state, after
+        job.conf = _decode(conf) or {}
+    for dag_id, rid, task_id, map_index, value in xcoms:
+        split = _split(task_id)
+        job = jobs.get((dag_id, rid, split[0], map_index)) if split else None
+        if job is not None:
+            job.xcoms[split[1]] = _decode(value)
+    return list(jobs.values())
+
+
+def _sort_value(row: Mapping[str, Any], sort: str):
+    if sort.startswith("metric:"):
+        return row["metrics"].get(sort[7:])
+    if sort.startswith("duration:"):
+        return (row["durations"] or {}).get(sort[9:])
+    return row.get(sort)
+
+
+def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
+    """List items: a plain job is one item; the trials of one search run are one item with the best trial marked."""
+    items: list[dict[str, Any]] = []
+    searches: dict[tuple, dict[str, Any]] = {}
+    for job in jobs:
+        row = job.summary(now)
+        if not job.prefix:
+            items.append({"kind": "job", **row})
+            continue
+        key = (job.dag_id, job.run_id)
+        search = searches.get(key)
+        if search is None:
+            conf = job.conf or {}
+            search = {"kind": "search", "dag_id": job.dag_id, "run_id": job.run_id,
+                      "job_name": conf.get("job_name") or job.run_id, "objective": conf.get("objective"),
+                      "direction": conf.get("direction") or "minimize", "trials": [], "run_state": job.run_state}
+            searches[key] = search
+            items.append(search)
+        search["trials"].append(row)
+    for search in searches.values():
+        trials = sorted(search["trials"], key=lambda r: r["map_index"])
+        search["trials"] = trials
+        objective = search["objective"]
+        scored = [t for t in trials if t["status"] == "succeeded" and isinstance(t["metrics"].get(objective), (int, float))]
+        best = (max if search["direction"] == "maximize" else min)(
+            scored, key=lambda t: t["metrics"][objective]) if scored else None
+        for t in trials:
+            t["best"] = t is best
+        statuses = {t["status"] for t in trials}
+        search["status"] = ("running" if statuses & {"running", "queued"} else
+                            "succeeded" if best is not None else "failed")
+        search["failed_stage"] = None
+        search["created"] = min((t["created"] for t in trials if t["created"]), default=None)
+        search["metrics"] = best["metrics"] if best else {}
+        search["best_job_name"] = best["job_name"] if best else None
+        search["base_job_name"] = trials[0]["base_job_name"] if trials else ""
+        for name in ("backend", "layout", "instance_count", "resources", "image_uri"):
+            search[name] = trials[0][name] if trials else None
+        search["durations"] = {k: _sum(t["durations"][k] for t in trials) for k in ("staging", "training", "upload")}
+    return items
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(sum(present), 1) if present else None
+
+
+def query_items(jobs: list[Job], *, status: str | None = None, dag_id: str | None = None, q: str | None = None,
+                sort: str = "created", descending: bool = True, offset: int = 0, limit: int = 50,
+                now: datetime | None = None) -> dict[str, Any]:
+    """Filter, sort and paginate the list (a search counts as one item; it matches if one of its trials does)."""
+    now = now or datetime.now(timezone.utc)
+    items = group_searches(jobs, now)
+    metric_names = sorted({m for item in items for m in (item.get("metrics") or {})})
+    dag_ids = sorted({item["dag_id"] for item in items})
+
+    def matches(row: Mapping[str, Any]) -> bool:
+        if status and row["status"] != status:
+            return False
+        if dag_id and row["dag_id"] != dag_id:
+            return False
+        if q and q.lower() not in f"{row.get('job_name', '')} {row.get('base_job_name', '')} {row['run_id']}".lower():
+            return False
+        return True
+
+    selected = [i for i in items if matches(i) or any(matches(t) for t in i.get("trials", ()))]
+    present = [i for i in selected if _sort_value(i, sort) is not None]
+    missing = [i for i in selected if _sort_value(i, sort) is None]
+    present.sort(key=lambda i: _sort_value(i, sort), reverse=descending)
+    ordered = present + missing  # rows without the value go last whatever the direction
+    return {"total": len(ordered), "offset": offset, "limit": limit, "items": ordered[offset: offset + limit],
+            "metric_names": metric_names, "dag_ids": dag_ids}

@@ -1,0 +1,294 @@
+// The training-jobs page: plain JS, no build step, no CDN. Data from the plugin's API (/training-jobs/api), logs and
+// actions through Airflow's REST API (/api/v2), both authenticated by the Airflow UI's session cookie.
+"use strict";
+const BASE = location.pathname.replace(/\/ui\/.*$/, "");           // /training-jobs
+const ROOT = BASE.replace(/\/training-jobs$/, "");                  // where Airflow is served
+const main = document.getElementById("main");
+const STAGE_LABELS = {validate_spec: "validate", stage_code: "stage code", prefetch_data: "prefetch data",
+  write_configs: "write configs", restore: "restore", launch_training: "training", upload_artifacts: "upload",
+  publish_model: "publish"};
+let poller = null;
+
+const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+const fmtNum = (v) => typeof v === "number" ? (Math.abs(v) >= 1000 || Number.isInteger(v) ? String(v) : v.toPrecision(4)) : "";
+function fmtDur(s) {
+  if (s == null) return "";
+  if (s < 60) return s.toFixed(1) + " s";
+  if (s < 3600) return Math.floor(s / 60) + " m " + Math.round(s % 60) + " s";
+  return Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " m";
+}
+const fmtTime = (iso) => iso ? new Date(iso).toLocaleString() : "";
+const jobHref = (k, section) => `#/job/${encodeURIComponent(k.dag_id)}/${encodeURIComponent(k.run_id)}/${k.map_index}` + (section ? "/" + section : "");
+const apiJob = (k) => `${BASE}/api/jobs/${encodeURIComponent(k.dag_id)}/${encodeURIComponent(k.run_id)}/${k.map_index}`;
+const badge = (status) => `<span class="badge s-${esc(status)}" data-status="${esc(status)}">${esc(status)}</span>`;
+
+async function api(path, options = {}) {
+  const response = await fetch(path, {credentials: "same-origin", headers: {"Content-Type": "application/json", Accept: "application/json"}, ...options});
+  if (response.status === 401 || response.status === 403) throw new Error("Not logged in to Airflow (or no access): log in at " + ROOT + "/ and come back.");
+  const text = await response.text();
+  let body; try { body = text ? JSON.parse(text) : {}; } catch (e) { body = {detail: text}; }
+  if (!response.ok) throw new Error(`${response.status}: ${typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail ?? body)}`);
+  return body;
+}
+
+// Links into the Airflow UI: inside the UI's iframe (sandboxed: no top navigation) the parent's router is driven
+// through its history, which same-origin frames may use; opened on its own, a plain link.
+function airflowLink(path, label) {
+  return `<a href="${esc(ROOT + path)}" data-airflow="${esc(path)}">${esc(label)}</a>`;
+}
+document.addEventListener("click", (event) => {
+  const a = event.target.closest("a[data-airflow]");
+  if (!a || window.top === window) return;
+  try {
+    window.top.history.pushState({}, "", ROOT + a.dataset.airflow);
+    window.top.dispatchEvent(new PopStateEvent("popstate"));
+    event.preventDefault();
+  } catch (e) { /* cross-origin parent: follow the link in the frame */ }
+});
+
+function parseHash() {
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  return {parts, params: new URLSearchParams(query || "")};
+}
+
+async function route() {
+  if (poller) { clearTimeout(poller); poller = null; }
+  const {parts, params} = parseHash();
+  try {
+    if (parts[0] === "job" && parts.length >= 4) await jobPage({dag_id: parts[1], run_id: parts[2], map_index: Number(parts[3])}, parts[4]);
+    else if (parts[0] === "run" && parts.length >= 3) await runPage(parts[1], parts[2]);
+    else await listPage(params);
+  } catch (err) {
+    main.innerHTML = `<p class="error" id="error">${esc(err.message)}</p>`;
+  }
+}
+window.addEventListener("hashchange", route);
+
+// ---------------------------------------------------------------------------------------------------------------
+// the list
+const COLUMNS = [
+  ["job_name", "Job"], ["dag_id", "DAG"], ["status", "Status"], ["created", "Created"],
+  ["duration:staging", "Staging"], ["duration:training", "Training"], ["duration:upload", "Upload"],
+  ["backend", "Backend"], ["layout", "Layout"], [null, "Hosts × resources"], ["image_uri", "Image"],
+];
+
+function resourcesText(row) {
+  const r = row.resources || {};
+  const parts = [r.cpu != null ? r.cpu + " CPU" : null, r.memory ? r.memory : null, r.gpu ? r.gpu + " GPU" : null].filter(Boolean);
+  return `${row.instance_count ?? 1} × ${parts.length ? parts.join(", ") : "default"}`;
+}
+
+function jobCells(row, metricNames, opts = {}) {
+  const star = row.best ? `<span class="best" title="best trial">★</span> ` : "";
+  const failed = row.status === "failed" && row.failed_stage ? ` <span class="muted">at ${esc(STAGE_LABELS[row.failed_stage] || row.failed_stage)}${row.failure_class ? " (" + esc(row.failure_class) + ")" : ""}</span>` : "";
+  const cells = [
+    `${star}<a href="${jobHref(row)}" class="job-link">${esc(row.job_name || row.run_id)}</a>`,
+    esc(row.dag_id), badge(row.status) + failed, esc(fmtTime(row.created)),
+    fmtDur(row.durations?.staging), fmtDur(row.durations?.training), fmtDur(row.durations?.upload),
+    esc(row.backend), esc(row.layout), esc(resourcesText(row)), esc(row.image_uri || (row.backend === "local" ? "—" : "default")),
+    ...metricNames.map((m) => fmtNum(row.metrics?.[m])),
+  ];
+  return cells.map((c, i) => `<td${i >= COLUMNS.length ? ' class="num"' : ""}>${c}</td>`).join("");
+}
+
+async function listPage(params, fixed = {}) {
+  document.getElementById("where").textContent = "";
+  const state = {status: "", dag_id: "", q: "", sort: "created", order: "desc", offset: "0", limit: "50",
+    ...Object.fromEntries(params), ...fixed};
+  const query = new URLSearchParams(Object.entries(state).filter(([, v]) => v !== ""));
+  const data = await api(`${BASE}/api/jobs?${query}`);
+  const metricNames = data.metric_names;
+  const head = [...COLUMNS, ...metricNames.map((m) => ["metric:" + m, m])].map(([key, label]) =>
+    `<th${key ? ` class="sortable${state.sort === key ? " sorted" + (state.order === "asc" ? " asc" : "") : ""}" data-sort="${esc(key)}"` : ""}>${esc(label)}</th>`).join("");
+  const rows = data.items.map((item) => {
+    if (item.kind !== "search") return `<tr class="job" data-job="${esc(item.job_name)}">${jobCells(item, metricNames)}</tr>`;
+    const best = item.best_job_name ? ` · best <span class="best">★</span> ${esc(item.best_job_name)} (${esc(item.objective)} ${fmtNum(item.metrics?.[item.objective])})` : "";
+    return `<tr class="group" data-search="${esc(item.job_name)}"><td colspan="${COLUMNS.length + metricNames.length}">` +
+      `Search ${esc(item.job_name)} · ${esc(item.dag_id)} · ${item.trials.length} trials · ${badge(item.status)}${best}</td></tr>` +
+      item.trials.map((t) => `<tr class="trial job" data-job="${esc(t.job_name)}">${jobCells(t, metricNames)}</tr>`).join("");
+  }).join("");
+  const statusOptions = ["", "running", "queued", "succeeded", "failed", "stopped"].map((s) =>
+    `<option value="${s}"${s === state.status ? " selected" : ""}>${s || "any status"}</option>`).join("");
+  const dagOptions = ["", ...data.dag_ids].map((d) => `<option value="${esc(d)}"${d === state.dag_id ? " selected" : ""}>${esc(d || "any DAG")}</option>`).join("");
+  const offset = Number(state.offset), limit = Number(state.limit);
+  main.innerHTML = `
+    <div class="filters">
+      <input id="q" placeholder="job or base job name" value="${esc(state.q)}" size="28">
+      <select id="status">${statusOptions}</select>
+      <select id="dag">${dagOptions}</select>
+      <span class="muted" id="count">${data.total} ${data.total === 1 ? "job" : "jobs"}</span>
+    </div>
+    <div style="overflow-x:auto"><table id="jobs"><thead><tr>${head}</tr></thead><tbody>${rows ||
+      `<tr><td colspan="${COLUMNS.length}" class="muted">No training jobs yet: trigger the training_job DAG.</td></tr>`}</tbody></table></div>
+    <div class="pager"><button id="prev"${offset <= 0 ? " disabled" : ""}>‹ Previous</button>
+      <span class="muted">${data.total ? offset + 1 : 0}–${Math.min(offset + limit, data.total)} of ${data.total}</span>
+      <button id="next"${offset + limit >= data.total ? " disabled" : ""}>Next ›</button></div>`;
+  if (fixed.run_id) return;
+  const go = (changes) => { location.hash = "#/?" + new URLSearchParams(Object.entries({...state, ...changes}).filter(([, v]) => v !== "" && v != null)); };
+  let typing;
+  document.getElementById("q").addEventListener("input", (e) => { clearTimeout(typing); typing = setTimeout(() => go({q: e.target.value, offset: 0}), 350); });
+  document.getElementById("status").addEventListener("change", (e) => go({status: e.target.value, offset: 0}));
+  document.getElementById("dag").addEventListener("change", (e) => go({dag_id: e.target.value, offset: 0}));
+  document.getElementById("prev").addEventListener("click", () => go({offset: Math.max(0, offset - limit)}));
+  document.getElementById("next").addEventListener("click", () => go({offset: offset + limit}));
+  main.querySelectorAll("th[data-sort]").forEach((th) => th.addEventListener("click", () =>
+    go({sort: th.dataset.sort, order: state.sort === th.dataset.sort && state.order === "desc" ? "asc" : "desc", offset: 0})));
+  if (state.q) { const q = document.getElementById("q"); q.focus(); q.setSelectionRange(q.value.length, q.value.length); }
+  if (data.items.some((i) => i.status === "running" || i.status === "queued")) poller = setTimeout(route, 5000);
+}
+
+// the tab on a DAG run: its job (or the trials of its search)
+async function runPage(dagId, runId) {
+  const data = await api(`${BASE}/api/jobs?dag_id=${encodeURIComponent(dagId)}&limit=500`);
+  const items = data.items.filter((i) => i.run_id === runId);
+  if (items.length === 1 && items[0].kind === "job") return jobPage(items[0]);
+  if (!items.length) { main.innerHTML = `<p class="muted">This DAG run has no training job (yet).</p>`; return; }
+  return listPage(new URLSearchParams({dag_id: dagId}), {run_id: runId});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// one job
+function kvTable(rows) {
+  return `<table class="kv"><tbody>${rows.map(([k, v]) => `<tr><td>${esc(k)}</td><td class="wrap">${v}</td></tr>`).join("")}</tbody></table>`;
+}
+
+function specRows(job) {
+  const spec = job.spec || {};
+  const rows = [];
+  const value = (v) => v == null || v === "" ? '<span class="muted">—</span>' : typeof v === "object" ? `<code>${esc(JSON.stringify(v))}</code>` : esc(v);
+  for (const key of ["job_name", "base_job_name", "source_dir", "entry_point", "command"]) rows.push([key, value(spec[key])]);
+  for (const [k, v] of Object.entries(spec.hyperparameters || {})) rows.push([`hyperparameter ${k}`, value(v)]);
+  for (const [k, v] of Object.entries(spec.inputs || {})) rows.push([`channel ${k}`, value(v)]);
+  rows.push(["output_path", value(spec.output_path)], ["checkpoint_path", value(spec.checkpoint_path)]);
+  const parent = job.resume_parent;
+  rows.push(["resume_from", parent ? (parent.dag_id ? `<a href="${jobHref(parent)}" id="parent-link">${esc(parent.job_name)}</a> <span class="muted">${esc(parent.uri)}</span>` : value(parent.uri)) : value(null)]);
+  for (const key of ["backend", "layout", "instance_count", "processes_per_host", "distribution", "resources", "image_uri",
+    "max_run_seconds", "metric_definitions", "environment", "connections", "kubernetes"]) rows.push([key, value(spec[key])]);
+  return rows;
+}
+
+function chart(name, points) {
+  const W = 420, H = 200, L = 48, R = 10, T = 10, B = 26;
+  if (!points.length) return "";
+  const xs = points.map((p) => p.step), ys = points.map((p) => p.value);
+  let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  if (x1 === x0) x1 = x0 + 1; if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
+  const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R), sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+  const path = points.map((p, i) => `${i ? "L" : "M"}${sx(p.step).toFixed(1)},${sy(p.value).toFixed(1)}`).join(" ");
+  const ticks = [y0, (y0 + y1) / 2, y1].map((y) => `<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}" stroke="currentColor" opacity=".12"/><text x="${L - 4}" y="${sy(y) + 3}" text-anchor="end">${fmtNum(+y.toPrecision(3))}</text>`).join("");
+  const last = points[points.length - 1];
+  return `<div class="chart" data-metric="${esc(name)}"><div><b>${esc(name)}</b> <span class="muted">last ${fmtNum(last.value)} · ${points.length} points</span></div>
+    <svg width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(name)} curve">${ticks}
+      <text x="${L}" y="${H - 8}">${x0}</text><text x="${W - R}" y="${H - 8}" text-anchor="end">step ${x1}</text>
+      <path d="${path}" fill="none" stroke="#3182ce" stroke-width="2"/>
+      ${points.length <= 60 ? points.map((p) => `<circle cx="${sx(p.step)}" cy="${sy(p.value)}" r="2.2" fill="#3182ce"/>`).join("") : ""}</svg></div>`;
+}
+
+async function drawMetrics(key) {
+  const data = await api(apiJob(key) + "/metrics");
+  const el = document.getElementById("charts");
+  if (!el) return;
+  const names = Object.keys(data.series || {});
+  el.innerHTML = names.length ? names.map((n) => chart(n, data.series[n])).join("") : '<p class="muted">No metric points (yet).</p>';
+  if (data.status === "running" || data.status === "queued") poller = setTimeout(() => drawMetrics(key).catch(() => {}), 2000);
+  else if (document.getElementById("job-status")?.dataset.status !== data.status) route();  // it just finished
+}
+
+function cloneConf(job, resume) {
+  const conf = {...(job.spec && Object.keys(job.spec).length ? job.spec : job.conf)};
+  delete conf.job_name;  // a clone is a new job: a new name is derived from its run
+  if (resume) conf.resume_from = job.model_uri;
+  return conf;
+}
+
+function clonePanel(job, resume) {
+  const target = job.task_prefix || !job.conf || !Object.keys(job.conf).length ? "training_job" : job.dag_id;
+  const panel = document.getElementById("clone");
+  panel.innerHTML = `<h2>${resume ? "Train again from this model" : "Clone"}: trigger <code>${esc(target)}</code> with this spec</h2>
+    <p class="muted">Edit the job spec (the DAG's trigger-form fields as JSON) and trigger; the new job gets its own name.</p>
+    <textarea id="clone-conf">${esc(JSON.stringify(cloneConf(job, resume), null, 2))}</textarea>
+    <div class="actions" style="margin:.4rem 0 0 0"><button class="primary" id="clone-trigger">Trigger ${esc(target)}</button>
+    <button id="clone-cancel">Cancel</button><span id="clone-error" class="error"></span></div>`;
+  panel.scrollIntoView();
+  document.getElementById("clone-cancel").onclick = () => { panel.innerHTML = ""; };
+  document.getElementById("clone-trigger").onclick = async () => {
+    try {
+      const conf = JSON.parse(document.getElementById("clone-conf").value);
+      const run = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(target)}/dagRuns`, {method: "POST", body: JSON.stringify({logical_date: null, conf})});
+      location.hash = `#/run/${encodeURIComponent(target)}/${encodeURIComponent(run.dag_run_id)}`;
+    } catch (err) { document.getElementById("clone-error").textContent = err.message; }
+  };
+}
+
+async function stopJob(job) {
+  if (!confirm(`Stop training job ${job.job_name}?`)) return;
+  const task = encodeURIComponent(job.task_prefix + "launch_training");
+  const mapped = job.map_index >= 0 ? `/${job.map_index}` : "";
+  await api(`${ROOT}/api/v2/dags/${encodeURIComponent(job.dag_id)}/dagRuns/${encodeURIComponent(job.run_id)}/taskInstances/${task}${mapped}`,
+    {method: "PATCH", body: JSON.stringify({new_state: "failed"})});
+  route();
+}
+
+async function showLog(job, host) {
+  const launch = job.stages.find((s) => s.stage === "launch_training");
+  const pre = document.getElementById("host-log");
+  if (!launch || !launch.try_number) { pre.textContent = "Training has not started."; return; }
+  const mapped = job.map_index >= 0 ? `&map_index=${job.map_index}` : "";
+  const body = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(job.dag_id)}/dagRuns/${encodeURIComponent(job.run_id)}/taskInstances/` +
+    `${encodeURIComponent(launch.task_id)}/logs/${launch.try_number}?full_content=true${mapped}`);
+  const lines = (body.content || []).map((m) => typeof m === "string" ? m : m.event || "")
+    .filter((l) => l && !l.startsWith("::group::") && !l.startsWith("::endgroup::"));
+  const multi = job.hosts.length > 1, prefix = `[${host}] `;
+  const mine = multi ? lines.filter((l) => l.startsWith(prefix)).map((l) => l.slice(prefix.length)) : lines;
+  pre.textContent = mine.join("\n") || "(no output from this host yet)";
+}
+
+async function jobPage(key, section) {
+  const job = await api(apiJob(key));
+  document.getElementById("where").innerHTML = `<span class="muted">/</span> <a href="#/?dag_id=${encodeURIComponent(job.dag_id)}">${esc(job.dag_id)}</a> <span class="muted">/</span> ${esc(job.job_name || job.run_id)}`;
+  const failure = job.status === "failed" || job.failure ? `<section id="failure"><h2>Failure</h2>
+      ${kvTable([["stage", esc(STAGE_LABELS[job.failed_stage] || job.failed_stage || "")], ["class", esc(job.failure_class || "")]])}
+      <pre id="failure-reason">${esc(job.failure || "No reason recorded: see the failed task's log.")}</pre></section>` : "";
+  const stageRows = job.stages.filter((s) => s.state).map((s) => {
+    const secs = s.start ? ((s.end ? new Date(s.end) : new Date()) - new Date(s.start)) / 1000 : null;
+    return `<tr><td>${esc(STAGE_LABELS[s.stage])}</td><td>${esc(s.state)}</td><td class="num">${fmtDur(secs)}</td><td>${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}/tasks/${encodeURIComponent(s.task_id)}${job.map_index >= 0 ? "/mapped/" + job.map_index : ""}`, "task")}</td></tr>`;
+  }).join("");
+  const artifactRows = job.artifacts.map((a) => {
+    const downloadable = ["model.tar.gz", "metrics.json", "failure", "output.tar.gz"].includes(a.name) && a.available;
+    const link = downloadable ? `<a href="${apiJob(job)}/artifacts/${a.name}" class="artifact" data-artifact="${esc(a.name)}" ${a.name.endsWith(".gz") ? "download" : 'target="_self"'}>${esc(a.name)}</a>` : esc(a.name);
+    return `<tr><td>${link}</td><td class="wrap">${esc(a.uri)}${a.available === false ? ' <span class="muted">(not uploaded yet)</span>' : ""}</td></tr>`;
+  }).join("");
+  const running = job.status === "running" || job.status === "queued";
+  main.innerHTML = `
+    <div class="head"><h1 id="job-name">${esc(job.job_name || "(spec not validated)")}</h1>
+      <span id="job-status" data-status="${esc(job.status)}">${badge(job.status)}</span>
+      <span class="muted">${esc(job.dag_id)} · ${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}`, job.run_id)}${job.map_index >= 0 ? " · trial " + job.map_index : ""}</span>
+      <div class="actions">
+        ${running ? '<button class="danger" id="stop">Stop</button>' : ""}
+        <button id="clone-btn">Clone</button>
+        ${job.model_uri ? '<button id="resume-btn">Train again from this model</button>' : ""}
+      </div></div>
+    <div id="clone"></div>
+    ${failure}
+    <section id="metrics"><h2>Metrics</h2><div class="charts" id="charts"><p class="muted">Loading…</p></div></section>
+    <div class="grid2">
+      <section><h2>Spec</h2>${kvTable(specRows(job))}</section>
+      <div>
+        <section><h2>Stages</h2><table><tbody>${stageRows}</tbody></table>
+          <p class="muted">created ${esc(fmtTime(job.created))} · staging ${fmtDur(job.durations.staging) || "—"} · training ${fmtDur(job.durations.training) || "—"} · upload ${fmtDur(job.durations.upload) || "—"}</p></section>
+        <section><h2>Artifacts</h2><p class="muted">${esc(job.output_uri || "")}</p><table id="artifacts"><tbody>${artifactRows}</tbody></table></section>
+      </div>
+    </div>
+    <section id="logs"><h2>Logs <select id="host">${job.hosts.map((h) => `<option>${esc(h)}</option>`).join("")}</select></h2><pre id="host-log">Loading…</pre></section>`;
+  document.getElementById("clone-btn").onclick = () => clonePanel(job, false);
+  if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
+  if (running) document.getElementById("stop").onclick = () => stopJob(job).catch((e) => alert(e.message));
+  const hostSelect = document.getElementById("host");
+  hostSelect.onchange = () => showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
+  showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
+  if (section) document.getElementById(section)?.scrollIntoView();
+  await drawMetrics(job);
+}
+
+route();

@@ -1,0 +1,68 @@
+import time
+from datetime import datetime, timedelta, timezone
+
+from training_console.jobs import STAGES, Job, query_items
+
+T0 = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
+
+
+def job(run_id, states, *, prefix="", map_index=-1, metrics=None, spec=None, dag_id="training_job", conf=None):
+    j = Job(dag_id, run_id, map_index, prefix, run_state="running", run_after=T0, conf=conf or {})
+    t = T0
+    for stage, state in zip(STAGES, states):
+        if state is not None:
+            j.tis[stage] = (state, t if state not in ("scheduled", "queued", "upstream_failed") else None,
+                            t + timedelta(seconds=10) if state in ("success", "failed", "skipped") else None, 1)
+        t += timedelta(seconds=10)
+    j.xcoms["validate_spec"] = {"job_name": run_id, "base_job_name": "demo", "backend": "local", "layout": "ti",
+                                "instance_count": 2, "resources": {"cpu": 2}, **(spec or {})}
+    j.xcoms["launch_training"] = {"metrics": metrics or {}, "failure_class": "user_error"}
+    return j
+
+
+OK = ["success"] * 8
+
+
+def test_status_names_the_failed_stage_and_durations_split_staging_training_upload():
+    failed = job("a", ["success"] * 5 + ["failed", "success", "upstream_failed"]).summary(T0 + timedelta(hours=1))
+    assert (failed["status"], failed["failed_stage"], failed["failure_class"]) == ("failed", "launch_training", "user_error")
+    assert failed["durations"] == {"staging": 40.0, "training": 10.0, "upload": 10.0}
+    running = job("b", ["success"] * 5 + ["running", None, None]).summary(T0 + timedelta(seconds=75))
+    assert running["status"] == "running" and running["durations"]["training"] == 25.0
+    assert job("c", OK).status() == ("succeeded", None)
+    assert job("d", ["success"] * 5 + ["skipped", "success", "skipped"]).status() == ("stopped", "launch_training")
+    assert job("e", ["queued"] + [None] * 7).status() == ("queued", None)
+
+
+def test_trials_of_a_search_are_one_item_with_the_best_marked():
+    conf = {"job_name": "s", "objective": "loss", "direction": "minimize"}
+    trials = [job(f"s-t0{i}", OK, prefix="trial.", map_index=i, metrics={"loss": loss}, dag_id="hyperparameter_search",
+                  conf=conf) for i, loss in enumerate([0.5, 0.2, 0.9])]
+    for t in trials:
+        t.run_id = "search-run"
+    result = query_items([*trials, job("plain", OK, metrics={"loss": 0.1})], now=T0)
+    search = next(i for i in result["items"] if i["kind"] == "search")
+    assert [t["best"] for t in search["trials"]] == [False, True, False]
+    assert search["best_job_name"] == "s-t01" and search["metrics"] == {"loss": 0.2}
+    assert result["total"] == 2 and result["metric_names"] == ["loss"]
+
+
+def test_sort_by_a_metric_puts_jobs_without_it_last_and_filters_combine():
+    jobs = [job("m1", OK, metrics={"acc": 0.7}), job("m2", OK, metrics={"acc": 0.9}), job("m3", OK),
+            job("f1", ["failed"] + ["upstream_failed"] * 7)]
+    names = lambda r: [i["job_name"] for i in r["items"]]  # noqa: E731
+    assert names(query_items(jobs, sort="metric:acc", descending=True)) == ["m2", "m1", "m3", "f1"]
+    assert names(query_items(jobs, sort="metric:acc", descending=False))[:2] == ["m1", "m2"]
+    assert names(query_items(jobs, status="failed")) == ["f1"]
+    assert names(query_items(jobs, q="M3")) == ["m3"]
+    page = query_items(jobs, sort="job_name", descending=False, offset=1, limit=2)
+    assert page["total"] == 4 and names(page) == ["m1", "m2"]
+
+
+def test_a_thousand_jobs_are_listed_sorted_by_a_metric_in_well_under_a_second():
+    jobs = [job(f"j{i:04d}", OK, metrics={"loss": (i * 7919 % 1000) / 1000}) for i in range(1000)]
+    start = time.perf_counter()
+    result = query_items(jobs, sort="metric:loss", descending=False, limit=50)
+    elapsed = time.perf_counter() - start
+    assert result["total"] == 1000 and result["items"][0]["metrics"]["loss"] == 0.0
+    assert elapsed < 0.5, f"{elapsed:.3f} s"
