@@ -3,10 +3,13 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 export AIRFLOW_HOME := $(CURDIR)
+# Built tools (peer venvs, ...) live outside the repository, so a fresh clone (CI) reuses them.
+TOOLS_CACHE ?= $(HOME)/.cache/training-jobs
+export TOOLS_CACHE
 TRAINING_E2E_IMAGE ?= training-base:latest
 TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
 
-.PHONY: install db demo airflow test test-fast test-cluster test-docker bench clean
+.PHONY: install db demo airflow test test-fast test-cluster test-docker bench clean peers
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,10 +36,15 @@ demo: db $(AIRFLOW_SECRETS)
 airflow: db $(AIRFLOW_SECRETS)
 	set -a && . $(AIRFLOW_SECRETS) && set +a && PATH=$(CURDIR)/$(VENV)/bin:$$PATH exec airflow standalone
 
-test: install
+# The real ti-containers and sagemaker-training, each in its own pinned venv under
+# $(TOOLS_CACHE)/peers, for the runtime's differential tests (built once, then reused).
+peers: install
+	nice -n 10 $(PY) tests/runtime/peers/build.py
+
+test: install peers
 	$(PY) -m pytest -q
 
-test-fast: install
+test-fast: install peers
 	$(PY) -m pytest -q -m "not slow"
 
 # Real cluster / engine end-to-end tests (need a kubeconfig / a Docker engine): see docs/kubernetes.md

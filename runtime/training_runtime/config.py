@@ -95,6 +95,11 @@ class JobConfig:
         """The address other hosts reach ``host`` at (host_addresses, else the name)."""
         return self.host_addresses.get(host, host)
 
+    def reserved_value_decoded(self, name, default=None):
+        """The decoded value of a reserved hyperparameter (as the original runtimes use it)."""
+        hp = self.reserved.get(name)
+        return default if hp is None else hp.value
+
     def reserved_value(self, name, default=None):
         hp = self.reserved.get(name)
         if hp is None:
@@ -106,9 +111,16 @@ class JobConfig:
 
 
 def resolve_root(cli_root=None, environ=None, layout_name=None):
-    """``--root`` > ``$TRAINING_ROOT`` > the container root of ``--layout`` > /opt/ml."""
+    """``--root`` > ``$TRAINING_ROOT`` > ``$SAGEMAKER_BASE_DIR`` (sagemaker-training's
+    setting) > the container root of ``--layout`` > /opt/ml."""
     environ = os.environ if environ is None else environ
-    root = cli_root or environ.get("TRAINING_ROOT") or CONTAINER_ROOTS.get(layout_name) or DEFAULT_ROOT
+    root = (
+        cli_root
+        or environ.get("TRAINING_ROOT")
+        or environ.get("SAGEMAKER_BASE_DIR")
+        or CONTAINER_ROOTS.get(layout_name)
+        or DEFAULT_ROOT
+    )
     return os.path.abspath(root)
 
 
@@ -135,7 +147,14 @@ def load_job(root, layout_name=None, current_host=None, environ=None):
     if unknown:
         log.warning("%s: ignoring unknown keys %s", job_file, ", ".join(unknown))
 
-    layout_name = layout_name or _optional_str(job_doc, "layout", job_file) or DEFAULT_LAYOUT
+    hp_file = os.path.join(config_dir, HYPERPARAMETERS_FILE)
+    hp_doc = _read_json(hp_file)
+    _check_type(hp_doc, dict, hp_file, "the file", 'a JSON object {"name": "value", ...}')
+    layout_name = (
+        layout_name
+        or _optional_str(job_doc, "layout", job_file)
+        or _detect_layout(hp_doc)
+    )
     if layout_name not in LAYOUT_NAMES:
         raise InvalidJobError(
             "unknown layout %r (from --layout or %s 'layout'): use one of %s"
@@ -143,18 +162,16 @@ def load_job(root, layout_name=None, current_host=None, environ=None):
         )
     layout = layout_for(layout_name, root)
 
-    hp_file, rc_file, idc_file = (layout.config_file(name) for name in REQUIRED_FILES)
-    hp_doc = _read_json(hp_file)
+    rc_file, idc_file = (layout.config_file(name) for name in REQUIRED_FILES[1:])
     rc_doc = _read_json(rc_file)
     idc_doc = _read_json(idc_file)
-    _check_type(hp_doc, dict, hp_file, "the file", 'a JSON object {"name": "value", ...}')
     _check_type(rc_doc, dict, rc_file, "the file", 'a JSON object {"hosts": [...], ...}')
     _check_type(idc_doc, dict, idc_file, "the file", 'a JSON object {"<channel>": {...}, ...}')
 
     user_hps, reserved = [], {}
     for name, stored in hp_doc.items():
         hp = hps.decode(name, stored)
-        if hps.is_reserved(name):
+        if hps.is_reserved(name, layout_name):
             reserved[name] = hp
         else:
             user_hps.append(hp)
@@ -222,6 +239,14 @@ def load_job(root, layout_name=None, current_host=None, environ=None):
     job.host_addresses = _str_mapping(job_doc, "host_addresses", job_file)
     job.channel_files = _str_mapping(job_doc, "channel_files", job_file)
     return layout, job
+
+
+def _detect_layout(hp_doc):
+    """A plain root without trainingjobconfig.json: a SageMaker one names its script with
+    sagemaker_program (and no ti_program); everything else is TI-ONE's."""
+    if "sagemaker_program" in hp_doc and "ti_program" not in hp_doc:
+        return "sagemaker"
+    return DEFAULT_LAYOUT
 
 
 def _resolve_current_host(cli_host, hosts, rc_doc, rc_file, environ):

@@ -2,15 +2,18 @@
 
 ``command`` (trainingjobconfig)
     ``bash -c <command>``: a shell on purpose (``python train.py $PAI_USER_ARGS``),
-    with no implicit arguments.
+    with no implicit arguments; ``$PAI_USER_ARGS`` / ``$SM_USER_ARGS`` standing as
+    words of their own become the arguments themselves (see :mod:`training_runtime.commands`).
 entry point
-    ``.py`` -> ``<job python> <script> <args>``; ``.sh`` -> ``bash <script> <args>``;
-    any other executable file -> ``<script> <args>``. Never through a shell: each
-    hyperparameter is ``--name`` and its value as one argv element, so a value like
-    ``a b; touch x $(id)`` arrives as one argument and runs nothing. A blank value
-    gives a bare ``--name``. With pytorch and processes_per_host > 1 the script
-    runs under ``python -m torch.distributed.run`` (see
-    :mod:`training_runtime.distributed`).
+    ``.py`` -> ``<job python> <script> <args>`` (ti: ``python train.py``, sagemaker:
+    ``python -- train.py``, relative to the code dir as the originals run it);
+    ``.sh`` -> ``bash <script> <args>`` (sagemaker: ``/bin/sh -c "./train.sh <quoted
+    args>"`` as sagemaker-training does); any other executable file -> ``<script>
+    <args>``. Each hyperparameter value is one argv element, so ``a b; touch x $(id)``
+    arrives as one argument and runs nothing. The arguments per layout are those of
+    :func:`training_runtime.hyperparameters.args_for`. With pytorch and
+    processes_per_host > 1 the script runs under ``python -m torch.distributed.run``
+    (see :mod:`training_runtime.distributed`).
 
 In the modelarts layout an entry point (not a command) also gets, before the
 hyperparameters (so a hyperparameter of the same name wins with argparse):
@@ -19,27 +22,37 @@ hyperparameters (so a hyperparameter of the same name wins with argparse):
 ``--ps_hosts`` ``--worker_hosts`` ``--job_name``.
 """
 
+import os
+import shlex
+
+from training_runtime import commands
 from training_runtime import hyperparameters as hps
 
 
 def build(job, layout, python, plan, script):
     """``script`` is the validated absolute entry point path (ignored for commands)."""
     if job.command:
-        return ["bash", "-c", job.command]
-    args = platform_args(job, layout, plan) + hps.to_args(job.hyperparameters)
-    if script.endswith(".py"):
-        program = [script]
-    elif script.endswith(".sh"):
-        program = ["bash", script]
-    else:
-        program = [script]
+        return commands.argv(job.command, job.hyperparameters)
+    args = platform_args(job, layout, plan) + hps.args_for(layout.name, job.hyperparameters)
     if plan.torchrun_args:
-        if not script.endswith(".py"):
-            program = ["--no_python"] + program
+        program = [script] if script.endswith(".py") else ["--no_python"] + _program(script)
         return [python] + plan.torchrun_args + program + args
+    # ti-containers and sagemaker-training run the script by its path relative to the
+    # code dir (the cwd): sys.argv[0] is "train.py" there, and so it is here.
+    relative = os.path.relpath(script, layout.code_dir)
     if script.endswith(".py"):
-        return [python] + program + args
-    return program + args
+        if layout.name == "sagemaker":
+            return [python, "--", relative] + args
+        return [python, relative if layout.name == "ti" else script] + args
+    if layout.name == "sagemaker":
+        # sagemaker-training makes it executable and runs it through /bin/sh, arguments quoted.
+        os.chmod(script, 0o777)
+        return ["/bin/sh", "-c", "./%s %s" % (shlex.quote(relative), " ".join(shlex.quote(a) for a in args))]
+    return _program(script) + args
+
+
+def _program(script):
+    return ["bash", script] if script.endswith(".sh") else [script]
 
 
 def platform_args(job, layout, plan):

@@ -37,7 +37,7 @@ The distributed launcher variables come from :mod:`training_runtime.distributed`
 """
 
 import json
-import math
+import multiprocessing
 import os
 import re
 import shutil
@@ -46,8 +46,9 @@ import subprocess
 from dataclasses import dataclass
 
 from training_runtime import hyperparameters as hps
+from training_runtime import sagemaker
 
-DEFAULT_LOG_LEVEL = "20"  # logging.INFO, as ti-containers and sagemaker-training
+DEFAULT_LOG_LEVEL = 20  # logging.INFO, as ti-containers and sagemaker-training
 _VALID_ENV_NAME = re.compile(r"^[^=\0]+$")
 
 
@@ -67,10 +68,9 @@ def detect_resources(job, environ=None):
     return Resources(num_gpus=num_gpus, num_cpus=num_cpus, current_ip=current_ip)
 
 
-def build(job, layout, resources, entry_point_args, base_env, python):
+def build(job, layout, resources, base_env, python):
     """The complete environment of the user code: ``base_env`` plus every family.
 
-    ``entry_point_args`` are the hyperparameter arguments (SM_USER_ARGS);
     ``python`` is the job's interpreter, whose directory goes first on PATH so
     that ``python`` in a command is the job's Python.
     """
@@ -95,8 +95,8 @@ def build(job, layout, resources, entry_point_args, base_env, python):
         }
     )
 
-    # --- TI-ONE
-    log_level = job.reserved_value("ti_container_log_level") or DEFAULT_LOG_LEVEL
+    # --- TI-ONE, as ti-containers' Config.get_envs() (str as it is, anything else json.dumps)
+    ti_log_level = job.reserved_value_decoded("ti_container_log_level", DEFAULT_LOG_LEVEL)
     env.update(
         {
             "TM_NUM_GPUS": str(resources.num_gpus),
@@ -108,15 +108,15 @@ def build(job, layout, resources, entry_point_args, base_env, python):
             "TM_MODEL_DIR": layout.model_dir,
             "TM_OUTPUT_DATA_DIR": layout.output_data_dir,
             "TM_INPUT_CONFIG_DIR": layout.config_dir,
-            "TM_NETWORK_INTERFACE_NAME": job.network_interface_name,
+            "TM_NETWORK_INTERFACE_NAME": _ti_network_interface(job, base_env),
             "TM_USER_ENTRY_POINT": entry_point,
-            "TM_LOG_LEVEL": str(log_level),
+            "TM_LOG_LEVEL": ti_log_level if isinstance(ti_log_level, str) else json.dumps(ti_log_level),
         }
     )
     for channel in job.channels:
         _set_named(env, "TM_CHANNEL_", channel, layout.channel_dir(channel))
 
-    # --- PAI
+    # --- PAI (seed 003)
     env.update(
         {
             "PAI_HPS": json.dumps(typed),
@@ -136,61 +136,11 @@ def build(job, layout, resources, entry_point_args, base_env, python):
             value = _as_dir(layout.channel_dir(channel))
         env["PAI_INPUT_" + hps.env_suffix(channel)] = value
 
-    # --- SageMaker
-    channel_dirs = {channel: layout.channel_dir(channel) for channel in job.channels}
-    framework_params = {name: hp.value for name, hp in job.reserved.items() if name.startswith("sagemaker_")}
-    sm_log_level = job.reserved_value("sagemaker_container_log_level") or DEFAULT_LOG_LEVEL
-    training_env = {
-        "job_name": job.job_name,
-        "hosts": job.hosts,
-        "current_host": job.current_host,
-        "master_hostname": job.hosts[0],
-        "is_master": host_index == 0,
-        "channel_input_dirs": channel_dirs,
-        "hyperparameters": typed,
-        "additional_framework_parameters": framework_params,
-        "input_dir": os.path.join(layout.root, "input"),
-        "input_config_dir": layout.config_dir,
-        "input_data_config": job.input_data_config,
-        "resource_config": job.resource_config,
-        "model_dir": layout.model_dir,
-        "output_dir": layout.output_dir,
-        "output_data_dir": layout.output_data_dir,
-        "module_dir": layout.code_dir,
-        "user_entry_point": entry_point,
-        "network_interface_name": job.network_interface_name,
-        "num_gpus": resources.num_gpus,
-        "num_cpus": resources.num_cpus,
-        "log_level": int(sm_log_level) if str(sm_log_level).isdigit() else sm_log_level,
-    }
-    env.update(
-        {
-            "SM_MODEL_DIR": layout.model_dir,
-            "SM_CHANNELS": _compact(sorted(job.channels)),
-            "SM_HPS": _compact(typed),
-            "SM_CURRENT_HOST": job.current_host,
-            "SM_HOSTS": _compact(job.hosts),
-            "SM_NUM_GPUS": str(resources.num_gpus),
-            "SM_NUM_CPUS": str(resources.num_cpus),
-            "SM_OUTPUT_DATA_DIR": layout.output_data_dir,
-            "SM_INPUT_CONFIG_DIR": layout.config_dir,
-            "SM_INPUT_DIR": os.path.join(layout.root, "input"),
-            "SM_OUTPUT_DIR": layout.output_dir,
-            "SM_MODULE_DIR": layout.code_dir,
-            "SM_USER_ENTRY_POINT": entry_point,
-            "SM_USER_ARGS": _compact(list(entry_point_args)),
-            "SM_LOG_LEVEL": str(sm_log_level),
-            "SM_NETWORK_INTERFACE_NAME": job.network_interface_name,
-            "SM_RESOURCE_CONFIG": _compact(job.resource_config),
-            "SM_INPUT_DATA_CONFIG": _compact(job.input_data_config),
-            "SM_FRAMEWORK_PARAMS": _compact(framework_params),
-            "SM_TRAINING_ENV": _compact(training_env),
-        }
-    )
-    for channel in job.channels:
-        _set_named(env, "SM_CHANNEL_", channel, layout.channel_dir(channel))
-    for hp in job.hyperparameters:
-        _set_named(env, "SM_HP_", hp.name, hp.raw)
+    # --- SageMaker, as sagemaker-training's Environment.to_env_vars()
+    env.update(sagemaker.env(job, layout, resources.num_gpus, resources.num_cpus, base_env))
+    if layout.name == "sagemaker":
+        pythonpath = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = layout.code_dir + (os.pathsep + pythonpath if pythonpath else "")
 
     # --- ModelArts
     env.update(
@@ -223,11 +173,6 @@ def _as_dir(path):
     return path.rstrip("/") + "/"
 
 
-def _compact(value):
-    # The encoding sagemaker-training uses for its SM_* JSON values.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 def _detect_gpus(environ):
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -246,20 +191,19 @@ def _detect_gpus(environ):
 
 
 def _detect_cpus():
-    try:
-        count = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        count = os.cpu_count() or 1
-    # A container's CPU limit (cgroup v2 cpu.max "quota period") is lower than the
-    # CPUs it may be scheduled on; report the limit, as the platforms do.
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            count = min(count, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return count
+    # What ti-containers and sagemaker-training report (the machine's CPUs); a launcher
+    # that limits CPUs says so with trainingjobconfig num_cpus.
+    return multiprocessing.cpu_count()
+
+
+def _ti_network_interface(job, environ):
+    """ti-containers: OMPI_MCA_btl_tcp_if_include, else ti_network_interface_name, else eth0
+    (it never reads resourceconfig.json's; ours does in the other layouts)."""
+    if environ.get("OMPI_MCA_btl_tcp_if_include"):
+        return environ["OMPI_MCA_btl_tcp_if_include"]
+    if job.layout_name == "ti":
+        return str(job.reserved_value_decoded("ti_network_interface_name", "eth0"))
+    return job.network_interface_name
 
 
 def _own_address(host):

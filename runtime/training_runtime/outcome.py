@@ -33,12 +33,17 @@ def clear_stale(layout, started_at):
             pass
 
 
-def write_success(layout):
+#: What the original runtimes write into output/success (ti-containers "success",
+#: sagemaker-training an empty file).
+SUCCESS_TEXT = {"sagemaker": ""}
+
+
+def write_success(layout, layout_name=None):
     if _has_content(layout.failure_file):
         log.warning("%s exists (written by the user code or another host): not writing %s",
                     layout.failure_file, layout.success_file)
         return
-    _write(layout.success_file, "success\n")
+    _write(layout.success_file, SUCCESS_TEXT.get(layout_name, "success"))
 
 
 def write_failure(layout, text):

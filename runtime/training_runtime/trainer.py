@@ -22,11 +22,12 @@ from training_runtime import (
     entrypoint,
     environment,
     hosts,
-    hyperparameters,
     memory,
     outcome,
     process,
     requirements,
+    sagemaker,
+    submit,
     validation,
 )
 from training_runtime.errors import (
@@ -60,9 +61,9 @@ def train(root=None, current_host=None, layout_name=None, check_only=False, envi
     try:
         if os.path.isdir(root) and not check_only:
             outcome.clear_stale(outputs, started_at)
-        _run(root, current_host, layout_name, check_only, environ, host_wait)
+        layout = _run(root, current_host, layout_name, check_only, environ, host_wait)
         if not check_only:
-            outcome.write_success(outputs)
+            outcome.write_success(outputs, layout.name)
             log.info("training succeeded")
     except TrainingError as error:
         return _report(outputs, error, check_only)
@@ -112,6 +113,8 @@ def _restore(previous_handlers):
 def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
     wait_seconds = hosts.wait_seconds(host_wait, environ)
     layout, job = config.load_job(root, layout_name, current_host, environ)
+    if layout.name == "sagemaker" and not check_only:
+        submit.fetch(sagemaker.submit_directory(job), layout.code_dir, environ)
     validation.validate(job, layout)
     script = validation.resolve_entry_point(job, layout) if not job.command else None
     log.info(
@@ -123,18 +126,18 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
     if check_only:
         argv = entrypoint.build(job, layout, sys.executable, plan, script)
         log.info("the job is valid; it would run: %s", shlex.join(argv))
-        return
+        return layout
 
     python = requirements.prepare_python(layout, environ)
     resources = environment.detect_resources(job, environ)
     plan.write_files()
     argv = entrypoint.build(job, layout, python, plan, script)
-    env = environment.build(
-        job, layout, resources, hyperparameters.to_args(job.hyperparameters), environ, python
-    )
+    env = environment.build(job, layout, resources, environ, python)
     env.update(plan.env)
     what = "command" if job.command else "entry point %s" % job.entry_point
     os.makedirs(layout.code_dir, exist_ok=True)  # a command may need no code, but needs a cwd
+    if layout.name == "sagemaker" and environ.get("SM_STUDIO_LOCAL_MODE", "").lower() == "true":
+        wait_seconds = 0  # sagemaker-training's own switch for "no DNS wait"
     if len(job.hosts) > 1:
         hosts.wait_for_hosts([job.address_of(host) for host in job.hosts], wait_seconds)
     log.info("running %s in %s: %s", what, layout.code_dir, shlex.join(argv))
@@ -171,6 +174,7 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
             details=stderr_tail,
             child_exit_code=result.exit_code,
         )
+    return layout
 
 
 def _raise_if_out_of_memory(what, result, oom_kills_before, stderr_tail):

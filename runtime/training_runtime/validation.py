@@ -116,7 +116,8 @@ def _check_launch(job, layout):
             "sagemaker_program hyperparameter)" % job_file
         )
     path = resolve_entry_point(job, layout)
-    if not path.endswith((".py", ".sh")) and not os.access(path, os.X_OK):
+    # sagemaker-training makes any entry point executable; so does the sagemaker layout.
+    if layout.name != "sagemaker" and not path.endswith((".py", ".sh")) and not os.access(path, os.X_OK):
         raise InvalidJobError(
             "entry point %r is neither a .py nor a .sh file and is not executable: rename it or "
             "make it executable (chmod +x)" % job.entry_point

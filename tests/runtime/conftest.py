@@ -131,3 +131,13 @@ def make_job(tmp_path):
 @pytest.fixture
 def record_script() -> str:
     return RECORD_SCRIPT
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The differential tests' figure: checks matched / total per peer runtime."""
+    peer_runtimes = sys.modules.get("peer_runtimes")
+    if peer_runtimes is None or not peer_runtimes.SCOREBOARD.results:
+        return
+    terminalreporter.section("differential tests against the real runtimes")
+    for line in peer_runtimes.SCOREBOARD.lines():
+        terminalreporter.write_line(line)

@@ -94,7 +94,8 @@ def test_python_in_a_command_is_the_jobs_python(make_job):
     job = make_job(entry_point=None, command="python train.py")
     assert job.run().returncode == 0
     # No requirements.txt: the job's Python is the interpreter running `train`.
-    assert Path(job.seen()["executable"]).parent == Path(sys.executable).parent
+    # (directories compared with links resolved: .venv may be a link to a shared one)
+    assert Path(job.seen()["executable"]).parent.resolve() == Path(sys.executable).parent.resolve()
 
 
 @pytest.mark.parametrize(
@@ -103,7 +104,7 @@ def test_python_in_a_command_is_the_jobs_python(make_job):
         ({"command": "python b.py", "entry_point": "a.py"}, {"ti_program": "c.py"}, "b"),
         ({"entry_point": "a.py"}, {"ti_program": "c.py", "sagemaker_program": '"d.py"'}, "a"),
         ({"entry_point": None}, {"ti_program": "c.py", "sagemaker_program": '"d.py"'}, "c"),
-        ({"entry_point": None}, {"sagemaker_program": '"d.py"'}, "d"),
+        ({"entry_point": None, "layout": "sagemaker"}, {"sagemaker_program": '"d.py"'}, "d"),
     ],
 )
 def test_entry_point_precedence(make_job, job_config, hyperparameters, expected):
@@ -116,22 +117,46 @@ def test_entry_point_precedence(make_job, job_config, hyperparameters, expected)
     assert Path(job.layout.output_data_dir, "ran").read_text() == expected
 
 
-def test_reserved_keys_are_not_passed_to_the_script(make_job):
-    job = make_job(hyperparameters={"ti_enable_gpu_exclusive": "true", "sagemaker_region": '"x"', "epochs": 1})
+@pytest.mark.parametrize(
+    "layout, expected_argv",
+    [
+        # Each layout reserves what its original runtime reserves, and passes the rest.
+        ("ti", ["--sagemaker_region", "x", "--epochs", "1"]),
+        ("sagemaker", ["--epochs", "1", "--ti_enable_gpu_exclusive", "True"]),
+        ("pai", ["--epochs", "1"]),
+        ("modelarts", ["--epochs", "1"]),
+    ],
+)
+def test_reserved_keys_are_not_passed_to_the_script(make_job, layout, expected_argv):
+    job = make_job(layout=layout,
+                   hyperparameters={"ti_enable_gpu_exclusive": "true", "sagemaker_region": '"x"', "epochs": 1})
     assert job.run().returncode == 0
     seen = job.seen()
-    assert seen["argv"] == ["--epochs", "1"]
-    assert json.loads(seen["env"]["TM_HPS"]) == {"epochs": 1}
-    assert json.loads(seen["env"]["PAI_HPS"]) == {"epochs": 1}
-    assert "PAI_HPS_TI_ENABLE_GPU_EXCLUSIVE" not in seen["env"]
+    argv = [a for a in seen["argv"] if not a.startswith(("--data_url=", "--train_url="))]
+    assert argv == expected_argv
+    if layout in ("pai", "modelarts"):
+        assert json.loads(seen["env"]["PAI_HPS"]) == {"epochs": 1}
+        assert "PAI_HPS_TI_ENABLE_GPU_EXCLUSIVE" not in seen["env"]
 
 
-def test_values_reach_the_script_exactly_as_written(make_job):
-    job = make_job(hyperparameters={"lr": "1e-3", "flag": "true", "layers": "[64, 32]"})
+@pytest.mark.parametrize(
+    "layout, expected_argv",
+    [
+        # PAI and ModelArts: the string exactly as written in hyperparameters.json.
+        ("pai", ["--lr", "1e-3", "--flag", "true", "--layers", "[64, 32]", "--opt", '"adam"']),
+        # ti-containers: str() of the JSON-decoded value.
+        ("ti", ["--lr", "0.001", "--flag", "True", "--layers", "[64, 32]", "--opt", "adam"]),
+        # sagemaker-training: the same, sorted by name.
+        ("sagemaker", ["--flag", "True", "--layers", "[64, 32]", "--lr", "0.001", "--opt", "adam"]),
+    ],
+)
+def test_values_reach_the_script_as_the_original_runtime_passes_them(make_job, layout, expected_argv):
+    job = make_job(layout=layout, hyperparameters={"lr": "1e-3", "flag": "true", "layers": "[64, 32]",
+                                                   "opt": '"adam"'})
     assert job.run().returncode == 0
     seen = job.seen()
-    assert seen["argv"] == ["--lr", "1e-3", "--flag", "true", "--layers", "[64, 32]"]
-    assert json.loads(seen["env"]["TM_HPS"]) == {"lr": 0.001, "flag": True, "layers": [64, 32]}
+    assert seen["argv"] == expected_argv
+    assert json.loads(seen["env"]["TM_HPS"]) == {"lr": 0.001, "flag": True, "layers": [64, 32], "opt": "adam"}
 
 
 def test_command_without_any_code(make_job):

@@ -211,7 +211,8 @@ def test_sagemaker_variables_are_complete(make_job):
     assert env["SM_OUTPUT_DATA_DIR"] == root + "/output/data"
     assert env["SM_INPUT_CONFIG_DIR"] == root + "/input/config"
     assert env["SM_USER_ENTRY_POINT"] == "train.py"
-    assert json.loads(env["SM_USER_ARGS"]) == ["--epochs", "3", "--batch-size", "64", "--opt", '{"lr": 0.1}']
+    # sagemaker-training's form: sorted by name, an object as k=v pairs.
+    assert json.loads(env["SM_USER_ARGS"]) == ["--batch-size", "64", "--epochs", "3", "--opt", "lr=0.1"]
     assert json.loads(env["SM_USER_ARGS"]) == job.seen()["argv"]
     training_env = json.loads(env["SM_TRAINING_ENV"])
     assert training_env["channel_input_dirs"] == {
@@ -219,9 +220,10 @@ def test_sagemaker_variables_are_complete(make_job):
     }
     assert training_env["hyperparameters"]["epochs"] == 3
     assert training_env["is_master"] is True
-    # Reserved sagemaker_ keys are framework parameters, not hyperparameters.
+    # Reserved sagemaker_ keys are not hyperparameters; the toolkit's own settings
+    # (sagemaker_program, ...) are not framework parameters either.
     assert "sagemaker_program" not in json.loads(env["SM_HPS"])
-    assert json.loads(env["SM_FRAMEWORK_PARAMS"]) == {"sagemaker_program": "train.py"}
+    assert json.loads(env["SM_FRAMEWORK_PARAMS"]) == {}
 
 
 MODELARTS_SCRIPT = """\
