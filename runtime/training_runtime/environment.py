@@ -78,7 +78,8 @@ def build(job, layout, resources, base_env, python):
     env.setdefault("PYTHONUNBUFFERED", "1")
     python_dir = os.path.dirname(python)
     path = env.get("PATH", os.defpath)
-    if path.split(os.pathsep)[0] != python_dir:
+    # Only when `python` on PATH is another one (a job venv): in an image PATH stays as it is.
+    if os.path.dirname(shutil.which("python", path=path) or "") != python_dir:
         env["PATH"] = python_dir + os.pathsep + path
     typed = hps.typed_mapping(job.hyperparameters)
     entry_point = job.entry_point if not job.command else ""

@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,20 @@ def test_pai_user_args_split_back_into_the_entry_point_arguments(make_job):
     seen = job.seen()
     assert shlex.split(seen["env"]["PAI_USER_ARGS"]) == seen["argv"]
     assert seen["argv"] == ["--name", "a b; touch PWNED $(id)", "--quote", "it's \"x\"", "--flag", "--n", "3"]
+
+
+def test_path_is_left_alone_when_python_on_it_is_the_jobs(make_job):
+    # As in an image: ti-containers and sagemaker-training never touch PATH, and neither do we
+    # when `python` on PATH already is the job's Python.
+    python_dir = os.path.realpath(os.path.dirname(sys.executable))  # (.venv may be a link)
+    path = python_dir + os.pathsep + os.environ.get("PATH", "")
+    job = make_job()
+    assert job.run(env={"PATH": path}).returncode == 0
+    assert job.seen()["env"]["PATH"] == path
+
+
+def test_path_gets_the_jobs_python_first_otherwise(make_job):
+    job = make_job(entry_point=None, command="python train.py")
+    path = "/usr/bin:/bin"
+    assert job.run(env={"PATH": path}).returncode == 0
+    assert job.seen()["env"]["PATH"].split(os.pathsep)[1:] == path.split(os.pathsep)
