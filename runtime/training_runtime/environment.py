@@ -2,10 +2,10 @@
 
 All paths point into the actual job root (locally the job directory). Families:
 
-TI-ONE (``ti-containers``)
-    TM_NUM_GPUS, TM_NUM_CPUS, TM_HPS (typed JSON), TM_CURRENT_HOST, TM_HOSTS (JSON
-    list), TM_CHANNELS (JSON list, file order), TM_CHANNEL_<NAME>, TM_MODEL_DIR,
-    TM_OUTPUT_DATA_DIR, TM_INPUT_CONFIG_DIR, TM_NETWORK_INTERFACE_NAME,
+TI-ONE, exactly as ``ti-containers`` 1.2.22 sets them
+    TM_NUM_GPUS, TM_NUM_CPUS, TM_HPS (decoded values), TM_CURRENT_HOST, TM_HOSTS
+    (JSON list), TM_CHANNELS (JSON list, file order), TM_CHANNEL_<NAME>,
+    TM_MODEL_DIR, TM_OUTPUT_DATA_DIR, TM_INPUT_CONFIG_DIR, TM_NETWORK_INTERFACE_NAME,
     TM_USER_ENTRY_POINT, TM_LOG_LEVEL.
 PAI
     PAI_HPS (typed JSON), PAI_HPS_<NAME> (upper-cased, characters outside
@@ -14,13 +14,10 @@ PAI
     PAI_INPUT_<CHANNEL> (``input/data/<ch>/``, or the file for a channel listed in
     ``channel_files``), PAI_OUTPUT_MODEL, PAI_OUTPUT_CHECKPOINTS, PAI_CONFIG_DIR
     (directories with a trailing ``/`` as PAI documents them), PAI_WORKING_DIR.
-SageMaker (``sagemaker-training``)
-    SM_MODEL_DIR, SM_CHANNELS (sorted JSON list), SM_CHANNEL_<NAME>, SM_HPS,
-    SM_HP_<NAME>, SM_CURRENT_HOST, SM_HOSTS, SM_NUM_GPUS, SM_NUM_CPUS,
-    SM_OUTPUT_DATA_DIR, SM_INPUT_CONFIG_DIR, SM_INPUT_DIR, SM_OUTPUT_DIR,
-    SM_MODULE_DIR, SM_USER_ENTRY_POINT, SM_USER_ARGS (JSON list), SM_LOG_LEVEL,
-    SM_NETWORK_INTERFACE_NAME, SM_RESOURCE_CONFIG, SM_INPUT_DATA_CONFIG,
-    SM_FRAMEWORK_PARAMS, SM_TRAINING_ENV.
+SageMaker, exactly as ``sagemaker-training`` 5.1.4 sets them
+    every SM_* of its Environment.to_env_vars(), SM_TRAINING_ENV, CURRENT_HOST,
+    SAGEMAKER_JOB_NAME, SAGEMAKER_REGION (see :mod:`training_runtime.sagemaker`); in
+    the sagemaker layout the code dir first on PYTHONPATH.
 ModelArts
     MA_JOB_DIR (the directory holding the code directory), MA_NUM_HOSTS,
     MA_CURRENT_HOST, MA_CURRENT_IP, MA_NUM_GPUS, VC_TASK_INDEX (host index),

@@ -8,6 +8,7 @@ one is in runtime/README.md. The peers' venvs are built once (tests/runtime/peer
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 
@@ -16,8 +17,9 @@ import pytest
 import peer_runtimes as peers
 from peer_runtimes import Case
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("unshare") is None, reason="needs unshare (util-linux) to give ti-containers its /opt/ml"
+needs_mount_namespace = pytest.mark.skipif(
+    shutil.which("unshare") is None or os.geteuid() != 0,
+    reason="ti-containers only works in /opt/ml: needs root and unshare (util-linux) for a private mount namespace",
 )
 
 # Hyperparameters as the TI SDK writes them: every value JSON-encoded (strings get quotes).
@@ -94,6 +96,7 @@ def _assert_all_matched(peer, case, host, checks, observed):
         peer, case.name, host, len(mismatches), len(checks), "\n  ".join(mismatches))
 
 
+@needs_mount_namespace
 @pytest.mark.parametrize("case", TI_CASES, ids=lambda c: c.name)
 def test_same_as_ti_containers(case, ti_python, tmp_path):
     root, record = tmp_path / "root", tmp_path / "record.json"
