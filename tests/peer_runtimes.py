@@ -63,6 +63,18 @@ if os.path.basename(__file__).startswith("fail"):
 """
 
 
+# The same for a shell entry point (sagemaker-training runs it via /bin/sh -c "./train.sh ...");
+# the recording Python is named by its path so that nothing on PATH changes the environment.
+SHELL_RECORDER = """\
+#!/bin/sh
+exec %s - "$0" "$@" <<'END'
+import json, os, sys
+with open(os.environ["DIFF_RECORD"], "w") as f:
+    json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}, f)
+END
+""" % sys.executable
+
+
 @dataclass
 class Case:
     """One job root: hyperparameters exactly as in hyperparameters.json (strings)."""
@@ -141,7 +153,7 @@ def write_root(root: Path, case: Case, current_host: str, submit: str | None = N
 
 def write_code(directory: Path, case: Case):
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / case.script).write_text(RECORDER)
+    (directory / case.script).write_text(SHELL_RECORDER if case.script.endswith(".sh") else RECORDER)
 
 
 def make_tarball(source: Path, target: Path):

@@ -69,6 +69,9 @@ def _cases(program_key):
 
 TI_CASES = _cases("ti_program")
 SM_CASES = _cases("sagemaker_program") + [
+    # Not a .py: sagemaker-training makes it executable and runs /bin/sh -c "./train.sh <quoted args>".
+    Case("shell-entry-point", {**PLAIN, "note": json.dumps("a b; touch pwned $(id)"),
+                               "sagemaker_program": json.dumps("train.sh")}, script="train.sh"),
     Case("submit-dir-with-code-present", {"epochs": "1", "sagemaker_program": json.dumps("train.py")}, code="code"),
     Case("submit-local-dir", {"epochs": "1", "sagemaker_program": json.dumps("train.py")}, code="local-dir"),
     Case("submit-local-tar", {"epochs": "1", "sagemaker_program": json.dumps("train.py")}, code="local-tar"),
@@ -113,6 +116,7 @@ def test_same_as_ti_containers(case, ti_python, tmp_path):
         record.unlink(missing_ok=True)
         peers.reset_outputs(root, case)
         _assert_all_matched("ti-containers", case, host, peers.compare(env, peer, ours), peer)
+    assert not list(root.rglob("pwned*")), "a hyperparameter value was executed"
 
 
 @pytest.mark.parametrize("case", SM_CASES, ids=lambda c: c.name)
@@ -154,3 +158,4 @@ def test_same_as_sagemaker_training(case, sm_python, tmp_path, request):
         record.unlink(missing_ok=True)
         peers.reset_outputs(root, case)
         _assert_all_matched("sagemaker-training", case, host, peers.compare(env, peer, ours), peer)
+    assert not list(root.rglob("pwned*")), "a hyperparameter value was executed"
