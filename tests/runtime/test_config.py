@@ -103,3 +103,6 @@ def test_root_resolution_order():
     assert resolve_root(None, {}, "modelarts") == "/home/ma-user/modelarts"
     assert resolve_root(None, {"TRAINING_ROOT": "/jobs/a"}, "pai") == "/jobs/a"
     assert resolve_root("/jobs/b", {"TRAINING_ROOT": "/jobs/a"}) == "/jobs/b"
+    # sagemaker-training's own setting, below ours
+    assert resolve_root(None, {"SAGEMAKER_BASE_DIR": "/sm/opt/ml"}) == "/sm/opt/ml"
+    assert resolve_root(None, {"SAGEMAKER_BASE_DIR": "/sm/opt/ml", "TRAINING_ROOT": "/jobs/a"}) == "/jobs/a"
