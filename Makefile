@@ -9,7 +9,7 @@ export TOOLS_CACHE
 TRAINING_E2E_IMAGE ?= training-base:latest
 TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
 
-.PHONY: install db demo airflow test test-fast test-cluster test-docker bench clean peers
+.PHONY: install db demo airflow test test-fast test-cluster test-docker engine images bench clean peers
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -41,8 +41,8 @@ airflow: db $(AIRFLOW_SECRETS)
 peers: install
 	nice -n 10 $(PY) tests/runtime/peers/build.py
 
-test: install peers
-	$(PY) -m pytest -q
+test: install peers images
+	$(PY) -m pytest -q -rs
 
 test-fast: install peers
 	$(PY) -m pytest -q -m "not slow"
@@ -52,9 +52,18 @@ test-cluster: install
 	TRAINING_E2E_CLUSTER=1 TRAINING_E2E_IMAGE=$(TRAINING_E2E_IMAGE) TRAINING_E2E_WORKSPACE=$(TRAINING_E2E_WORKSPACE) \
 		$(PY) -m pytest -v -m cluster tests/integration/test_kubernetes_cluster.py
 
-test-docker: install
-	TRAINING_E2E_DOCKER=1 TRAINING_E2E_IMAGE=$(TRAINING_E2E_IMAGE) \
-		$(PY) -m pytest -v -m docker tests/integration/test_docker_engine.py
+test-docker: install images
+	$(PY) -m pytest -v -rs -m docker
+
+# A Docker engine for the real-engine tests: as root, installs Debian's docker.io when dockerd is missing and
+# starts dockerd in the background when none answers (it keeps running; see docker/ensure-engine.sh).
+engine:
+	docker/ensure-engine.sh
+
+# training-base:latest, training-torch:latest, training-airflow:latest, with or without a registry
+# (see docker/build-images.sh); inputs cached under $(TOOLS_CACHE)/images, unchanged images not rebuilt.
+images: install engine
+	TOOLS_CACHE=$(TOOLS_CACHE) PY=$(PY) docker/build-images.sh
 
 # Benchmarks against awscli, s5cmd, tar/pigz (see bench/README.md); pigz is a Debian package, installed if we can.
 bench: install

@@ -1,8 +1,13 @@
-# Airflow image of the training-jobs platform: the official image, the pinned requirements, the project.
+# Airflow image `training-airflow:latest` of the training-jobs platform: Airflow, the pinned requirements,
+# the project (operators, runtime, dags, plugins).
 #
-#   docker build -f docker/airflow.Dockerfile -t training-airflow:latest .      (from the repository root)
+#   make images        (builds the wheelhouse on the host, then this; see docker/build-images.sh)
 #
-# requirements.txt is a freeze for Python 3.11, hence the python3.11 variant of the official image.
+# AIRFLOW_IMAGE: the official apache/airflow:3.3.2-python3.11 where a registry serves it (requirements.txt
+# is a freeze for Python 3.11); without a registry `make images` builds training-airflow-base:3.3.2
+# (docker/airflow-base.Dockerfile, Debian bookworm) and passes it here. pip inside the build installs only
+# from the wheelhouse the host built (build/images/wheels/airflow), never from the network: build
+# containers do not trust this machine's CA, and the result is the same with or without a registry.
 # Configuration comes from the deployment (Helm chart `config:` / AIRFLOW__* variables), e.g. the
 # [training] workspace (where the ReadWriteMany workspace volume is mounted) and [training.kubernetes].
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
@@ -11,16 +16,22 @@ FROM ${AIRFLOW_IMAGE}
 # Requirements first, so this layer is rebuilt only when they change. Naming the image's own
 # apache-airflow version keeps pip from up- or downgrading Airflow (the official image's advice).
 COPY --chown=airflow:root requirements.txt /tmp/requirements.txt
-RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /tmp/requirements.txt
+COPY --chown=airflow:root build/images/wheels/airflow/ /tmp/wheels/
+# IGNORE_REQUIRES_PYTHON=1 (set by `make images` on the Debian base only): bookworm's Python is 3.11.2 and
+# one pin, soupsieve 4.1.2 (pure Python), declares Requires-Python >=3.11.5.
+ARG IGNORE_REQUIRES_PYTHON=
+RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels ${IGNORE_REQUIRES_PYTHON:+--ignore-requires-python} \
+        "apache-airflow==${AIRFLOW_VERSION}" -r /tmp/requirements.txt \
+ && rm -rf /tmp/wheels
 
 # The operators package (root pyproject.toml) and the training runtime (the local backend runs `train`
-# on the worker); without dependencies: all of them are in requirements.txt, the runtime has none.
-COPY --chown=airflow:root pyproject.toml /opt/airflow/src/pyproject.toml
-COPY --chown=airflow:root operators/ /opt/airflow/src/operators/
-COPY --chown=airflow:root runtime/pyproject.toml /opt/airflow/src/runtime/pyproject.toml
-COPY --chown=airflow:root runtime/training_runtime/ /opt/airflow/src/runtime/training_runtime/
-RUN pip install --no-cache-dir --no-deps /opt/airflow/src /opt/airflow/src/runtime \
+# on the worker), as wheels built on the host, without dependencies (all in requirements.txt).
+COPY --chown=airflow:root build/images/wheels/project/ /tmp/project/
+RUN pip install --no-cache-dir --no-index --no-deps /tmp/project/*.whl \
+ && rm -rf /tmp/project \
  && train --version
 
+# The platform's DAGs and plugin only: no example DAGs (nor their plugins) in a deployment image.
+ENV AIRFLOW__CORE__LOAD_EXAMPLES=False
 COPY --chown=airflow:root dags/ /opt/airflow/dags/
 COPY --chown=airflow:root plugins/ /opt/airflow/plugins/
