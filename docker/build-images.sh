@@ -6,7 +6,8 @@
 # Image names (stable; other tooling, e.g. a containerd import, relies on them):
 #   training-debian:bookworm      local base: Debian bookworm (python3 = 3.11) by debootstrap -> docker import
 #   training-base:latest          the training runtime image ([training] default_image in airflow.cfg)
-#   training-torch:latest         training-base + torch 2.13.0 (the 2-host DDP test's image)
+#   training-torch-base:2.13.0    the Python base + torch 2.13.0 and numpy (packed from the project's venv)
+#   training-torch:latest         the training image (docker/training.Dockerfile) built on training-torch-base
 #   training-airflow-base:3.3.2   local stand-in for apache/airflow:3.3.2-python3.11
 #   training-airflow:latest       the Airflow image (requirements, operators, runtime, dags, plugins)
 #
@@ -36,6 +37,7 @@ PYTHON_IMAGE=python:3.11-slim
 OFFICIAL_AIRFLOW=apache/airflow:3.3.2-python3.11
 AIRFLOW_VERSION=3.3.2
 TORCH=torch==2.13.0
+TORCH_PACKAGES="$TORCH numpy==2.4.6"
 
 log() { echo "images: $*" >&2; }
 
@@ -140,20 +142,26 @@ training_image() {
     build training-base:latest "$key" docker/training.Dockerfile . --build-arg "BASE_IMAGE=$base"
 }
 
-torch_image() {
-    local pack key context
-    training_image
-    pack=$("$PY" docker/pack_site.py --key "$TORCH")
-    key=$(key_of docker/torch.Dockerfile "$pack" "$(image_id training-base:latest)")
-    fresh training-torch:latest "$key" && { log "training-torch:latest is up to date"; return 0; }
-    context=$CACHE/torch-site-$pack
-    if [ ! -f "$context/site.tar" ]; then
-        log "packing $TORCH and its requirements from $PY's environment into $context/site.tar (once; ~4 GB)"
-        mkdir -p "$context"
-        nice -n 10 "$PY" docker/pack_site.py "$context/site.tar.partial" "$TORCH" 2>/dev/null >/dev/null
-        mv "$context/site.tar.partial" "$context/site.tar"
+torch_image() {  # the torch layer on the Python base, then the training image's Dockerfile on top of it
+    local base pack key context torch_base=training-torch-base:${TORCH#torch==}
+    base=$(python_base)
+    pack=$("$PY" docker/pack_site.py --key $TORCH_PACKAGES)
+    key=$(key_of docker/torch.Dockerfile "$pack" "$(image_id "$base")")
+    if ! fresh "$torch_base" "$key"; then
+        context=$CACHE/torch-site-$pack
+        if [ ! -f "$context/site.tar" ]; then
+            log "packing $TORCH_PACKAGES and their requirements from $PY's environment into $context/site.tar (once; ~5 GB)"
+            rm -rf "$CACHE"/torch-site-*  # an older pack
+            mkdir -p "$context"
+            nice -n 10 "$PY" docker/pack_site.py "$context/site.tar.partial" $TORCH_PACKAGES 2>/dev/null >/dev/null
+            mv "$context/site.tar.partial" "$context/site.tar"
+        fi
+        build "$torch_base" "$key" docker/torch.Dockerfile "$context" --build-arg "BASE_IMAGE=$base"
     fi
-    build training-torch:latest "$key" docker/torch.Dockerfile "$context" --build-arg BASE_IMAGE=training-base:latest
+    key=$(key_of docker/training.Dockerfile runtime/pyproject.toml runtime/training_runtime "$(image_id "$torch_base")")
+    fresh training-torch:latest "$key" && { log "training-torch:latest is up to date"; return 0; }
+    project_wheels
+    build training-torch:latest "$key" docker/training.Dockerfile . --build-arg "BASE_IMAGE=$torch_base"
 }
 
 airflow_image() {
@@ -189,3 +197,5 @@ for target in "${targets[@]}"; do
         *) echo "usage: $0 [training] [torch] [airflow]" >&2; exit 2 ;;
     esac
 done
+# Earlier builds of our images that a rebuild untagged (only images carrying our label).
+docker image prune -f --filter "label=$LABEL" >/dev/null 2>&1 || true
