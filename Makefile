@@ -9,7 +9,7 @@ export TOOLS_CACHE
 TRAINING_E2E_IMAGE ?= training-base:latest
 TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
 
-.PHONY: install db demo airflow test test-fast test-cluster test-docker engine images bench clean peers
+.PHONY: install db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -41,7 +41,18 @@ airflow: db $(AIRFLOW_SECRETS)
 peers: install
 	nice -n 10 $(PY) tests/runtime/peers/build.py
 
-test: install peers images
+# Browser tests (tests/integration/test_ui_browser.py): Debian's chromium driven by npm's playwright-core, which never
+# downloads a browser; the npm package lives in the tools cache, outside the repository.
+PLAYWRIGHT_VERSION := 1.65.1
+export PLAYWRIGHT_CORE_DIR := $(TOOLS_CACHE)/playwright-core-$(PLAYWRIGHT_VERSION)
+browser-deps:
+	@command -v chromium >/dev/null && command -v npm >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium $$(command -v npm >/dev/null || echo nodejs npm) >/dev/null)
+	@test -f $(PLAYWRIGHT_CORE_DIR)/node_modules/playwright-core/package.json || (mkdir -p $(PLAYWRIGHT_CORE_DIR) && \
+		PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install -q --no-save --no-audit --no-fund --prefix $(PLAYWRIGHT_CORE_DIR) \
+		playwright-core@$(PLAYWRIGHT_VERSION) >/dev/null)
+
+test: install peers images browser-deps
 	$(PY) -m pytest -q -rs
 
 test-fast: install peers

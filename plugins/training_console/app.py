@@ -24,7 +24,7 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 
 from training_console import artifacts
-from training_console.jobs import STAGES, Job, load_jobs, query_items
+from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
 
 STATIC = Path(__file__).parent / "static"
 ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
@@ -71,7 +71,7 @@ def list_jobs(
     from airflow.api_fastapi.app import get_auth_manager
 
     allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
-    jobs = load_jobs(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
+    jobs = load_jobs_cached(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
     return query_items(jobs, status=status or None, dag_id=dag_id or None, q=q or None, sort=sort,
                        descending=order == "desc", offset=offset, limit=limit, now=_now())
 

@@ -84,9 +84,9 @@ def parent_of(session, resume_from: str | None) -> dict[str, Any] | None:
     if not resume_from or resume_from == "latest" or not resume_from.endswith("/output/model.tar.gz"):
         return {"job_name": None, "uri": resume_from} if resume_from else None
     parent_name = resume_from.rstrip("/").split("/")[-3]
-    from training_console.jobs import load_jobs
+    from training_console.jobs import load_jobs_cached
 
-    for job in load_jobs(session):
+    for job in load_jobs_cached(session):
         if job.spec.get("job_name") == parent_name:
             return {"job_name": parent_name, "uri": resume_from, **job.key}
     return {"job_name": parent_name, "uri": resume_from}

@@ -1,0 +1,64 @@
+"""How a job's artifacts reach a browser: against the loopback S3 server of tests/conftest.py (real HTTP, real
+signatures) and real files."""
+
+import json
+import logging
+import os
+from urllib.parse import parse_qs, urlparse
+
+from fastapi.responses import FileResponse, RedirectResponse
+
+from training_console import artifacts
+
+
+def test_object_storage_artifacts_redirect_to_a_short_lived_presigned_url(object_store, storage_connections, moto_server,
+                                                                        caplog):
+    bucket = object_store.bucket()
+    object_store.put(bucket, "models/j1/output/model.tar.gz", b"model bytes")
+    spec = {"job_name": "j1", "output_path": f"cos://{bucket}/models"}
+    with caplog.at_level(logging.INFO):  # the level Airflow logs at
+        response = artifacts.respond(spec, "model.tar.gz")
+    assert isinstance(response, RedirectResponse) and response.status_code == 307
+    url = response.headers["location"]
+    query = parse_qs(urlparse(url).query)
+    assert query["X-Amz-Expires"] == ["900"] and "X-Amz-Signature" in query
+    assert moto_server.secret_key not in url
+    # The URL is boto3's own presigning, aimed at the connection's endpoint. Following it is not checked here: the
+    # loopback moto server (IAM auth on) answers any presigned GET with a 500, even one signed by its own client.
+    assert url.startswith(storage_connections["cos_default"] + f"/{bucket}/models/j1/output/model.tar.gz?")
+    assert query["X-Amz-Signature"][0] not in caplog.text  # the signed URL is never logged
+
+
+def test_console_mode_redirects_to_the_provider_console(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRAINING__ARTIFACT_LINKS", "console")
+    response = artifacts.respond({"job_name": "j1", "output_path": "cos://b/models"}, "model.tar.gz")
+    assert response.headers["location"] == "https://console.cloud.tencent.com/cos/bucket?bucket=b&path=/models/j1/output/"
+
+
+def test_local_artifacts_are_served_by_the_plugin(tmp_path):
+    out = tmp_path / "models" / "j2" / "output"
+    out.mkdir(parents=True)
+    (out / "failure").write_text("ValueError: bad learning rate\n")
+    spec = {"job_name": "j2", "output_path": str(tmp_path / "models")}
+    response = artifacts.respond(spec, "failure")
+    assert isinstance(response, FileResponse) and response.path == str(out / "failure")
+    try:
+        artifacts.respond(spec, "model.tar.gz")
+        raise AssertionError("a missing model must be a 404")
+    except Exception as err:  # noqa: BLE001
+        assert getattr(err, "status_code", None) == 404 and "does not exist" in err.detail
+
+
+def test_running_jobs_show_live_metrics_from_the_job_root(tmp_path):
+    from operators.settings import training_settings
+
+    root = training_settings().job_root("live-job")
+    os.makedirs(os.path.join(root, "output"), exist_ok=True)
+    with open(os.path.join(root, "output", "metrics.json"), "w") as f:
+        json.dump({"final": {"loss": 0.5}, "series": {"loss": [{"value": 0.9, "step": 0}, {"value": 0.5, "step": 1}]}}, f)
+    with open(os.path.join(root, "output", "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"name": "val_loss", "value": 0.7, "step": 1}) + "\n")
+    spec = {"job_name": "live-job", "output_path": str(tmp_path)}
+    live = artifacts.metrics(spec, live=True)
+    assert [p["value"] for p in live["series"]["loss"]] == [0.9, 0.5] and live["final"]["val_loss"] == 0.7
+    assert "val_loss" not in artifacts.metrics(spec, live=False)["series"]  # the final metrics.json already has them
