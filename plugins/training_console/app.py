@@ -62,6 +62,7 @@ def list_jobs(
     session: SessionDep,
     status: str | None = None,
     dag_id: str | None = None,
+    run_id: str | None = None,
     q: str | None = None,
     sort: str = "created",
     order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
@@ -72,8 +73,8 @@ def list_jobs(
 
     allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     jobs = load_jobs_cached(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
-    return query_items(jobs, status=status or None, dag_id=dag_id or None, q=q or None, sort=sort,
-                       descending=order == "desc", offset=offset, limit=limit, now=_now())
+    return query_items(jobs, status=status or None, dag_id=dag_id or None, run_id=run_id or None, q=q or None,
+                       sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
 
 
 def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:

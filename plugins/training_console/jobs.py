@@ -269,6 +269,7 @@ def _sum(values: Iterable[float | None]) -> float | None:
 
 
 def query_items(jobs: list[Job], *, status: str | None = None, dag_id: str | None = None, q: str | None = None,
+                run_id: str | None = None,
                 sort: str = "created", descending: bool = True, offset: int = 0, limit: int = 50,
                 now: datetime | None = None) -> dict[str, Any]:
     """Filter, sort and paginate the list (a search counts as one item; it matches if one of its trials does)."""
@@ -281,6 +282,8 @@ def query_items(jobs: list[Job], *, status: str | None = None, dag_id: str | Non
         if status and row["status"] != status:
             return False
         if dag_id and row["dag_id"] != dag_id:
+            return False
+        if run_id and row["run_id"] != run_id:
             return False
         if q and q.lower() not in f"{row.get('job_name', '')} {row.get('base_job_name', '')} {row['run_id']}".lower():
             return False

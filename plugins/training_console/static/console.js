@@ -140,8 +140,8 @@ async function listPage(params, fixed = {}) {
 
 // the tab on a DAG run: its job (or the trials of its search)
 async function runPage(dagId, runId) {
-  const data = await api(`${BASE}/api/jobs?dag_id=${encodeURIComponent(dagId)}&limit=500`);
-  const items = data.items.filter((i) => i.run_id === runId);
+  const data = await api(`${BASE}/api/jobs?dag_id=${encodeURIComponent(dagId)}&run_id=${encodeURIComponent(runId)}`);
+  const items = data.items;
   if (items.length === 1 && items[0].kind === "job") return jobPage(items[0]);
   if (!items.length) { main.innerHTML = `<p class="muted">This DAG run has no training job (yet).</p>`; return; }
   return listPage(new URLSearchParams({dag_id: dagId}), {run_id: runId});
