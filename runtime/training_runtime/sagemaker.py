@@ -42,7 +42,10 @@ def submit_directory(job):
 def env(job, layout, num_gpus, num_cpus, environ):
     """The SageMaker variables for the user code (``environ`` is the runtime's own)."""
     reserved = reserved_values(job)
-    rc = job.resource_config
+    rc = dict(job.resource_config)
+    if rc.get("current_host") not in (None, job.current_host):
+        # Local mode: the hosts share one resourceconfig.json; each sees itself as current.
+        rc["current_host"] = job.current_host
     hosts = list(rc.get("hosts") or job.hosts)
     current_host = job.current_host
     groups_config = rc.get("instance_groups", []) or []

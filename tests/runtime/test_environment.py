@@ -333,3 +333,14 @@ def test_path_gets_the_jobs_python_first_otherwise(make_job):
     path = "/usr/bin:/bin"
     assert job.run(env={"PATH": path}).returncode == 0
     assert job.seen()["env"]["PATH"].split(os.pathsep)[1:] == path.split(os.pathsep)
+
+
+def test_sagemaker_hosts_sharing_one_root_each_see_themselves(make_job):
+    # Local mode: one resourceconfig.json (current_host algo-1) for both hosts.
+    job = make_job(layout="sagemaker", hosts=["algo-1", "algo-2"])
+    assert job.run("--current-host", "algo-2").returncode == 0
+    env = job.seen("algo-2")["env"]
+    assert env["SM_CURRENT_HOST"] == env["CURRENT_HOST"] == "algo-2"
+    assert json.loads(env["SM_RESOURCE_CONFIG"])["current_host"] == "algo-2"
+    training_env = json.loads(env["SM_TRAINING_ENV"])
+    assert (training_env["is_master"], training_env["master_hostname"]) == (False, "algo-1")
