@@ -96,10 +96,9 @@ class RetrainingConfig:
 
 def config_dir(default: str | os.PathLike) -> Path:
     """airflow.cfg [training] retraining_configs (or AIRFLOW__TRAINING__RETRAINING_CONFIGS), else `default`."""
-    from airflow.configuration import conf
+    from operators.settings import training_settings
 
-    configured = (conf.get("training", "retraining_configs", fallback="") or "").strip()
-    return Path(configured or default)
+    return Path(training_settings().retraining_configs or default)
 
 
 def load_job_configs(directory: str | os.PathLike) -> list[RetrainingConfig]:

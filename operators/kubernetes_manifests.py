@@ -29,6 +29,16 @@ import posixpath
 import re
 from typing import Any, Mapping
 
+from operators.container_env import (  # noqa: F401  (LAYOUT_ROOTS, layout_root: re-exported)
+    CHANNEL_NAME,
+    LAYOUT_ROOTS,
+    RESERVED_ENV,
+    SecretInEnvError,
+    container_path,
+    layout_root,
+    looks_like_secret,
+)
+from operators.hooks.launcher import PLATFORM_EXIT_CODE, USER_EXIT_CODES  # noqa: F401
 from operators.kubernetes_names import (
     ORIGINAL_NAME_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -38,27 +48,16 @@ from operators.kubernetes_names import (
     kube_name,
     selector_labels,
 )
-from operators.kubernetes_options import KubernetesJobOptions, SecretInEnvError, looks_like_secret
+from operators.kubernetes_options import KubernetesJobOptions
 
-LAYOUT_ROOTS = {
-    "ti": "/opt/ml",
-    "sagemaker": "/opt/ml",
-    "pai": "/ml",
-    "modelarts": "/home/ma-user/modelarts",
-}
 CONTAINER_NAME = "train"
 WORKSPACE_VOLUME = "workspace"
 SHM_VOLUME = "dshm"
 
-# Exit codes of the runtime (`train`): 1 user code failed, 2 invalid job, 3 requirements install failed,
-# 4 platform error. 1-3 are the user's to fix: the pod failure policy fails the Job at once instead of
-# spending the backoff limit on them; 4 counts against backoffLimit (retried by Kubernetes).
-USER_EXIT_CODES = (1, 2, 3)
-PLATFORM_EXIT_CODE = 4
-
-_CHANNEL = re.compile(r"^[A-Za-z0-9_-]+$")
-# Set by Kubernetes or by us for each pod; overriding them would give every pod the same host identity.
-_RESERVED_ENV = frozenset({"JOB_COMPLETION_INDEX", "TRAINING_CURRENT_HOST", "TRAINING_ROOT"})
+# The runtime's user exit codes (1-3) fail the Job at once through the pod failure policy instead of spending
+# the backoff limit on them; 4 (platform error) counts against backoffLimit (retried by Kubernetes).
+_CHANNEL = CHANNEL_NAME
+_RESERVED_ENV = RESERVED_ENV
 
 # The restricted Pod Security Standard (https://kubernetes.io/docs/concepts/security/pod-security-standards/).
 RESTRICTED_VOLUME_TYPES = frozenset(
@@ -119,16 +118,6 @@ def container_security_context(options: KubernetesJobOptions) -> dict[str, Any]:
     }
     context.update(options.container_security_context)
     return context
-
-
-def container_path(value: str, job_root: str, root: str) -> str:
-    """A path the Airflow side wrote under the job root, as the container sees it (under the layout root)."""
-    job_root = posixpath.normpath(job_root)
-    if value == job_root:
-        return root
-    if value.startswith(job_root + "/"):
-        return root + value[len(job_root):]
-    return value
 
 
 def env_vars(
@@ -197,14 +186,6 @@ def volumes_and_mounts(request: Any, options: KubernetesJobOptions) -> tuple[lis
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": options.shm_size}})
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     return volumes, mounts
-
-
-def layout_root(layout: str) -> str:
-    try:
-        return LAYOUT_ROOTS[layout]
-    except KeyError:
-        known = ", ".join(LAYOUT_ROOTS)
-        raise ValueError(f"layout {layout!r} is not one of {known}; set the spec's 'layout'") from None
 
 
 def pod_failure_policy() -> dict[str, Any]:

@@ -12,23 +12,23 @@ The syntax checks are shared by the per-job options (operators/kubernetes_option
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Mapping
 
-LABEL_PREFIX = "airflow-training-jobs"
-JOB_LABEL = f"{LABEL_PREFIX}/job"  # value: the Kubernetes name; selects the Job's pods and Service
-ORIGINAL_NAME_ANNOTATION = f"{LABEL_PREFIX}/job-name"  # the job_name as the user wrote it
+from operators.job_names import (  # noqa: F401  (re-exported: the names every backend shares)
+    JOB_LABEL,
+    LABEL_PREFIX,
+    MAX_NAME_LENGTH,
+    ORIGINAL_NAME_ANNOTATION,
+    is_dns1035_label,
+    resource_name,
+)
+
 SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
 MANAGED_BY = "airflow-training-jobs"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
-# A pod's hostname is "<job>-<index>" and must stay a DNS label (<= 63): keep room for 10 index digits.
-MAX_NAME_LENGTH = 52
-_HASH_LENGTH = 8
-
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -37,10 +37,6 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 def is_dns1123_label(value: str) -> bool:
     return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
-
-
-def is_dns1035_label(value: str) -> bool:
-    return len(value) <= 63 and bool(_DNS1035_LABEL.match(value))
 
 
 def is_dns1123_subdomain(value: str) -> bool:
@@ -67,24 +63,8 @@ def is_env_var_name(name: str) -> bool:
     return bool(_ENV_NAME.match(name))
 
 
-def kube_name(job_name: str) -> str:
-    """The Job/Service name of a job: a DNS-1035 label of at most MAX_NAME_LENGTH, the same on every call.
-
-    A job_name that already is such a name is used as is (so `kubectl get job <job_name>` works). Anything
-    else is lowercased, every run of other characters becomes '-', and a hash of the original job_name is
-    appended, so two job names that differ only in characters Kubernetes refuses ('My_Job' and 'my-job')
-    never share a Job.
-    """
-    if not job_name:
-        raise ValueError("job_name is empty; give the job a name (it is the idempotency key)")
-    if is_dns1035_label(job_name) and len(job_name) <= MAX_NAME_LENGTH:
-        return job_name
-    digest = hashlib.sha256(job_name.encode()).hexdigest()[:_HASH_LENGTH]
-    base = re.sub(r"[^a-z0-9]+", "-", job_name.lower()).strip("-")
-    if not base or not base[0].isalpha():
-        base = "job-" + base
-    base = base[: MAX_NAME_LENGTH - _HASH_LENGTH - 1].rstrip("-")
-    return f"{base}-{digest}"
+# The Job/Service name of a job (see operators/job_names.py): the Docker backend names its containers the same way.
+kube_name = resource_name
 
 
 def host_names(name: str, instance_count: int) -> list[str]:

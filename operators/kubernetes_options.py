@@ -7,18 +7,18 @@ Always, IfNotPresent or Never``).
 
 Credentials: only references to Kubernetes Secrets ever reach a pod spec (``secret_env`` ->
 ``valueFrom.secretKeyRef``, ``env_from_secrets`` -> ``envFrom.secretRef``). A literal ``env`` entry whose
-name or value looks like a credential (``looks_like_secret``) is refused with :class:`SecretInEnvError` when the
-manifest is built (operators/kubernetes_manifests.py; the Docker launcher uses ``looks_like_secret`` too): the value
-would be readable by anyone who can read Jobs in the namespace, and would end up in logs and XCom.
+name or value looks like a credential is refused when the manifest is built (the policy:
+operators/container_env.py, shared with the Docker backend).
 """
 
 from __future__ import annotations
 
 import posixpath
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from operators.backend_options import KUBERNETES_OPTION_KEYS
+from operators.container_env import SecretInEnvError, looks_like_secret  # noqa: F401  (the policy lives there)
 from operators.kubernetes_names import (
     is_dns1123_label,
     is_dns1123_subdomain,
@@ -28,47 +28,7 @@ from operators.kubernetes_names import (
     is_quantity,
 )
 
-# Names and values that are credentials. Matching is deliberately broad: a false positive costs the
-# user one line of config (a secret_env reference), a false negative leaks a credential.
-_SECRET_NAME = re.compile(
-    r"(SECRET|PASSWORD|PASSWD|PASSPHRASE|TOKEN|CREDENTIAL|PRIVATE_?KEY|ACCESS_?KEY|API_?KEY|AUTH)",
-    re.IGNORECASE,
-)
-_SECRET_VALUE = re.compile(
-    r"(-----BEGIN [A-Z ]*PRIVATE KEY-----|\b(AKIA|ASIA)[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{30,}\b"
-    r"|\bxox[baprs]-[A-Za-z0-9-]{10,}\b|\bhf_[A-Za-z0-9]{30,}\b|\bsk-[A-Za-z0-9_-]{20,}\b)"
-)
-
-OPTION_KEYS = (
-    "namespace",
-    "workspace_pvc",
-    "workspace_subpath",
-    "service_account",
-    "image_pull_policy",
-    "image_pull_secrets",
-    "priority_class",
-    "node_selector",
-    "tolerations",
-    "keep_finished_jobs",
-    "ttl_seconds_after_finished",
-    "run_as_user",
-    "security_context",
-    "container_security_context",
-    "labels",
-    "annotations",
-    "backoff_limit",
-    "gpu_resource",
-    "shm_size",
-    "secret_env",
-    "env_from_secrets",
-    "image_pull_grace_seconds",
-    "poll_interval",
-    "propagation_policy",
-)
-
-
-class SecretInEnvError(ValueError):
-    """A literal credential in the job's environment."""
+OPTION_KEYS = KUBERNETES_OPTION_KEYS
 
 
 @dataclass(frozen=True)
@@ -244,8 +204,3 @@ def _as_str_map_any(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise _fail(key, f"is {type(value).__name__}", 'give an object, e.g. {"HF_TOKEN": "hf-credentials/token"}')
     return dict(value)
-
-
-def looks_like_secret(name: str, value: str) -> bool:
-    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.search(value or ""))
-

@@ -324,17 +324,10 @@ class PublishBestModelOperator(BaseOperator):
 
 def trial_concurrency() -> tuple[str | None, int]:
     """(pool, max concurrent trials of one search) from airflow.cfg [training] trials_pool / max_concurrent_trials."""
-    from airflow.configuration import conf
+    from operators.settings import training_settings
 
-    pool = (conf.get("training", "trials_pool", fallback="") or "").strip() or None
-    raw = conf.get("training", "max_concurrent_trials", fallback="2") or "2"
-    try:
-        cap = int(raw)
-        if cap < 1:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"airflow.cfg [training] max_concurrent_trials must be an integer >= 1, got {raw!r}") from None
-    return pool, cap
+    settings = training_settings()
+    return settings.trials_pool or None, settings.max_concurrent_trials
 
 
 def hyperparameter_search_tasks(*, model_asset=None, pool: str | None = None, max_concurrent_trials: int = 2):

@@ -1,8 +1,8 @@
-"""The [training] sections of airflow.cfg (overridable by AIRFLOW__TRAINING__<KEY> variables)."""
+"""The [training] sections of airflow.cfg (overridable by AIRFLOW__TRAINING__<KEY> variables): the one place that
+reads them. Everything else takes a TrainingSettings / KubernetesSettings / DockerSettings."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +20,30 @@ def _get(section: str, key: str, fallback: str) -> str:
 
 
 def _get_json(section: str, key: str, fallback: Any) -> Any:
-    raw = _get(section, key, "")
-    if not raw.strip():
+    if not _get(section, key, "").strip():
         return fallback
     try:
-        return json.loads(raw)
-    except ValueError as err:
+        return _conf().getjson(section, key, fallback=fallback)
+    except Exception as err:  # AirflowConfigException: the value is not JSON
         raise ValueError(f"airflow.cfg [{section}] {key} is not valid JSON ({err}); fix the setting") from None
+
+
+def _get_int(section: str, key: str, fallback: int, minimum: int | None = None) -> int:
+    raw = _get(section, key, "").strip()
+    try:
+        value = int(raw) if raw else fallback
+    except ValueError:
+        value = None
+    if value is None or (minimum is not None and value < minimum):
+        bound = f" >= {minimum}" if minimum is not None else ""
+        raise ValueError(f"airflow.cfg [{section}] {key} must be an integer{bound}, got {raw!r}") from None
+    return value
+
+
+def _get_bool(section: str, key: str, fallback: bool) -> bool:
+    if not _get(section, key, "").strip():
+        return fallback
+    return _conf().getboolean(section, key, fallback=fallback)
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,9 @@ class TrainingSettings:
     multipart_chunksize: int = 8 * 1024 * 1024
     checkpoint_sync_seconds: int = 60
     default_image: str = "training-base:latest"
+    retraining_configs: str = ""  # directory of retraining DAG configs; "" = the DAG file's default
+    max_concurrent_trials: int = 2  # hyperparameter search: trials of one search training at once
+    trials_pool: str = ""  # an Airflow pool shared by all searches ("" = none)
 
     @property
     def jobs_dir(self) -> str:
@@ -71,6 +91,12 @@ class KubernetesSettings:
     deferrable: bool = True
 
 
+@dataclass(frozen=True)
+class DockerSettings:
+    docker_url: str = "unix://var/run/docker.sock"
+    docker_conn_id: str = ""  # a docker connection (registry login); "" = none
+
+
 def training_settings() -> TrainingSettings:
     s = "training"
     home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
@@ -78,12 +104,15 @@ def training_settings() -> TrainingSettings:
         workspace=os.path.abspath(_get(s, "workspace", os.path.join(home, "workspace"))),
         default_backend=_get(s, "default_backend", "local"),
         default_layout=_get(s, "default_layout", "ti"),
-        cache_max_bytes=int(_get(s, "cache_max_bytes", "0") or 0),
-        transfer_concurrency=int(_get(s, "transfer_concurrency", "16")),
-        multipart_threshold=int(_get(s, "multipart_threshold", str(8 * 1024 * 1024))),
-        multipart_chunksize=int(_get(s, "multipart_chunksize", str(8 * 1024 * 1024))),
-        checkpoint_sync_seconds=int(_get(s, "checkpoint_sync_seconds", "60")),
+        cache_max_bytes=_get_int(s, "cache_max_bytes", 0),
+        transfer_concurrency=_get_int(s, "transfer_concurrency", 16),
+        multipart_threshold=_get_int(s, "multipart_threshold", 8 * 1024 * 1024),
+        multipart_chunksize=_get_int(s, "multipart_chunksize", 8 * 1024 * 1024),
+        checkpoint_sync_seconds=_get_int(s, "checkpoint_sync_seconds", 60),
         default_image=_get(s, "default_image", "training-base:latest"),
+        retraining_configs=_get(s, "retraining_configs", "").strip(),
+        max_concurrent_trials=_get_int(s, "max_concurrent_trials", 2, minimum=1),
+        trials_pool=_get(s, "trials_pool", "").strip(),
     )
 
 
@@ -101,8 +130,16 @@ def kubernetes_settings() -> KubernetesSettings:
         priority_class=_get(s, "priority_class", ""),
         node_selector=_get_json(s, "node_selector", {}),
         tolerations=_get_json(s, "tolerations", []),
-        keep_finished_jobs=_get(s, "keep_finished_jobs", "False").strip().lower() in ("1", "true", "yes"),
-        ttl_seconds_after_finished=int(_get(s, "ttl_seconds_after_finished", "600")),
-        run_as_user=int(_get(s, "run_as_user", "1000")),
-        deferrable=_get(s, "deferrable", "True").strip().lower() in ("1", "true", "yes"),
+        keep_finished_jobs=_get_bool(s, "keep_finished_jobs", False),
+        ttl_seconds_after_finished=_get_int(s, "ttl_seconds_after_finished", 600),
+        run_as_user=_get_int(s, "run_as_user", 1000),
+        deferrable=_get_bool(s, "deferrable", True),
+    )
+
+
+def docker_settings() -> DockerSettings:
+    s = "training.docker"
+    return DockerSettings(
+        docker_url=_get(s, "docker_url", "unix://var/run/docker.sock") or "unix://var/run/docker.sock",
+        docker_conn_id=_get(s, "docker_conn_id", "").strip(),
     )

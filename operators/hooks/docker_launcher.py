@@ -12,7 +12,7 @@ Written here rather than with the provider's DockerOperator: that runs one conta
 of several hosts on one network, reattaching by name, or failure classes. The container bodies are
 built by a pure function (:func:`container_configs`, the Engine API's POST /containers/create body).
 
-Lifecycle (blocking; supports_defer = False: the engine is local to the worker, there is nothing to
+Lifecycle (blocking; not deferrable: the engine is local to the worker, there is nothing to
 hand to a triggerer): network and containers are looked up by their labels first; a try finding all of
 its containers running or finished successfully reattaches (no second set); containers of a failed
 earlier try are removed and created afresh. Logs are followed per container with timestamps and caught
@@ -37,40 +37,30 @@ from typing import Any, Iterable, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
 
+from operators.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
+from operators.backend_options import KUBERNETES_OPTION_KEYS
+from operators.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root, looks_like_secret
 from operators.hooks.launcher import (
+    DEFAULT_MASTER_PORT,
     IMAGE_ERROR,
     OOM,
     PLATFORM_ERROR,
     TIMEOUT,
-    USER_ERROR,
+    Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
-    clear_outcome_markers,
-    read_failure_reason,
+    describe_exit,
+    exit_failure_class,
+    is_rate_limited,
+    is_runtime_exit_code,
 )
-from operators.kubernetes_manifests import (
-    PLATFORM_EXIT_CODE,
-    USER_EXIT_CODES,
-    container_path,
-    layout_root,
-)
-from operators.kubernetes_names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION, kube_name
-from operators.kubernetes_options import OPTION_KEYS as KUBERNETES_OPTION_KEYS
-from operators.kubernetes_options import looks_like_secret
-from operators.triggers.kubernetes_job import LogCursor, deliver_line, is_rate_limited
+from operators.hooks.log_stream import LogCursor, deliver_line
+from operators.hooks.outcome import clear_outcome_markers, read_failure_reason
+from operators.job_names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION
+from operators.job_names import resource_name as kube_name
 
 INDEX_LABEL = "airflow-training-jobs/host-index"
-OPTION_KEYS = (
-    "user",
-    "shm_size",
-    "keep_containers",
-    "host_workspace",
-    "image_pull_grace_seconds",
-    "poll_interval",
-    "stop_timeout",
-)
-_RESERVED_ENV = frozenset({"JOB_COMPLETION_INDEX", "TRAINING_CURRENT_HOST", "TRAINING_ROOT"})
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 10**-3, "": 1}
 
@@ -123,7 +113,7 @@ def container_configs(
     root = layout_root(request.layout)
     env = []
     for key, value in request.env.items():
-        if key in _RESERVED_ENV:
+        if key in RESERVED_ENV:
             raise ValueError(f"env {key} is set by the launcher for each host; remove it from the job's env")
         if looks_like_secret(key, str(value)):
             raise ValueError(
@@ -133,7 +123,7 @@ def container_configs(
         env.append(f"{key}={container_path(str(value), request.job_root, root)}")
     binds = [f"{_bind_source(request.job_root, request, host_workspace, 'job root')}:{root}:rw"]
     for channel, entry in sorted(request.channel_entries.items()):
-        if not re.match(r"^[A-Za-z0-9_-]+$", channel):
+        if not CHANNEL_NAME.match(channel):
             raise ValueError(f"channel name {channel!r} is not [A-Za-z0-9_-]+; rename the input channel")
         source = _bind_source(entry, request, host_workspace, f"cache entry of channel {channel!r}")
         binds.append(f"{source}:{root}/input/data/{channel}:ro")
@@ -228,8 +218,10 @@ class _Follower(threading.Thread):
 class DockerLauncherHook(BaseHook):
     """Runs a LaunchRequest as containers on a Docker engine; see the module docstring."""
 
-    supports_defer = False
-    mounts_channels = True  # cache entries are bind-mounted read-only at input/data/<channel>
+    backend = "docker"
+    # Blocking only: the engine is local to the worker, there is nothing to hand to a triggerer. Cache entries
+    # are bind-mounted read-only at input/data/<channel>.
+    capabilities = Capabilities(deferrable=False, mounts_channels=True)
 
     def __init__(
         self, docker_url: str | None = None, docker_conn_id: str | None = None, default_image: str | None = None
@@ -246,10 +238,11 @@ class DockerLauncherHook(BaseHook):
 
         url, conn_id = self._docker_url, self._docker_conn_id
         if url is None or conn_id is None:
-            from airflow.configuration import conf
+            from operators.settings import docker_settings
 
-            url = url or conf.get("training.docker", "docker_url", fallback="unix://var/run/docker.sock")
-            conn_id = conn_id if conn_id is not None else conf.get("training.docker", "docker_conn_id", fallback="")
+            settings = docker_settings()
+            url = url or settings.docker_url
+            conn_id = conn_id if conn_id is not None else settings.docker_conn_id
         return DockerHook(docker_conn_id=conn_id or None, base_url=url, version="auto").get_conn()
 
     def _options(self, request: LaunchRequest) -> dict[str, Any]:
@@ -292,6 +285,9 @@ class DockerLauncherHook(BaseHook):
 
     def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str] | None:
         return None  # the job's network resolves container names
+
+    def master_port(self) -> int:
+        return DEFAULT_MASTER_PORT  # every container has its own network namespace: no collisions
 
     def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:
         expected = self.hosts(request.job_name, request.instance_count)
@@ -504,23 +500,15 @@ class DockerLauncherHook(BaseHook):
                     "raise resources.memory or lower the batch size",
                 )
         # The runtime's own codes name the cause; 137/143 are the hosts we stopped after it.
-        failed.sort(
-            key=lambda item: (not 1 <= (item[1]["ExitCode"] or 0) <= PLATFORM_EXIT_CODE, item[1].get("FinishedAt", ""))
-        )
+        failed.sort(key=lambda item: (not is_runtime_exit_code(item[1]["ExitCode"]), item[1].get("FinishedAt", "")))
         name, state = failed[0]
         code = state["ExitCode"]
-        what = {
-            1: "the training code failed",
-            2: "the job was refused as invalid",
-            3: "installing code/requirements.txt failed",
-            4: "the training runtime failed (platform error)",
-        }.get(code, "the container was killed or crashed")
-        message = f"{what} on {name}, exit code {code}"
-        reason = read_failure_reason(request.job_root) if 1 <= code <= PLATFORM_EXIT_CODE else None
+        message = f"{describe_exit(code)} on {name}, exit code {code}"
+        reason = read_failure_reason(request.job_root) if is_runtime_exit_code(code) else None
         return LaunchResult(
             succeeded=False,
             exit_code=code,
-            failure_class=USER_ERROR if code in USER_EXIT_CODES else PLATFORM_ERROR,
+            failure_class=exit_failure_class(code),
             failure_reason=f"{message}: {reason}" if reason else message,
         )
 

@@ -1,7 +1,7 @@
 """Launch backend `kubernetes`: one Indexed Job (a pod per host) and a headless Service per training job.
 
-Protocol (operators/hooks/launcher.py): hosts(), host_addresses(), run(), stop() and, for deferrable
-waiting (the default), start() -> trigger() -> result_from_event().
+Protocol (operators/hooks/launcher.py): Launcher and, declared in its capabilities, DeferrableLauncher
+(start() -> trigger() -> result_from_event()), the default way to wait.
 
 Built on the cncf-kubernetes provider: KubernetesHook (connection `[training.kubernetes] conn_id`: a
 kubeconfig path/content, in-cluster, or the default kubeconfig) gives the API clients and the job reads
@@ -12,7 +12,8 @@ error judgement decides what fails fast. Written here, and why:
   - creating the Job: KubernetesHook.create_job retries HTTP 409 as a transient error (five attempts with
     backoff) while for us 409 AlreadyExists is the normal signal to reattach to the Job a previous try
     or a restarted worker created;
-  - the trigger (operators/triggers/kubernetes_job.py): see its docstring;
+  - the watch (operators/hooks/kubernetes_watch.py) the trigger (operators/triggers/kubernetes_job.py) runs:
+    see its docstring;
   - the end-of-job log catch-up: the provider's PodManager logs through its own logger and re-reads
     by whole seconds (since_seconds), which can drop or repeat lines; we resume after the exact
     (nanosecond timestamp, count) cursor the watch left.
@@ -35,13 +36,18 @@ from typing import Any, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
 
+from operators.hooks.kubernetes_api import KubernetesLaunchError, api_error, delete_job, finished_state
+from operators.hooks.kubernetes_watch import JobWatch
 from operators.hooks.launcher import (
+    DEFAULT_MASTER_PORT,
+    Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
-    clear_outcome_markers,
-    read_failure_reason,
+    is_runtime_exit_code,
 )
+from operators.hooks.log_stream import LogCursor, deliver_line, since_seconds
+from operators.hooks.outcome import clear_outcome_markers, read_failure_reason
 from operators.kubernetes_manifests import (
     CONTAINER_NAME,
     job_manifest,
@@ -56,42 +62,11 @@ from operators.kubernetes_names import (
     kube_name,
 )
 from operators.kubernetes_options import KubernetesJobOptions, resolve_options
-from operators.triggers.kubernetes_job import (
-    JobWatch,
-    KubernetesTrainingJobTrigger,
-    LogCursor,
-    deliver_line,
-)
+
+__all__ = ["KubernetesLauncherHook", "KubernetesLaunchError"]
 
 DELETE_WAIT_SECONDS = 180
 CATCH_UP_MARGIN_SECONDS = 600
-
-
-class KubernetesLaunchError(RuntimeError):
-    """Kubernetes refused or failed an operation of the launcher (one line: what, where, what to do)."""
-
-
-def _api_error(action: str, namespace: str, err: Any) -> KubernetesLaunchError:
-    status = getattr(err, "status", None)
-    reason = getattr(err, "reason", "") or ""
-    body = getattr(err, "body", "") or ""
-    message = reason
-    try:
-        import json
-
-        message = json.loads(body).get("message") or reason
-    except Exception:
-        pass
-    hint = {
-        401: "check the credentials of the Kubernetes connection",
-        403: (
-            "give the identity Airflow uses create/get/list/delete on jobs, pods, pods/log and services "
-            f"in namespace {namespace}"
-        ),
-        404: f"check that namespace {namespace} exists",
-        422: "the manifest was refused; check the job's options and resources",
-    }.get(status, "check the cluster and the Kubernetes connection")
-    return KubernetesLaunchError(f"Kubernetes could not {action} in namespace {namespace} ({status} {message}); {hint}")
 
 
 def _check_hosts(request: LaunchRequest, expected: list[str]) -> None:
@@ -103,20 +78,12 @@ def _check_hosts(request: LaunchRequest, expected: list[str]) -> None:
         )
 
 
-def _finished_state(job: Any) -> str | None:
-    for condition in (job.status and job.status.conditions) or []:
-        if condition.status == "True" and condition.type in ("Complete", "SuccessCriteriaMet"):
-            return "Complete"
-        if condition.status == "True" and condition.type in ("Failed", "FailureTarget"):
-            return "Failed"
-    return None
-
-
 class KubernetesLauncherHook(BaseHook):
     """Runs a LaunchRequest as an Indexed Job + headless Service; see the module docstring."""
 
-    supports_defer = True
-    mounts_channels = True  # cache entries are sub-path mounts, read-only, at input/data/<channel>
+    backend = "kubernetes"
+    # Cache entries are sub-path mounts, read-only, at input/data/<channel>.
+    capabilities = Capabilities(deferrable=True, mounts_channels=True)
 
     def __init__(self, settings: Any | None = None, default_image: str | None = None) -> None:
         super().__init__()
@@ -173,6 +140,9 @@ class KubernetesLauncherHook(BaseHook):
     def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str] | None:
         return None  # the headless Service gives every host a DNS name
 
+    def master_port(self) -> int:
+        return DEFAULT_MASTER_PORT  # every pod has its own network namespace: no collisions
+
     def start(self, request: LaunchRequest) -> None:
         """Create the Job and its Service, or reattach to the Job a previous try created."""
         from kubernetes.client.rest import ApiException
@@ -195,7 +165,7 @@ class KubernetesLauncherHook(BaseHook):
                 created = batch.create_namespaced_job(namespace=namespace, body=manifest)
             except ApiException as err:
                 if err.status != 409:
-                    raise _api_error(f"create Job {name}", namespace, err) from None
+                    raise api_error(f"create Job {name}", namespace, err) from None
             else:
                 clear_outcome_markers(request.job_root)
                 self.log.info(
@@ -216,7 +186,7 @@ class KubernetesLauncherHook(BaseHook):
                 self.log.info("Job %s/%s from an earlier try is being deleted; waiting for it to go", namespace, name)
                 self._wait_deleted(name, namespace)
                 continue
-            state = _finished_state(existing)
+            state = finished_state(existing)
             if state == "Failed":
                 self.log.info(
                     "Job %s/%s from an earlier try failed; deleting it to start the training afresh", namespace, name
@@ -237,7 +207,9 @@ class KubernetesLauncherHook(BaseHook):
             f"Job {namespace}/{name} kept appearing and disappearing while starting; check who else manages it"
         )
 
-    def trigger(self, request: LaunchRequest) -> KubernetesTrainingJobTrigger:
+    def trigger(self, request: LaunchRequest):
+        from operators.triggers.kubernetes_job import KubernetesTrainingJobTrigger
+
         options = self.options(request)
         return KubernetesTrainingJobTrigger(
             name=kube_name(request.job_name),
@@ -280,7 +252,7 @@ class KubernetesLauncherHook(BaseHook):
             on_line(f"[kubernetes] stopping Job {name}: {event['failure_class']} is not worth retrying in the cluster")
             self.stop(request)
         message = event.get("message") or "the training Job failed"
-        reason = read_failure_reason(request.job_root) if event.get("exit_code") in (1, 2, 3, 4) else None
+        reason = read_failure_reason(request.job_root) if is_runtime_exit_code(event.get("exit_code")) else None
         reason = reason or event.get("detail")
         return LaunchResult(
             succeeded=False,
@@ -303,7 +275,7 @@ class KubernetesLauncherHook(BaseHook):
         except ApiException as err:
             if err.status == 404:
                 return None
-            raise _api_error(f"read Job {name}", namespace, err) from None
+            raise api_error(f"read Job {name}", namespace, err) from None
 
     def _check_ownership(self, existing: Any, request: LaunchRequest, manifest: Mapping[str, Any]) -> None:
         name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
@@ -335,13 +307,13 @@ class KubernetesLauncherHook(BaseHook):
                 return
             except ApiException as err:
                 if err.status != 409:
-                    raise _api_error(f"create Service {name}", namespace, err) from None
+                    raise api_error(f"create Service {name}", namespace, err) from None
             try:
                 existing = core.read_namespaced_service(name=name, namespace=namespace)
             except ApiException as err:
                 if err.status == 404:
                     continue
-                raise _api_error(f"read Service {name}", namespace, err) from None
+                raise api_error(f"read Service {name}", namespace, err) from None
             owners = {ref.uid for ref in existing.metadata.owner_references or []}
             if job_uid in owners:
                 return
@@ -351,7 +323,7 @@ class KubernetesLauncherHook(BaseHook):
                 core.delete_namespaced_service(name=name, namespace=namespace)
             except ApiException as err:
                 if err.status != 404:
-                    raise _api_error(f"replace Service {name}", namespace, err) from None
+                    raise api_error(f"replace Service {name}", namespace, err) from None
         raise KubernetesLaunchError(f"could not create Service {namespace}/{name}; check who else manages it")
 
     def _wait_deleted(self, name: str, namespace: str) -> None:
@@ -365,29 +337,7 @@ class KubernetesLauncherHook(BaseHook):
             time.sleep(1)
 
     def _delete(self, name: str, namespace: str, propagation_policy: str) -> None:
-        from kubernetes.client import V1DeleteOptions
-        from kubernetes.client.rest import ApiException
-
-        core, batch = self.kube.core_v1_client, self.kube.batch_v1_client
-        steps = (
-            ("delete Job", lambda: batch.delete_namespaced_job(
-                name=name, namespace=namespace, body=V1DeleteOptions(propagation_policy=propagation_policy)
-            )),
-            # Pods the garbage collector would get to later (Background) or that lost their owner.
-            ("delete pods of Job", lambda: core.delete_collection_namespaced_pod(
-                namespace=namespace, label_selector=f"{JOB_LABEL}={name}"
-            )),
-            ("delete Service", lambda: core.delete_namespaced_service(name=name, namespace=namespace)),
-        )
-        errors = []
-        for action, call in steps:
-            try:
-                call()
-            except ApiException as err:
-                if err.status != 404:
-                    errors.append(_api_error(f"{action} {name}", namespace, err))
-        if errors:
-            raise errors[0]
+        delete_job(self.kube.core_v1_client, self.kube.batch_v1_client, name, namespace, propagation_policy)
         self.log.info(
             "Deleted Job %s/%s (propagation %s), its pods and its Service", namespace, name, propagation_policy
         )
@@ -405,9 +355,7 @@ class KubernetesLauncherHook(BaseHook):
             cursor_state = list(cursors.get(pod) or [0, 0])
             # Only the recent part of a long log: from a while before the last line seen (the margin
             # absorbs a clock difference with the node; the cursor drops what was passed on already).
-            since = None
-            if cursor_state[0]:
-                since = max(1, int(time.time() - cursor_state[0] / 1e9) + CATCH_UP_MARGIN_SECONDS)
+            since = since_seconds(cursor_state, CATCH_UP_MARGIN_SECONDS, time.time())
             try:
                 response = core.read_namespaced_pod_log(
                     name=pod,

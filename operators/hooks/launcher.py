@@ -1,22 +1,18 @@
-"""What every launch backend receives and returns, and how the launch stage picks a backend.
+"""The launch layer's base: what every backend receives and returns, what it must offer, and how exit codes
+and registry answers map to failure classes. No backend is imported here (see launcher_registry.py).
 
-A backend is a hook with:
-  hosts(job_name, instance_count) -> list[str]       host names written to resourceconfig.json
-  host_addresses(job_name, instance_count) -> dict | None   name -> address where names don't resolve (local)
-  run(request, on_line) -> LaunchResult              blocking: start (or reattach), stream logs, wait
-  stop(request) -> None                              on_kill: stop the remote work, leave nothing behind
-  mounts_channels: bool                              True: the backend mounts cache entries at input/data/<ch>
-Deferrable backends (supports_defer = True) also have:
-  start(request) -> None                             create (or reattach to) the remote work
-  trigger(request) -> BaseTrigger                    waits in the triggerer
-  result_from_event(request, event, on_line) -> LaunchResult
+Every backend implements :class:`Launcher`. Optional abilities are declared in its ``capabilities``
+(a :class:`Capabilities`), never probed with hasattr: a backend declaring ``deferrable`` also implements
+:class:`DeferrableLauncher` (start -> trigger -> result_from_event, waiting in the triggerer).
 """
 
 from __future__ import annotations
 
-import os
+import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+from training_runtime import errors as runtime_errors
 
 LineCallback = Callable[[str], None]
 
@@ -29,6 +25,40 @@ IMAGE_ERROR = "image_error"  # image cannot be pulled / is invalid: fail fast
 EVICTED = "evicted"  # evicted or preempted: retryable, resumes from checkpoint
 
 RETRYABLE_CLASSES = frozenset({PLATFORM_ERROR, EVICTED})
+
+# The runtime's exit codes (training_runtime.errors): 1-3 are the user's to fix, 4 is ours.
+USER_EXIT_CODES = (runtime_errors.USER_CODE_FAILED, runtime_errors.INVALID_JOB, runtime_errors.REQUIREMENTS_FAILED)
+PLATFORM_EXIT_CODE = runtime_errors.PLATFORM_ERROR
+_EXIT_MEANINGS = {
+    runtime_errors.USER_CODE_FAILED: "the training code failed",
+    runtime_errors.INVALID_JOB: "the job was refused as invalid",
+    runtime_errors.REQUIREMENTS_FAILED: "installing code/requirements.txt failed",
+    runtime_errors.PLATFORM_ERROR: "the training runtime failed (platform error)",
+}
+DEFAULT_MASTER_PORT = 29500
+
+
+def is_runtime_exit_code(code: int | None) -> bool:
+    """An exit code `train` itself chose (1-4): output/failure says why."""
+    return code is not None and 1 <= code <= PLATFORM_EXIT_CODE
+
+
+def exit_failure_class(code: int | None) -> str:
+    return USER_ERROR if code in USER_EXIT_CODES else PLATFORM_ERROR
+
+
+def describe_exit(code: int | None, otherwise: str = "the container was killed or crashed") -> str:
+    """What a non-zero exit code of `train` means, in words."""
+    return _EXIT_MEANINGS.get(code, otherwise)
+
+
+# Registries answer a pull rate limit with HTTP 429 "toomanyrequests"; that is worth waiting out.
+_RATE_LIMITED = re.compile(r"toomanyrequests|too many requests|\b429\b|rate limit|rate exceeded|pull qps", re.I)
+
+
+def is_rate_limited(message: str) -> bool:
+    """An image registry's "come back later" (retry for a while) rather than a definite refusal."""
+    return bool(_RATE_LIMITED.search(message or ""))
 
 
 @dataclass(frozen=True)
@@ -78,48 +108,50 @@ class LaunchResult:
         return self.failure_class in RETRYABLE_CLASSES
 
 
-FAILURE_REASON_MAX_CHARS = 4000
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the :class:`Launcher` protocol, declared by the backend."""
+
+    deferrable: bool = False  # implements DeferrableLauncher: the wait can move to the triggerer
+    mounts_channels: bool = False  # mounts cache entries at input/data/<channel> (else the stage links them)
 
 
-def read_failure_reason(job_root: str) -> str | None:
-    """The runtime's (or the user's) output/failure of a job root, trimmed to its last 4000 characters.
+@runtime_checkable
+class Launcher(Protocol):
+    """A launch backend: a hook that runs a LaunchRequest somewhere and reports a LaunchResult."""
 
-    Every layout keeps output/ at the root, so this holds for all of them.
-    """
-    try:
-        with open(os.path.join(job_root, "output", "failure"), encoding="utf-8", errors="replace") as handle:
-            text = handle.read(64 * 1024).strip()
-    except OSError:
-        return None
-    if len(text) > FAILURE_REASON_MAX_CHARS:
-        text = "..." + text[-FAILURE_REASON_MAX_CHARS:]
-    return text or None
+    backend: str
+    capabilities: Capabilities
 
+    def hosts(self, job_name: str, instance_count: int) -> list[str]:
+        """Host names written to resourceconfig.json (what peers use to reach each other)."""
 
-def clear_outcome_markers(job_root: str) -> None:
-    """A fresh start must not be judged by the success/failure files of an earlier try."""
-    for marker in ("success", "failure"):
-        try:
-            os.remove(os.path.join(job_root, "output", marker))
-        except FileNotFoundError:
-            pass
+    def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str] | None:
+        """name -> address where host names don't resolve (local), else None."""
 
+    def master_port(self) -> int:
+        """The port distributed launchers rendezvous on (MASTER_PORT)."""
 
-BACKENDS = ("local", "kubernetes", "docker")
+    def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:
+        """Blocking: start (or reattach), stream the logs into on_line, wait, return the result."""
+
+    def stop(self, request: LaunchRequest) -> None:
+        """on_kill: stop the remote work and leave nothing behind; what is gone already is fine."""
 
 
-def launcher_for(backend: str):
-    """The launcher hook of a backend (imported lazily: each pulls in its own client library)."""
-    if backend == "local":
-        from operators.hooks.local_launcher import LocalLauncherHook
+@runtime_checkable
+class DeferrableLauncher(Launcher, Protocol):
+    """A backend with capabilities.deferrable: the wait happens in the triggerer."""
 
-        return LocalLauncherHook()
-    if backend == "kubernetes":
-        from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
+    @property
+    def deferrable_default(self) -> bool:
+        """Whether to defer when the operator does not say."""
 
-        return KubernetesLauncherHook()
-    if backend == "docker":
-        from operators.hooks.docker_launcher import DockerLauncherHook
+    def start(self, request: LaunchRequest) -> None:
+        """Create (or reattach to) the remote work."""
 
-        return DockerLauncherHook()
-    raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}; set the spec's 'backend' field")
+    def trigger(self, request: LaunchRequest) -> Any:
+        """The BaseTrigger that waits for it."""
+
+    def result_from_event(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> LaunchResult:
+        """The trigger's event -> the result (catching up the end of the logs into on_line)."""

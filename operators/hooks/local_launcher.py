@@ -24,16 +24,17 @@ from operators.hooks.launcher import (
     PLATFORM_ERROR,
     TIMEOUT,
     USER_ERROR,
+    USER_EXIT_CODES,
+    Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
-    read_failure_reason,
 )
+from operators.hooks.outcome import read_failure_reason
 
 log = logging.getLogger(__name__)
 
 PIDS_FILE = ".launch-pids.json"
-USER_EXIT_CODES = {1, 2, 3}  # the runtime's user errors (see runtime/README.md)
 KILL_GRACE_SECONDS = 10.0
 PEER_FAILURE_GRACE_SECONDS = 15.0
 
@@ -101,8 +102,8 @@ def _running(proc) -> bool:
 
 class LocalLauncherHook:
     backend = "local"
-    supports_defer = False
-    mounts_channels = False  # input/data/<channel> is a link into the cache
+    # Blocking only (the processes are children of this worker); input/data/<channel> is a link into the cache.
+    capabilities = Capabilities(deferrable=False, mounts_channels=False)
 
     def __init__(self, python: str | None = None):
         self.python = python or sys.executable

@@ -43,7 +43,7 @@ class LaunchTrainingOperator(JobStageOperator):
     @property
     def launcher(self):
         if self._launcher is None:
-            from operators.hooks.launcher import launcher_for
+            from operators.hooks.launcher_registry import launcher_for
 
             self._launcher = launcher_for(self.spec.backend)
         return self._launcher
@@ -92,8 +92,8 @@ class LaunchTrainingOperator(JobStageOperator):
         self._stop_reason = None
         request = self.launch_request()
         context["ti"].xcom_push(key="job_root", value=request.job_root)
-        use_defer = self.launcher.supports_defer and (
-            self.deferrable if self.deferrable is not None else getattr(self.launcher, "deferrable_default", True))
+        use_defer = self.launcher.capabilities.deferrable and (
+            self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)
         if use_defer:
             self.launcher.start(request)
             # The launcher enforces max_run_seconds (activeDeadlineSeconds); this is the safety net behind it.
@@ -157,6 +157,7 @@ class LaunchTrainingOperator(JobStageOperator):
     def _finish(self, request, result, metrics, sync) -> dict:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+        from operators.hooks.outcome import record_failure
         from operators.metrics import METRICS_FILE
 
         metrics.read_file(os.path.join(request.job_root, METRICS_FILE))
@@ -170,13 +171,8 @@ class LaunchTrainingOperator(JobStageOperator):
         if result.succeeded:
             self.log.info("Training %s succeeded; final metrics: %s", self.spec.job_name, metrics.final() or "none")
             return summary
-        failure = self.layout.failure_file
-        if not os.path.isfile(failure):  # killed before the runtime could say why (timeout, eviction, ...)
-            os.makedirs(os.path.dirname(failure), exist_ok=True)
-            with open(failure, "w") as f:
-                f.write(f"{result.failure_reason}\n")
-        if os.path.isfile(self.layout.success_file):
-            os.unlink(self.layout.success_file)
+        # The runtime's own reason stays; else (timeout, eviction, ...) the launcher's.
+        record_failure(self.layout.root, str(result.failure_reason))
         message = f"training job {self.spec.job_name} failed ({result.failure_class}): {result.failure_reason}"
         if result.retryable:
             raise AirflowException(message)
@@ -217,12 +213,10 @@ class LaunchTrainingOperator(JobStageOperator):
     def _end_stopped_early(self) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        failure = self.layout.failure_file
-        os.makedirs(os.path.dirname(failure), exist_ok=True)
-        with open(failure, "w") as f:  # replaces the runtime's "stopped by SIGTERM": this is why it was stopped
-            f.write(f"stopped early: {self._stop_reason}\n")
-        if os.path.isfile(self.layout.success_file):
-            os.unlink(self.layout.success_file)
+        from operators.hooks.outcome import record_failure
+
+        # Replaces the runtime's "stopped by SIGTERM": this is why it was stopped.
+        record_failure(self.layout.root, f"stopped early: {self._stop_reason}", replace=True)
         raise AirflowSkipException(f"training {self.spec.job_name} stopped early: {self._stop_reason}")
 
     def on_kill(self) -> None:

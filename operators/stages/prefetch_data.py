@@ -16,10 +16,10 @@ class PrefetchDataOperator(JobStageOperator):
 
     def execute(self, context) -> dict:
         from operators.hooks.data_cache import DataCacheHook
-        from operators.hooks.launcher import launcher_for
+        from operators.hooks.launcher_registry import launcher_for
 
         cache = DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes)
-        mounts = launcher_for(self.spec.backend).mounts_channels
+        mounts = launcher_for(self.spec.backend).capabilities.mounts_channels
         channels = {}
         for channel, uri in self.spec.inputs.items():
             entry = cache.prefetch(uri, user=self.spec.job_name)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from operators.stages.base import JobStageOperator
@@ -22,7 +21,8 @@ class WriteConfigsOperator(JobStageOperator):
     def execute(self, context) -> dict:
         from training_runtime.config import write_config_files
 
-        from operators.hooks.launcher import launcher_for
+        from operators.hooks.launcher_registry import launcher_for
+        from operators.hooks.outcome import clear_outcome_markers
 
         spec, layout = self.spec, self.layout
         launcher = launcher_for(spec.backend)
@@ -37,7 +37,7 @@ class WriteConfigsOperator(JobStageOperator):
             "command": spec.command,
             "distribution": spec.distribution,
             "processes_per_host": spec.processes_per_host,
-            "master_port": launcher.master_port() if hasattr(launcher, "master_port") else 29500,
+            "master_port": launcher.master_port(),
             "num_gpus": int(resources.get("gpu") or 0),
             "channel_files": {
                 name: info["file_name"] for name, info in channels.items() if info["is_file"]
@@ -56,7 +56,6 @@ class WriteConfigsOperator(JobStageOperator):
             input_data_config={name: {"TrainingInputMode": "File"} for name in channel_names},
             job_config=job_config,
         )
-        for stale in (layout.success_file, layout.failure_file):
-            Path(stale).unlink(missing_ok=True)
+        clear_outcome_markers(layout.root)
         self.log.info("Configs written to %s for hosts %s", layout.config_dir, hosts)
         return {"hosts": hosts, "config_dir": layout.config_dir}

@@ -118,7 +118,7 @@ def test_deferred_run_succeeds_and_no_log_line_is_lost_or_repeated(kube, workspa
     name = kube_name(request.job_name)
     assert hook.hosts(request.job_name, 2) == [f"{name}-0.{name}", f"{name}-1.{name}"]
     assert hook.host_addresses(request.job_name, 2) is None
-    assert hook.supports_defer and hook.deferrable_default  # [training.kubernetes] deferrable = True
+    assert hook.capabilities.deferrable and hook.deferrable_default  # [training.kubernetes] deferrable = True
 
     hook.start(request)
     job = kube.job(name)

@@ -1,0 +1,43 @@
+"""The names of each container backend's per-job options (the spec's backend options section, passed to the
+launcher as LaunchRequest.options). Kept apart from the backends so that one backend can tell "another backend's
+option" from a typo without importing that backend.
+"""
+
+from __future__ import annotations
+
+KUBERNETES_OPTION_KEYS = (
+    "namespace",
+    "workspace_pvc",
+    "workspace_subpath",
+    "service_account",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "priority_class",
+    "node_selector",
+    "tolerations",
+    "keep_finished_jobs",
+    "ttl_seconds_after_finished",
+    "run_as_user",
+    "security_context",
+    "container_security_context",
+    "labels",
+    "annotations",
+    "backoff_limit",
+    "gpu_resource",
+    "shm_size",
+    "secret_env",
+    "env_from_secrets",
+    "image_pull_grace_seconds",
+    "poll_interval",
+    "propagation_policy",
+)
+
+DOCKER_OPTION_KEYS = (
+    "user",
+    "shm_size",
+    "keep_containers",
+    "host_workspace",
+    "image_pull_grace_seconds",
+    "poll_interval",
+    "stop_timeout",
+)

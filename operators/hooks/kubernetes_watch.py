@@ -1,0 +1,419 @@
+"""Following a training Job on Kubernetes until it succeeds or a failure is certain: the watch the trigger runs
+in the triggerer (deferrable mode) and the Kubernetes launcher runs on the worker (blocking mode).
+
+Why our own watch and not the provider's KubernetesJobTrigger: that one waits for the Job's Complete/Failed
+condition and nothing else, so a pod stuck in ImagePullBackOff / InvalidImageName never fails the Job (the task
+would wait forever); an OOMKilled pod is retried by the Job controller until backoffLimit and the event says only
+"BackoffLimitExceeded"; it streams no pod logs while waiting, and its event carries ``job.to_dict()`` rather than
+primitives. What we reuse from the provider: AsyncKubernetesHook (connections, ``get_job_status`` with its retry
+policy) and ``detect_pod_terminate_early_issues`` (which image-pull errors are permanent).
+
+:meth:`JobWatch.run` returns an event of primitives only:
+
+  {"status": "success" | "failed", "name", "namespace", "failure_class", "message", "exit_code", "host",
+   "job_finished": bool,           # False: we gave up early (image error, OOM): the Job must be stopped
+   "pods": {pod name: index},      # every pod seen, for the final log catch-up
+   "log_cursors": {pod name: [last timestamp ns, lines seen at it]}}
+
+Logs: each running pod's log is followed (follow=true, timestamps=true, operators/hooks/log_stream.py); the
+consumer of the event fetches each pod's log once more at the end and passes on only the lines after the cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from operators.hooks.launcher import (
+    EVICTED,
+    IMAGE_ERROR,
+    OOM,
+    PLATFORM_ERROR,
+    TIMEOUT,
+    USER_ERROR,
+    describe_exit,
+    exit_failure_class,
+    is_rate_limited,
+    is_runtime_exit_code,
+)
+from operators.hooks.kubernetes_pods import (
+    DEFINITE_PULL_ERROR,
+    FATAL_WAITING_REASONS,
+    MISSING_CLAIM,
+    PULL_WAITING_REASONS,
+    disruption,
+    pod_index,
+    pull_error_is_permanent,
+    short_text,
+    train_status,
+)
+from operators.hooks.log_stream import Emit, LogCursor, deliver_line, since_seconds
+from operators.kubernetes_manifests import CONTAINER_NAME
+from operators.kubernetes_names import JOB_LABEL
+
+# Reconnecting a follow stream asks for a little more than the time since the last line seen, so a clock
+# difference between this machine and the node loses nothing (the cursor drops what was seen already).
+SINCE_MARGIN_SECONDS = 120
+HEARTBEAT_SECONDS = 300
+NO_PODS_HINT_SECONDS = 60
+
+
+class JobWatch:
+    """Follows one training Job until it succeeds or a failure is certain; see the module docstring."""
+
+    def __init__(
+        self,
+        hook: Any,
+        *,
+        name: str,
+        namespace: str,
+        instance_count: int,
+        poll_interval: float,
+        image_pull_grace_seconds: float,
+        emit: Emit,
+    ):
+        self.hook = hook
+        self.name = name
+        self.namespace = namespace
+        self.instance_count = instance_count
+        self.poll_interval = poll_interval
+        self.image_pull_grace_seconds = image_pull_grace_seconds
+        self.emit = emit
+        self.cursors: dict[str, list[int]] = {}
+        self.pods: dict[str, int] = {}
+        self.phases: dict[str, str] = {}
+        self.done: set[str] = set()  # pods whose container has terminated
+        self.followers: dict[str, asyncio.Task] = {}
+        self.disruptions: dict[str, str] = {}  # pod -> why
+        self.throttled_since: dict[str, float] = {}
+        self.said: set[str] = set()
+        self.started = time.monotonic()
+        self.last_heartbeat = self.started
+
+    def host(self, pod_name: str) -> str:
+        return f"{self.name}-{self.pods.get(pod_name, 0)}"
+
+    def say(self, message: str, once_key: str | None = None) -> None:
+        if once_key is not None:
+            if once_key in self.said:
+                return
+            self.said.add(once_key)
+        self.emit(f"[kubernetes] {message}")
+
+    # ---- logs -----------------------------------------------------------------------------------------
+    def deliver(self, pod_name: str, raw: bytes, cursor: LogCursor) -> None:
+        deliver_line(raw, cursor, self.emit, self.host(pod_name) if self.instance_count > 1 else None)
+
+    async def follow(self, core: Any, pod_name: str) -> None:
+        cursor_state = self.cursors.setdefault(pod_name, [0, 0])
+        while True:
+            since = since_seconds(cursor_state, SINCE_MARGIN_SECONDS, time.time())
+            try:
+                # _preload_content=False: an aiohttp response to read as it comes; errors are not raised.
+                response = await core.read_namespaced_pod_log(
+                    name=pod_name,
+                    namespace=self.namespace,
+                    container=CONTAINER_NAME,
+                    follow=True,
+                    timestamps=True,
+                    since_seconds=since,
+                    _preload_content=False,
+                    _request_timeout=(30, 600),
+                )
+                try:
+                    if response.status == 404:
+                        return
+                    if response.status == 200:
+                        cursor = LogCursor(cursor_state)
+                        buffer = b""
+                        async for chunk in response.content.iter_any():
+                            buffer += chunk
+                            *lines, buffer = buffer.split(b"\n")
+                            for raw in lines:
+                                self.deliver(pod_name, raw, cursor)
+                        # An unterminated last piece may be a line cut by a dropped connection: the next
+                        # read (or the final catch-up) passes it on whole.
+                finally:
+                    response.close()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # connection dropped, read timeout: resume from the cursor
+                self.say(f"log stream of {self.host(pod_name)} interrupted ({type(err).__name__}); resuming")
+            # The stream ended: the container exited (the next poll will tell) or the connection dropped.
+            if pod_name in self.done:
+                return
+            await asyncio.sleep(self.poll_interval)
+            if pod_name in self.done:
+                return
+
+    def start_followers(self, core: Any, pods: list[Any]) -> None:
+        for pod in pods:
+            name = pod.metadata.name
+            self.pods.setdefault(name, pod_index(pod))  # before its first line: the host prefix needs it
+            status = train_status(pod)
+            state = status.state if status else None
+            started = state is not None and (state.running is not None or state.terminated is not None)
+            if started and name not in self.followers:
+                self.followers[name] = asyncio.ensure_future(self.follow(core, name))
+
+    async def stop_followers(self, wait: float) -> None:
+        """Let the streams of exited containers end by themselves (briefly); cut the others."""
+        ending = [task for pod, task in self.followers.items() if pod in self.done and not task.done()]
+        if ending:
+            await asyncio.wait(ending, timeout=wait)
+        for task in self.followers.values():
+            if not task.done():
+                task.cancel()
+        for task in self.followers.values():
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    # ---- state ----------------------------------------------------------------------------------------
+    def observe(self, pods: list[Any]) -> None:
+        """Record what the pods tell and report changes (each once: the task log stays readable)."""
+        for pod in pods:
+            name = pod.metadata.name
+            self.pods.setdefault(name, pod_index(pod))
+            host = self.host(name)
+            phase = (pod.status and pod.status.phase) or "Pending"
+            if self.phases.get(name) != phase:
+                self.say(f"{host} (pod {name}): {phase}")
+                self.phases[name] = phase
+            status = train_status(pod)
+            if status is not None and status.state is not None and status.state.terminated is not None:
+                self.done.add(name)
+            why = disruption(pod)
+            if why and name not in self.disruptions:
+                self.disruptions[name] = why
+                self.say(
+                    f"{host} (pod {name}) was evicted or preempted ({why}); Kubernetes replaces it and the "
+                    "training resumes from its last checkpoint"
+                )
+            for condition in (pod.status and pod.status.conditions) or []:
+                if condition.type == "PodScheduled" and condition.status == "False" and condition.message:
+                    self.say(f"{host} waits for a node: {condition.message}", f"sched:{name}:{condition.message}")
+
+    def fail_fast(self, pods: list[Any]) -> dict[str, Any] | None:
+        """Failures not worth waiting for the Job controller on: bad image, OOM, broken config."""
+        now = time.monotonic()
+        for pod in pods:
+            name = pod.metadata.name
+            host = self.host(name)
+            for condition in (pod.status and pod.status.conditions) or []:
+                missing = MISSING_CLAIM.search(condition.message or "")
+                if condition.type == "PodScheduled" and condition.status == "False" and missing:
+                    return self.failure(
+                        USER_ERROR,
+                        f"{host} cannot be scheduled: {condition.message}; create the ReadWriteMany claim "
+                        f"{missing.group(1)!r} of the workspace in namespace {self.namespace} (or set "
+                        "[training.kubernetes] workspace_pvc)",
+                        host=host,
+                        finished=False,
+                    )
+            status = train_status(pod)
+            if status is None or status.state is None:
+                continue
+            waiting, terminated = status.state.waiting, status.state.terminated
+            if terminated is not None and terminated.reason == "OOMKilled":
+                return self.failure(
+                    OOM,
+                    f"{host} ran out of memory (OOMKilled, exit code {terminated.exit_code}); "
+                    "raise resources.memory or lower the batch size",
+                    exit_code=terminated.exit_code,
+                    host=host,
+                    finished=False,
+                )
+            if waiting is None:
+                continue
+            reason, detail = waiting.reason or "", waiting.message or ""
+            if reason in FATAL_WAITING_REASONS:
+                return self.image_failure(host, reason, detail)
+            if reason in PULL_WAITING_REASONS:
+                # Before kubelet 1.32 the back-off message does not repeat the pull error: a pod seen
+                # rate-limited stays so until the registry says something definite.
+                throttled = is_rate_limited(detail) or (
+                    name in self.throttled_since and reason == "ImagePullBackOff" and not DEFINITE_PULL_ERROR.search(detail)
+                )
+                if not throttled and pull_error_is_permanent(pod):
+                    return self.image_failure(host, reason, detail)
+                first = self.throttled_since.setdefault(name, now)
+                self.say(
+                    f"{host}: the registry refuses to serve the image for now ({reason}: {detail}); "
+                    f"retrying for up to {int(self.image_pull_grace_seconds)} s",
+                    f"throttled:{name}",
+                )
+                if now - first > self.image_pull_grace_seconds:
+                    return self.image_failure(
+                        host, reason, f"still rate-limited after {int(now - first)} s: {detail}"
+                    )
+            elif reason == "CreateContainerConfigError":
+                return self.failure(
+                    USER_ERROR,
+                    f"{host} cannot start: {detail or reason}; create the Secret/ConfigMap it refers to "
+                    "(options.secret_env / env_from_secrets) in namespace " + self.namespace,
+                    host=host,
+                    finished=False,
+                )
+        return None
+
+    def image_failure(self, host: str, reason: str, detail: str) -> dict[str, Any]:
+        return self.failure(
+            IMAGE_ERROR,
+            f"{host} cannot pull its image ({reason}): {detail}; check image_uri, the registry and "
+            "image_pull_secrets",
+            host=host,
+            finished=False,
+        )
+
+    def failure(
+        self,
+        failure_class: str,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        host: str | None = None,
+        finished: bool = True,
+    ) -> dict[str, Any]:
+        return {
+            "status": "failed",
+            "failure_class": failure_class,
+            "message": message,
+            "detail": None,
+            "exit_code": exit_code,
+            "host": host,
+            "job_finished": finished,
+        }
+
+    def job_failure(self, condition: Any, pods: list[Any]) -> dict[str, Any]:
+        reason = condition.reason or "Failed"
+        failed = []
+        for pod in pods:
+            status = train_status(pod)
+            terminated = status.state.terminated if status and status.state else None
+            if terminated is not None and terminated.exit_code:
+                finished_at = terminated.finished_at
+                failed.append((pod.metadata.name, terminated, str(finished_at or "")))
+        # The runtime's own exit codes (1-4) name the cause; 137/143 are the peers the Job controller killed.
+        failed.sort(key=lambda item: (not is_runtime_exit_code(item[1].exit_code), item[2]))
+        if reason == "DeadlineExceeded":
+            return self.failure(
+                TIMEOUT,
+                f"the job ran longer than max_run_seconds and Kubernetes stopped it ({condition.message or reason})",
+            )
+        for name, terminated, _ in failed:
+            if terminated.reason == "OOMKilled":
+                return self.failure(
+                    OOM,
+                    f"{self.host(name)} ran out of memory (OOMKilled); raise resources.memory or lower the batch size",
+                    exit_code=terminated.exit_code,
+                    host=self.host(name),
+                )
+        if self.disruptions and (self.instance_count > 1 or not failed):
+            pod, why = next(iter(self.disruptions.items()))
+            after = ""
+            if failed:
+                name, terminated, _ = failed[0]
+                after = f"; then {self.host(name)} failed with exit code {terminated.exit_code}"
+            return self.failure(
+                EVICTED,
+                f"{self.host(pod)} was evicted or preempted ({why}){after}; retry to resume from the last checkpoint",
+                exit_code=failed[0][1].exit_code if failed else None,
+                host=self.host(pod),
+            )
+        if failed:
+            name, terminated, _ = failed[0]
+            code = terminated.exit_code
+            failure_class = exit_failure_class(code)
+            what = describe_exit(code, f"the container was killed or crashed ({terminated.reason or 'Error'})")
+            result = self.failure(
+                failure_class, f"{what} on {self.host(name)}, exit code {code}", exit_code=code, host=self.host(name)
+            )
+            # The pod's termination message: its last log lines (terminationMessagePolicy FallbackToLogsOnError).
+            result["detail"] = short_text(terminated.message, 2000) or None
+            return result
+        return self.failure(PLATFORM_ERROR, f"Kubernetes failed the Job: {reason}: {condition.message or ''}".strip())
+
+    def verdict(self, job: Any, pods: list[Any]) -> dict[str, Any] | None:
+        self.observe(pods)
+        conditions = {c.type: c for c in (job.status and job.status.conditions) or [] if c.status == "True"}
+        if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+            return {
+                "status": "success",
+                "failure_class": None,
+                "message": "completed",
+                "detail": None,
+                "exit_code": 0,
+                "host": None,
+                "job_finished": True,
+            }
+        failed = conditions.get("Failed") or conditions.get("FailureTarget")
+        if failed is not None:
+            return self.job_failure(failed, pods)
+        early = self.fail_fast(pods)
+        if early is not None:
+            return early
+        now = time.monotonic()
+        if not pods and now - self.started > NO_PODS_HINT_SECONDS:
+            self.say(
+                f"Kubernetes has created no pod for Job {self.name} after {NO_PODS_HINT_SECONDS} s; see "
+                f"`kubectl -n {self.namespace} describe job {self.name}` (quota, Pod Security admission, ...)",
+                "no-pods",
+            )
+        if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
+            self.last_heartbeat = now
+            running = sum(1 for p in pods if p.status and p.status.phase == "Running")
+            self.say(f"Job {self.name}: {running}/{self.instance_count} hosts running, {int(now - self.started)} s")
+        return None
+
+    # ---- the loop -------------------------------------------------------------------------------------
+    async def list_pods(self, core: Any) -> list[Any]:
+        result = await core.list_namespaced_pod(namespace=self.namespace, label_selector=f"{JOB_LABEL}={self.name}")
+        return list(result.items or [])
+
+    async def run(self) -> dict[str, Any]:
+        from kubernetes_asyncio.client import CoreV1Api
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        errors = 0
+        result: dict[str, Any] | None = None
+        try:
+            async with self.hook.get_conn() as api:
+                core = CoreV1Api(api)
+                while result is None:
+                    try:
+                        job = await self.hook.get_job_status(name=self.name, namespace=self.namespace)
+                        pods = await self.list_pods(core)
+                        errors = 0
+                    except ApiException as err:
+                        if err.status == 404:
+                            result = self.failure(
+                                PLATFORM_ERROR,
+                                f"Job {self.namespace}/{self.name} no longer exists (deleted outside Airflow?); "
+                                "retry to start it again",
+                            )
+                            break
+                        errors += 1
+                        if errors >= 10:
+                            raise
+                        self.say(f"Kubernetes API error {err.status} while watching; retrying", f"api:{err.status}")
+                        await asyncio.sleep(self.poll_interval)
+                        continue
+                    self.start_followers(core, pods)
+                    result = self.verdict(job, pods)
+                    if result is None:
+                        await asyncio.sleep(self.poll_interval)
+                # Give the follow streams a moment to end on their own (containers have exited).
+                await self.stop_followers(wait=2.0)
+        finally:
+            for task in self.followers.values():
+                task.cancel()
+        result.update(
+            name=self.name,
+            namespace=self.namespace,
+            pods=dict(self.pods),
+            log_cursors={pod: list(cursor) for pod, cursor in self.cursors.items()},
+        )
+        return result
