@@ -26,25 +26,31 @@ EVICTED = "evicted"  # evicted or preempted: retryable, resumes from checkpoint
 
 RETRYABLE_CLASSES = frozenset({PLATFORM_ERROR, EVICTED})
 
-# The runtime's exit codes (training_runtime.errors): 1-3 are the user's to fix, 4 is ours.
-USER_EXIT_CODES = (runtime_errors.USER_CODE_FAILED, runtime_errors.INVALID_JOB, runtime_errors.REQUIREMENTS_FAILED)
+# The runtime's exit codes and their classes (training_runtime.errors): 1-3 are the user's to fix, 4 is ours,
+# 137 is the OOM killer's SIGKILL.
+USER_EXIT_CODES = tuple(code for code, cls in runtime_errors.EXIT_CLASSES.items() if cls == USER_ERROR)
 PLATFORM_EXIT_CODE = runtime_errors.PLATFORM_ERROR
 _EXIT_MEANINGS = {
     runtime_errors.USER_CODE_FAILED: "the training code failed",
     runtime_errors.INVALID_JOB: "the job was refused as invalid",
     runtime_errors.REQUIREMENTS_FAILED: "installing code/requirements.txt failed",
     runtime_errors.PLATFORM_ERROR: "the training runtime failed (platform error)",
+    runtime_errors.OUT_OF_MEMORY: "the training was killed (SIGKILL: out of memory, as a rule)",
 }
 DEFAULT_MASTER_PORT = 29500
 
 
 def is_runtime_exit_code(code: int | None) -> bool:
-    """An exit code `train` itself chose (1-4): output/failure says why."""
+    """An exit code `train` chose for a failure it diagnosed (1-4): output/failure says why, and among the hosts
+    of a failed job it names the cause (the others are the peers stopped after it)."""
     return code is not None and 1 <= code <= PLATFORM_EXIT_CODE
 
 
 def exit_failure_class(code: int | None) -> str:
-    return USER_ERROR if code in USER_EXIT_CODES else PLATFORM_ERROR
+    """The failure class of a non-zero exit code, as the runtime classifies it. "stopped" (train ended by a
+    signal) is ours to judge: the launcher stopped it (timeout, early stop, a failed peer) or the platform did."""
+    cls = runtime_errors.failure_class(code)
+    return cls if cls in (USER_ERROR, OOM) else PLATFORM_ERROR
 
 
 def describe_exit(code: int | None, otherwise: str = "the container was killed or crashed") -> str:

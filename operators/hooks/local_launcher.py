@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 
 from operators.hooks.launcher import (
-    PLATFORM_ERROR,
     TIMEOUT,
     USER_ERROR,
-    USER_EXIT_CODES,
     Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
+    exit_failure_class,
 )
 from operators.hooks.outcome import read_failure_reason
 
@@ -223,10 +222,11 @@ class LocalLauncherHook:
         if not bad:
             return LaunchResult(True, 0)
         code = next((c for c in bad if c > 0), bad[0])
-        if code in USER_EXIT_CODES:
+        failure_class = exit_failure_class(code)
+        if failure_class == USER_ERROR:
             return LaunchResult(False, code, reason or f"training failed with exit code {code}", USER_ERROR)
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        return LaunchResult(False, code, reason or f"training process {how}", PLATFORM_ERROR)
+        return LaunchResult(False, code, reason or f"training process {how}", failure_class)
 
     def _record_pids(self, job_root: str) -> None:
         import psutil

@@ -56,7 +56,10 @@ class FakeKubelet(threading.Thread):
                         channel.rmdir()  # the empty mount point the pipeline left
                         channel.symlink_to(self.workspace / mount["subPath"])
         self.api.set_running(name)
-        env = {"PATH": os.environ["PATH"], "JOB_COMPLETION_INDEX": pod["metadata"]["annotations"][INDEX_KEY]}
+        # No cluster DNS here: the pods' host names (<job>-<i>.<job>) never resolve, so the runtime must not wait
+        # for them (a real cluster's headless Service gives them; tests/integration/test_kubernetes_cluster.py).
+        env = {"PATH": os.environ["PATH"], "JOB_COMPLETION_INDEX": pod["metadata"]["annotations"][INDEX_KEY],
+               "TRAINING_HOST_WAIT_SECONDS": "0"}
         proc = subprocess.Popen([sys.executable, "-m", "training_runtime", "--root", str(job_root)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
