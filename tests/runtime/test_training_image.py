@@ -63,3 +63,24 @@ def test_image_refuses_an_invalid_job_with_exit_code_2(image, make_job):
     )
     assert result.returncode == 2
     assert "entry point 'missing.py'" in (job.root / "output/failure").read_text()
+
+
+def test_image_runs_a_plain_sagemaker_root(image, make_job):
+    # What SageMaker mounts: no trainingjobconfig.json, the script named by sagemaker_program.
+    script = (
+        "import json, os, sys\n"
+        "json.dump({'argv': sys.argv, 'hp': os.environ['SM_HP_OPTIMIZER'], 'module': os.environ['SM_MODULE_NAME']},"
+        " open(os.path.join(os.environ['SM_MODEL_DIR'], 'seen.json'), 'w'))\n"
+    )
+    job = make_job(code={"train.py": script}, entry_point=None,
+                   hyperparameters={"sagemaker_program": '"train.py"', "optimizer": '"adam"', "b": "2"})
+    (job.root / "input/config/trainingjobconfig.json").unlink()
+    _open_for_uid_1000(job.root)
+    result = subprocess.run(
+        ["docker", "run", "--rm", "-v", "%s:/opt/ml" % job.root, image],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads((job.root / "model/seen.json").read_text())
+    assert seen == {"argv": ["train.py", "-b", "2", "--optimizer", "adam"], "hp": "adam", "module": "train"}
+    assert (job.root / "output/success").read_text() == ""
