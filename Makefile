@@ -11,11 +11,12 @@ TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
 
 .PHONY: install db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml sdk/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps -e runtime -e .
+	$(PY) -m pip install -q --no-deps -e sdk
 	touch $@
 
 install: $(VENV)/.installed

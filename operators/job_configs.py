@@ -1,0 +1,49 @@
+"""The config files of a job root (input/config/), from a validated spec: the write_configs stage and the SDK's local
+mode (training_sdk, which must not import Airflow) both write them here, so both give the runtime the same contract.
+No Airflow import."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """Write hyperparameters.json, resourceconfig.json, inputdataconfig.json and trainingjobconfig.json for `spec` (a
+    JobSpec) into `layout`, and clear what an earlier attempt left in output/ (success, failure); returns the hosts.
+    `channels`: channel -> {"is_file": bool, "file_name": str} (what the prefetch stage returns)."""
+    from training_runtime.config import write_config_files
+
+    from operators.hooks.outcome import clear_outcome_markers
+
+    hosts = launcher.hosts(spec.job_name, spec.instance_count)
+    channels = dict(channels or {})
+    channel_names = list(spec.inputs) + (["model"] if spec.resume_from else [])
+    resources = dict(spec.resources)
+    job_config = {
+        "job_name": spec.job_name,
+        "layout": spec.layout,
+        "entry_point": spec.entry_point,
+        "command": spec.command,
+        "distribution": spec.distribution,
+        "processes_per_host": spec.processes_per_host,
+        "master_port": launcher.master_port(),
+        "num_gpus": int(resources.get("gpu") or 0),
+        "channel_files": {
+            name: info["file_name"] for name, info in channels.items() if info["is_file"]
+        },
+    }
+    if "cpu" in resources:
+        job_config["num_cpus"] = max(1, int(float(str(resources["cpu"]).rstrip("m")) / (
+            1000 if str(resources["cpu"]).endswith("m") else 1)))
+    addresses = launcher.host_addresses(spec.job_name, spec.instance_count)
+    if addresses:
+        job_config["host_addresses"] = addresses
+    write_config_files(
+        layout,
+        hyperparameters=dict(spec.hyperparameters),  # order kept: it is the order of the script's arguments
+        resource_config={"current_host": hosts[0], "hosts": hosts, "network_interface_name": "eth0"},
+        input_data_config={name: {"TrainingInputMode": "File"} for name in channel_names},
+        job_config=job_config,
+    )
+    clear_outcome_markers(layout.root)
+    return hosts

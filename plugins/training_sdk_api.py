@@ -1,0 +1,102 @@
+"""The SDK's endpoints on the Airflow API server (a FastAPI app mounted at /training-sdk), for what the REST API lacks:
+
+  PUT /training-sdk/code/<sha256>.tar.gz?dag_id=D   a packed source_dir (the request body) into the workspace's staging
+                                                    area, `<workspace>/staging/code/<sha256>.tar.gz`; answers the path
+                                                    to use as the job's source_dir. Code, not data: bodies larger than
+                                                    [training] sdk_code_max_bytes (default 64 MiB) are refused (413).
+                                                    Content-addressed: the same code is stored once; the body must hash
+                                                    to the name (a truncated upload never becomes a source_dir).
+  GET /training-sdk/jobs/<job_name>/metrics?dag_id=D   the job's metric time series (metrics.json of its job root).
+
+Both need the caller's API token (the same bearer token as the REST API) and the right on the DAG: triggering it
+(code upload) or reading its runs (metrics).
+"""
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+
+from airflow.plugins_manager import AirflowPlugin
+
+URL_PREFIX = "/training-sdk"
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime.
+
+
+def _max_bytes() -> int:
+    from airflow.configuration import conf
+
+    return int(conf.get("training", "sdk_code_max_bytes", fallback=str(DEFAULT_MAX_BYTES)) or DEFAULT_MAX_BYTES)
+
+
+def create_app():
+    from fastapi import Depends, FastAPI, HTTPException, Request
+
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    app = FastAPI(title="training-sdk", description="Code upload and job metrics for the training_sdk client")
+
+    @app.put("/code/{name}", dependencies=[Depends(requires_access_dag("POST", DagAccessEntity.RUN))])
+    async def upload_code(name: str, request: Request, dag_id: str):
+        from operators.settings import training_settings
+
+        sha = name.removesuffix(".tar.gz")
+        if not name.endswith(".tar.gz") or not _SHA256.match(sha):
+            raise HTTPException(400, "name the upload <sha256 of the archive>.tar.gz")
+        limit = _max_bytes()
+        declared = request.headers.get("content-length")
+        if declared and int(declared) > limit:
+            raise HTTPException(413, f"code archive of {int(declared)} bytes is over the {limit}-byte limit "
+                                     f"([training] sdk_code_max_bytes); leave data out of source_dir")
+        settings = training_settings()
+        staging = os.path.join(settings.workspace, "staging", "code")
+        os.makedirs(staging, exist_ok=True)
+        final = os.path.join(staging, name)
+        digest, size = hashlib.sha256(), 0
+        fd, partial = tempfile.mkstemp(prefix=f".{sha[:12]}.", suffix=".partial", dir=staging)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise HTTPException(413, f"code archive is over the {limit}-byte limit "
+                                                 f"([training] sdk_code_max_bytes); leave data out of source_dir")
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != sha:
+                raise HTTPException(400, f"the upload hashes to {digest.hexdigest()}, not {sha}: it was truncated "
+                                         f"or altered; upload again")
+            os.chmod(partial, 0o644)
+            os.replace(partial, final)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+        return {"source_dir": final, "bytes": size, "sha256": sha,
+                "default_output_path": os.path.join(settings.workspace, "models")}
+
+    @app.get("/jobs/{job_name}/metrics", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
+    def job_metrics(job_name: str, dag_id: str):
+        from operators.settings import training_settings
+
+        if not _JOB_NAME.match(job_name):
+            raise HTTPException(400, "job_name must be a DNS-1123 label")
+        path = os.path.join(training_settings().job_root(job_name), "output", "metrics.json")
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            raise HTTPException(404, f"no metrics for {job_name} yet (the job has not finished training)") from None
+
+    return app
+
+
+class TrainingSdkApiPlugin(AirflowPlugin):
+    name = "training_sdk_api"
+    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "training-sdk"}]

@@ -1,0 +1,155 @@
+"""`training-job`: submit, follow and control training jobs from a shell.
+
+    training-job submit --entry-point train.py --source-dir . --hp epochs=10 --input train=s3://bucket/train/ --wait
+    training-job logs JOB [--follow]        training-job status JOB        training-job stop JOB
+    training-job list [--limit N]           training-job attach JOB   (follow the log until the job ends)
+
+The API and credentials: --api-url / TRAINING_API_URL etc. (see training_sdk/session.py); with nothing set, the
+local `make airflow`. Exit status: 0 success, 1 the job failed (the reason on stderr), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from training_sdk.errors import TrainingJobError, TrainingSdkError
+
+
+def _value(text: str) -> Any:
+    """--hp values are JSON when they parse as JSON (10 -> int, 0.1 -> float, true -> bool), else strings."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _pairs(items: Sequence[str] | None, option: str, typed: bool = False) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise TrainingSdkError(f"{option} {item!r}: write NAME=VALUE")
+        result[name] = _value(value) if typed else value
+    return result
+
+
+def _metrics(items: Sequence[str] | None) -> list[dict[str, str]]:
+    return [{"Name": name, "Regex": regex} for name, regex in _pairs(items, "--metric").items()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="training-job", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--api-url", help="Airflow API URL (default: $TRAINING_API_URL, else http://127.0.0.1:8080)")
+    parser.add_argument("--dag-id", default="training_job", help="the training DAG (default: training_job)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("submit", help="pack and upload the code, trigger the job")
+    code = s.add_mutually_exclusive_group(required=True)
+    code.add_argument("--entry-point", help="a .py or .sh file in the source dir (hyperparameters become --name value)")
+    code.add_argument("--command", dest="run_command", help="a shell command instead, e.g. 'python train.py $PAI_USER_ARGS'")
+    s.add_argument("--source-dir", default=".", help="local directory (packed, honouring .trainingignore) or a URI")
+    s.add_argument("--hp", action="append", metavar="NAME=VALUE", help="hyperparameter (repeatable; JSON values typed)")
+    s.add_argument("--input", action="append", metavar="CHANNEL=URI", help="input channel (repeatable)")
+    s.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")
+    s.add_argument("--metric", action="append", metavar="NAME=REGEX", help="metric definition (repeatable)")
+    s.add_argument("--output-path", help="artifacts go to <output-path>/<job>/output/ (default: the workspace's)")
+    s.add_argument("--checkpoint-path")
+    s.add_argument("--image-uri")
+    s.add_argument("--instance-type", help="'local' runs here without Airflow")
+    s.add_argument("--instance-count", type=int)
+    s.add_argument("--layout", choices=["ti", "sagemaker", "pai", "modelarts"])
+    s.add_argument("--backend", choices=["local", "kubernetes", "docker"])
+    s.add_argument("--max-run-seconds", type=int)
+    s.add_argument("--base-job-name")
+    s.add_argument("--job-name")
+    s.add_argument("--code-location", help="upload the code to this object storage prefix instead of the workspace")
+    s.add_argument("--wait", action="store_true", help="stream the training log and wait for the end")
+
+    for name, text in (("logs", "print the training log"), ("status", "the job's status and tasks"),
+                       ("stop", "stop a running job"), ("attach", "follow a job's log until it ends")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("job_name")
+        if name == "logs":
+            p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    ls = sub.add_parser("list", help="recent jobs")
+    ls.add_argument("--limit", type=int, default=20)
+    return parser
+
+
+def _session(args):
+    from training_sdk.session import Session
+
+    return Session(api_url=args.api_url)
+
+
+def _submit(args) -> int:
+    from training_sdk.estimator import Estimator
+
+    est = Estimator(entry_point=args.entry_point, command=args.run_command, source_dir=args.source_dir,
+                    hyperparameters=_pairs(args.hp, "--hp", typed=True), image_uri=args.image_uri,
+                    instance_type=args.instance_type, instance_count=args.instance_count, layout=args.layout,
+                    backend=args.backend, output_path=args.output_path, checkpoint_path=args.checkpoint_path,
+                    metric_definitions=_metrics(args.metric), max_run_seconds=args.max_run_seconds,
+                    environment=_pairs(args.env, "--env"), base_job_name=args.base_job_name, dag_id=args.dag_id,
+                    code_location=args.code_location, session=None if est_local(args) else _session(args))
+    job = est.fit(_pairs(args.input, "--input"), wait=args.wait or est.is_local, job_name=args.job_name)
+    print(job.job_name)
+    if args.wait or est.is_local:
+        print(f"model: {job.model_data()}", file=sys.stderr)
+    return 0
+
+
+def est_local(args) -> bool:
+    return (args.instance_type or "").lower() in ("local", "local_gpu")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "submit":
+            return _submit(args)
+        from training_sdk.job import TrainingJob
+
+        session = _session(args)
+        if args.command == "list":
+            for run in session.dag_runs(args.dag_id, args.limit):
+                status = TrainingJob._status_of(run)
+                print(f"{run['dag_run_id']:<50} {status:<11} {run.get('start_date') or '-'}")
+            return 0
+        job = TrainingJob.attach(args.job_name, dag_id=args.dag_id, session=session)
+        if args.command == "status":
+            print(f"{job.job_name}: {job.status}")
+            for task, state in job.task_states().items():
+                print(f"  {task:<20} {state or '-'}")
+            if job.status == "Completed":
+                print(f"  model: {job.model_data()}")
+            elif job.status == "Failed":
+                print(f"  reason: {job.failure_reason()}")
+            return 0
+        if args.command == "stop":
+            job.stop()
+            print(f"{job.job_name}: stop requested")
+            return 0
+        if args.command == "logs":
+            job.logs(follow=args.follow)
+            return 0
+        if args.command == "attach":
+            job.wait(logs=True)
+            print(f"model: {job.model_data()}", file=sys.stderr)
+            return 0
+    except TrainingJobError as err:
+        print(f"training-job: {err}", file=sys.stderr)
+        return 1
+    except TrainingSdkError as err:
+        print(f"training-job: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

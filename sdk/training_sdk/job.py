@@ -1,0 +1,231 @@
+"""A training job submitted to Airflow: one run of the training DAG whose run id is the job name.
+
+    job = TrainingJob.attach("my-job-20260101-120000")     # or Estimator.attach / est.latest_job
+    job.wait()              # streams the training log lines until the job ends; raises TrainingJobError on failure
+    job.model_data()        # the model URI (the publish task's result)
+    job.metrics()           # {"loss": [{"value", "step", "timestamp"}, ...]}
+    job.stop()
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Iterator, Mapping, TextIO
+
+from training_sdk.errors import TrainingJobError, TrainingSdkError
+from training_sdk.session import ApiError, Session
+
+LAUNCH_TASK = "launch_training"
+UPLOAD_TASK = "upload_artifacts"
+PUBLISH_TASK = "publish_model"
+STOP_NOTE = "Stopped by training_sdk"
+TERMINAL_RUN_STATES = ("success", "failed")
+# A task try whose log is complete: the try is over.
+_TRY_OVER = ("success", "failed", "skipped", "upstream_failed", "up_for_retry", "removed")
+_TRY_STARTED = ("running", "deferred", "up_for_reschedule", *_TRY_OVER)
+# Log records of the launch task that are the training's own output (the launch stage logs each line with "%s").
+_TRAINING_LOGGERS = ("LaunchTrainingOperator",)
+
+STATUS = {"queued": "Pending", "running": "InProgress", "success": "Completed", "failed": "Failed"}
+
+
+def _entry_text(entry: Any) -> str:
+    if isinstance(entry, Mapping):
+        return str(entry.get("event", ""))
+    return str(entry)
+
+
+def _entry_key(entry: Any) -> tuple:
+    if isinstance(entry, Mapping):
+        return entry.get("timestamp"), entry.get("event"), entry.get("logger")
+    return None, str(entry), None
+
+
+def is_training_line(entry: Any) -> bool:
+    """A line the user's script (or the runtime) printed, as opposed to Airflow's own records about the task."""
+    if not isinstance(entry, Mapping):
+        return False
+    logger = str(entry.get("logger") or "")
+    return any(logger.endswith(name) for name in _TRAINING_LOGGERS)
+
+
+def error_of(entries: list[Any]) -> str | None:
+    """The exception message of a failed task try's log (the last error record that carries one)."""
+    for entry in reversed(entries):
+        if not isinstance(entry, Mapping):
+            continue
+        for detail in reversed(entry.get("error_detail") or []):
+            if isinstance(detail, Mapping) and detail.get("exc_value"):
+                return str(detail["exc_value"])
+    return None
+
+
+class TrainingJob:
+    """A handle on one training job (a DAG run); cheap to create, every property asks the API."""
+
+    def __init__(self, job_name: str, *, dag_id: str = "training_job", session: Session | None = None,
+                 poll_seconds: float = 2.0):
+        self.job_name = job_name
+        self.dag_id = dag_id
+        self.session = session or Session()
+        self.poll_seconds = poll_seconds
+
+    def __repr__(self) -> str:
+        return f"TrainingJob({self.job_name!r}, dag_id={self.dag_id!r})"
+
+    @classmethod
+    def attach(cls, job_name: str, *, dag_id: str = "training_job", session: Session | None = None) -> TrainingJob:
+        job = cls(job_name, dag_id=dag_id, session=session)
+        try:
+            job.describe()
+        except ApiError as err:
+            if err.status == 404:
+                raise TrainingSdkError(f"no training job {job_name!r} in DAG {dag_id} at {job.session.api_url}; "
+                                       f"`training-job list` shows the recent ones") from None
+            raise
+        return job
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return self.session.dag_run(self.dag_id, self.job_name)
+
+    @property
+    def status(self) -> str:
+        return self._status_of(self.describe())
+
+    @staticmethod
+    def _status_of(run: Mapping[str, Any]) -> str:
+        if run.get("state") == "failed" and str(run.get("note") or "").startswith(STOP_NOTE):
+            return "Stopped"
+        return STATUS.get(str(run.get("state")), str(run.get("state")))
+
+    def is_finished(self) -> bool:
+        return self.describe().get("state") in TERMINAL_RUN_STATES
+
+    def task_states(self) -> dict[str, str | None]:
+        return {ti["task_id"]: ti.get("state") for ti in self.session.task_instances(self.dag_id, self.job_name)
+                if ti.get("map_index", -1) == -1}
+
+    # -- results ----------------------------------------------------------------------------------------------
+    def model_data(self) -> str | None:
+        """The model URI (model.tar.gz under <output_path>/<job_name>/output/); None until the job succeeded."""
+        return self.session.xcom(self.dag_id, self.job_name, PUBLISH_TASK)
+
+    def metrics(self) -> dict[str, list[dict[str, Any]]]:
+        """The metric time series: name -> [{"value", "step", "timestamp"}, ...] (metric_definitions matched in the
+        log, plus what the script wrote to TRAINING_METRICS_FILE). Empty until training has finished."""
+        data = self.session.job_metrics(self.dag_id, self.job_name)
+        return dict((data or {}).get("series") or {})
+
+    def failure_reason(self) -> str | None:
+        """Why the job failed: the error of the first task that failed (a refused spec, a staging error, the
+        training's own failure reason), else the failure file the upload stage stored."""
+        tis = [ti for ti in self.session.task_instances(self.dag_id, self.job_name) if ti.get("state") == "failed"]
+        tis.sort(key=lambda ti: ti.get("start_date") or "")
+        for ti in tis:
+            entries = self._read_try(ti["task_id"], int(ti.get("try_number") or 1), ti.get("map_index", -1))
+            reason = error_of(entries)
+            if reason:
+                return reason
+        upload = self.session.xcom(self.dag_id, self.job_name, UPLOAD_TASK)
+        if isinstance(upload, Mapping) and upload.get("failure"):
+            return str(upload["failure"]).strip()
+        return None
+
+    # -- control ----------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop the job: its run is marked failed with a note; Airflow kills the running task, whose on_kill stops
+        the training's processes (or pods). A finished job is left as it is."""
+        run = self.describe()
+        if run.get("state") in TERMINAL_RUN_STATES:
+            return
+        self.session.set_run_state(self.dag_id, self.job_name, "failed", note=f"{STOP_NOTE}: stop() was called")
+
+    def wait(self, logs: bool = True, *, timeout: float | None = None, out: TextIO | None = None) -> TrainingJob:
+        """Block until the job ends, printing the training log lines as they come (logs=True). Raises
+        TrainingJobError with the failure reason when it did not succeed."""
+        printer = _printer(out) if logs else (lambda line: None)
+        for line in self.stream_logs(follow=True, timeout=timeout):
+            printer(line)
+        run = self.describe()
+        if run.get("state") != "success":
+            status = self._status_of(run)
+            reason = "stop() was called" if status == "Stopped" else self.failure_reason()
+            raise TrainingJobError(self.job_name, status, reason)
+        return self
+
+    def logs(self, follow: bool = False, *, out: TextIO | None = None) -> None:
+        """Print the training log lines: what there is so far, or (follow=True) until the job ends."""
+        printer = _printer(out)
+        for line in self.stream_logs(follow=follow):
+            printer(line)
+
+    # -- log streaming ----------------------------------------------------------------------------------------
+    def _read_try(self, task_id: str, try_number: int, map_index: int = -1) -> list[Any]:
+        entries, token = self.session.task_log(self.dag_id, self.job_name, task_id, try_number, map_index=map_index)
+        while token:
+            more, token = self.session.task_log(self.dag_id, self.job_name, task_id, try_number, token,
+                                                map_index=map_index)
+            if not more:
+                break
+            entries += more
+        return entries
+
+    def stream_logs(self, follow: bool = True, timeout: float | None = None,
+                    task_id: str = LAUNCH_TASK) -> Iterator[str]:
+        """Yield the training log lines of every try of the launch task as they are produced, following the REST log
+        endpoint's continuation tokens; with follow=False, what exists now. Each retry starts with a marker line."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        tokens: dict[int, str | None] = {}
+        seen: dict[int, set] = {}
+        done: set[int] = set()
+        announced: set[int] = set()
+        while True:
+            run = self.describe()
+            run_over = run.get("state") in TERMINAL_RUN_STATES
+            ti = next((t for t in self.session.task_instances(self.dag_id, self.job_name)
+                       if t["task_id"] == task_id and t.get("map_index", -1) == -1), None)
+            current = int((ti or {}).get("try_number") or 0)
+            state = (ti or {}).get("state")
+            for try_number in range(1, current + 1):
+                if try_number in done:
+                    continue
+                over = try_number < current or state in _TRY_OVER or run_over
+                if not over and state not in _TRY_STARTED:
+                    continue  # queued: no log yet (reading it now would say "end of log")
+                if try_number > 1 and try_number not in announced:
+                    announced.add(try_number)
+                    yield f"[training_sdk] {task_id}: attempt {try_number}"
+                while True:
+                    entries, token = self.session.task_log(self.dag_id, self.job_name, task_id, try_number,
+                                                           tokens.get(try_number))
+                    keys = seen.setdefault(try_number, set())
+                    for entry in entries:
+                        key = _entry_key(entry)
+                        if key in keys:
+                            continue  # a re-read without a token starts from the top
+                        keys.add(key)
+                        if is_training_line(entry):
+                            yield _entry_text(entry)
+                    tokens[try_number] = token
+                    if not token or not entries:
+                        break
+                if token is None and over:
+                    done.add(try_number)
+            if run_over and all(n in done for n in range(1, current + 1)):
+                return
+            if not follow:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise TrainingSdkError(f"training job {self.job_name} still {self.status} after {timeout} s")
+            time.sleep(self.poll_seconds)
+
+
+def _printer(out: TextIO | None) -> Callable[[str], None]:
+    def emit(line: str) -> None:
+        stream = out or sys.stdout
+        stream.write(line + "\n")
+        stream.flush()
+
+    return emit

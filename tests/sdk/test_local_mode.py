@@ -1,0 +1,116 @@
+"""Local mode (instance_type="local"): a real job on this machine through the project's runtime and local launcher,
+without Airflow: the same contract (PAI variables, hyperparameters.json, channels) and the same artifacts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from training_sdk import Estimator, TrainingJobError
+
+PAI_SCRIPT = textwrap.dedent('''
+    import argparse, json, os
+    p = argparse.ArgumentParser(); p.add_argument("--epochs", type=int); p.add_argument("--learning-rate", type=float)
+    a = p.parse_args()
+    hps = json.load(open(os.path.join(os.environ["PAI_CONFIG_DIR"], "hyperparameters.json")))
+    rows = open(os.path.join(os.environ["PAI_INPUT_TRAIN"], "part-0.csv")).read().split()
+    labels = open(os.environ["PAI_INPUT_LABELS"]).read().split()
+    for epoch in range(a.epochs):
+        print(f"epoch={epoch} loss={a.learning_rate / (epoch + 1):.4f}", flush=True)
+    with open(os.path.join(os.environ["PAI_OUTPUT_MODEL"], "model.json"), "w") as f:
+        json.dump({"hps": hps, "rows": rows, "labels": labels, "cwd": os.getcwd(),
+                   "secret": os.environ.get("AIRFLOW__CORE__FERNET_KEY")}, f)
+''')
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINING_LOCAL_WORKSPACE", str(tmp_path / "local-ws"))
+    return tmp_path / "local-ws"
+
+
+def make_code(tmp_path: Path, script: str) -> Path:
+    code = tmp_path / "src"
+    (code / "data").mkdir(parents=True)
+    (code / "train.py").write_text(script)
+    (code / "data" / "huge.bin").write_bytes(b"x" * 1024)  # excluded by .trainingignore
+    (code / ".trainingignore").write_text("data/\n")
+    return code
+
+
+def test_local_fit_runs_the_runtime_with_the_pai_contract_and_writes_the_artifacts(tmp_path, workspace, capsys,
+                                                                                   monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "must-not-reach-user-code")
+    code = make_code(tmp_path, PAI_SCRIPT)
+    train = tmp_path / "train-data"
+    train.mkdir()
+    (train / "part-0.csv").write_text("1,2\n3,4\n")
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a b")
+    est = Estimator(command="python train.py $PAI_USER_ARGS", source_dir=str(code), layout="pai",
+                    instance_type="local", hyperparameters={"epochs": 3, "learning-rate": 0.3},
+                    metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+                    output_path=str(tmp_path / "models"), base_job_name="pai-local")
+    job = est.fit({"train": str(train), "labels": f"file://{labels}"})
+
+    out = capsys.readouterr().out
+    assert "epoch=2 loss=0.1000" in out  # the training's lines reach stdout
+    assert job.status == "Completed" and job.job_name.startswith("pai-local-")
+    model = est.model_data()
+    assert model == str(tmp_path / "models" / job.job_name / "output" / "model.tar.gz")
+    with tarfile.open(model) as tar:
+        saved = json.load(tar.extractfile("model.json"))
+    assert saved["hps"] == {"epochs": "3", "learning-rate": "0.3"}  # hyperparameters.json holds strings (PAI)
+    assert saved["rows"] == ["1,2", "3,4"] and saved["labels"] == ["a", "b"]
+    assert saved["cwd"].endswith(f"jobs/{job.job_name}/usercode")  # the PAI layout's code dir
+    assert saved["secret"] is None  # the launcher strips Airflow's secrets from the user's environment
+    assert not (Path(saved["cwd"]) / "data").exists()  # .trainingignore honoured
+    assert [p["value"] for p in job.metrics()["loss"]] == [0.3, 0.15, 0.1]
+    assert json.loads(Path(model).with_name("metrics.json").read_text())["final"] == {"loss": 0.1}
+
+
+def test_local_failure_raises_with_the_reason_and_keeps_no_model(tmp_path, workspace):
+    code = make_code(tmp_path, 'raise SystemExit("the learning rate must be positive")\n')
+    est = Estimator(entry_point="train.py", source_dir=str(code), instance_type="local",
+                    output_path=str(tmp_path / "models"))
+    with pytest.raises(TrainingJobError, match="the learning rate must be positive") as err:
+        est.fit()
+    job = est.latest_job
+    assert err.value.job_name == job.job_name and job.status == "Failed"
+    assert est.model_data() is None
+    assert "the learning rate must be positive" in (tmp_path / "models" / job.job_name / "output" / "failure").read_text()
+
+
+def test_local_bad_spec_names_the_field_before_running(tmp_path, workspace):
+    code = make_code(tmp_path, "print('never')\n")
+    est = Estimator(entry_point="train.py", source_dir=str(code), instance_type="local",
+                    hyperparameters={"batch-size": 1, "batch_size": 2})
+    with pytest.raises(ValueError, match="hyperparameters.batch_size.*clashes"):
+        est.fit()
+    assert not (workspace / "jobs").exists()  # nothing was staged
+
+
+def test_local_mode_never_imports_airflow(tmp_path, workspace):
+    """The SDK (local mode included) runs where Airflow is not installed: importing it is made to fail."""
+    code = make_code(tmp_path, "import os; open(os.path.join(os.environ['SM_MODEL_DIR'], 'm'), 'w').write('1')\n")
+    program = textwrap.dedent(f'''
+        import sys
+        sys.modules["airflow"] = None  # any "import airflow..." now raises ImportError
+        from training_sdk import Estimator
+        est = Estimator(entry_point="train.py", source_dir={str(code)!r}, instance_type="local", layout="sagemaker")
+        est.fit()
+        print("MODEL", est.model_data())
+    ''')
+    repo = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(repo / "sdk"), str(repo), str(repo / "runtime"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TRAINING_LOCAL_WORKSPACE": str(workspace), "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "MODEL " + str(workspace / "models") in done.stdout
