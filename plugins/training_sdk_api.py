@@ -12,6 +12,7 @@ Both need the caller's API token (the same bearer token as the REST API) and the
 (code upload) or reading its runs (metrics).
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ def _max_bytes() -> int:
     return int(conf.get("training", "sdk_code_max_bytes", fallback=str(DEFAULT_MAX_BYTES)) or DEFAULT_MAX_BYTES)
 
 
+@functools.cache
 def create_app():
     from fastapi import Depends, FastAPI, HTTPException, Request
 
@@ -97,6 +99,14 @@ def create_app():
     return app
 
 
+class _FastAPIApps:
+    """Built only where it is read (the API server): every task process loads the plugins too, and importing FastAPI
+    and Airflow's API security module there would cost each task seconds."""
+
+    def __get__(self, instance, owner):
+        return [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "training-sdk"}]
+
+
 class TrainingSdkApiPlugin(AirflowPlugin):
     name = "training_sdk_api"
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "training-sdk"}]
+    fastapi_apps = _FastAPIApps()

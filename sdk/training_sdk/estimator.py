@@ -40,6 +40,14 @@ def _is_remote(uri: str) -> bool:
     return "://" in uri and uri.split("://", 1)[0] in _REMOTE_SCHEMES
 
 
+def _absolute(uri: str | None) -> str | None:
+    """A relative local path is meaningless to the server: make it absolute here (the local `make airflow` shares this
+    file system). URIs and absolute paths are left as they are."""
+    if not isinstance(uri, str) or not uri or "://" in uri or os.path.isabs(uri):
+        return uri
+    return os.path.abspath(uri)
+
+
 def default_job_name(base: str, now: dt.datetime | None = None) -> str:
     """<base>-<UTC time to the millisecond>: DNS-1123, at most 63 characters (PAI: {base_job_name}_{datetime})."""
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -125,9 +133,9 @@ class Estimator:
             "entry_point": self.entry_point,
             "command": self.command,
             "hyperparameters": self.hyperparameters,
-            "inputs": dict(inputs or {}),
-            "output_path": self.output_path,
-            "checkpoint_path": self.checkpoint_path,
+            "inputs": {name: _absolute(uri) for name, uri in dict(inputs or {}).items()},
+            "output_path": _absolute(self.output_path),
+            "checkpoint_path": _absolute(self.checkpoint_path),
             "resume_from": self.resume_from,
             "instance_count": self.instance_count,
             "resources": self.resources,
@@ -184,7 +192,7 @@ class Estimator:
         """(the source_dir the DAG reads, the default output_path) after packing and uploading a local source dir."""
         src = str(self.source_dir)
         if not os.path.isdir(src):
-            return src, None  # already an object storage URI or an archive: the DAG stages it
+            return _absolute(src), None  # an object storage URI or an archive: the DAG stages it
         try:
             packed = pack_source_dir(src, self.code_max_bytes)
         except (ValueError, FileNotFoundError) as err:

@@ -128,7 +128,7 @@ class HyperparameterTuner:
                     if ti["task_id"].endswith(("launch_training", "summarize")) and ti.get("state") and \
                             reported.get(key) != ti["state"]:
                         reported[key] = ti["state"]
-                        where = f"trial {key[1]}" if key[1] >= 0 else key[0]
+                        where = f"trial {key[1] + 1}" if key[1] >= 0 else key[0]
                         print(f"[training_sdk] {job.job_name}: {where} {ti['state']}", file=sys.stdout, flush=True)
             if run.get("state") in ("success", "failed"):
                 break
