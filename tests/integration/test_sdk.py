@@ -1,0 +1,220 @@
+"""The SDK and the CLI against a real Airflow (api-server, scheduler, dag-processor, triggerer: the fixture of
+tests/integration/airflow_server.py) with real local source dirs: fit() end to end with the log streamed while the
+job runs, a failing job's reason, a spec refused before upload, attach + stop, the CLI, a tuner with three trials."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from airflow_server import airflow_server  # noqa: F401  (the fixture)
+
+from training_sdk import (
+    CategoricalParameter,
+    Estimator,
+    HyperparameterTuner,
+    Session,
+    SpecValidationError,
+    TrainingJob,
+    TrainingJobError,
+)
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+LOSS = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
+
+# Prints a line, then waits for the test to acknowledge it (a file the test creates when the line reaches the
+# client): the job can only finish if its log is streamed while it runs, not fetched at the end.
+HANDSHAKE_SCRIPT = textwrap.dedent('''
+    import argparse, os, sys, time
+    p = argparse.ArgumentParser(); p.add_argument("--lr", type=float); p.add_argument("--epochs", type=int)
+    p.add_argument("--ack")
+    a = p.parse_args()
+    print("waiting-for-ack", flush=True)
+    deadline = time.time() + 90
+    while not os.path.exists(a.ack):
+        if time.time() > deadline:
+            sys.exit("the client never saw waiting-for-ack while the job ran")
+        time.sleep(0.2)
+    assert not os.path.exists("data"), "data/ should have been left out by .trainingignore"
+    for epoch in range(a.epochs):
+        print(f"epoch={epoch} loss={a.lr / (epoch + 1):.4f}", flush=True)
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.txt"), "w").write(f"lr={a.lr}")
+''')
+
+TRAIN_SCRIPT = textwrap.dedent('''
+    import argparse, os
+    p = argparse.ArgumentParser(); p.add_argument("--lr", type=float, default=0.5); p.add_argument("--epochs", type=int)
+    a = p.parse_args()
+    for epoch in range(a.epochs):
+        print(f"epoch={epoch} loss={abs(a.lr - 0.2) + 0.1 / (epoch + 1):.4f}", flush=True)
+    open(os.path.join(os.environ["TM_MODEL_DIR"], "lr.txt"), "w").write(str(a.lr))
+''')
+
+FAILING_SCRIPT = 'print("loading data", flush=True)\nraise ValueError("learning rate must be positive")\n'
+
+SLOW_SCRIPT = textwrap.dedent('''
+    import os, time
+    open(os.path.join(os.environ["TRAINING_PID_DIR"], "pid"), "w").write(str(os.getpid()))
+    for step in range(600):
+        print(f"step={step}", flush=True)
+        time.sleep(0.5)
+''')
+
+
+def code_dir(tmp_path: Path, script: str, name: str = "src") -> Path:
+    code = tmp_path / name
+    (code / "data").mkdir(parents=True)
+    (code / "train.py").write_text(script)
+    (code / "data" / "train.csv").write_text("1,2\n")
+    (code / ".trainingignore").write_text("data/\n")
+    return code
+
+
+@pytest.fixture
+def session(airflow_server):
+    return Session(api_url=airflow_server.base_url, password=airflow_server.password)
+
+
+class Acknowledger(io.TextIOBase):
+    """stdout while fit() streams: records every line and creates the ack file when the script's line arrives."""
+
+    def __init__(self, ack: Path):
+        self.ack, self.lines = ack, []
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            self.lines.append(line)
+            if line == "waiting-for-ack":
+                self.ack.touch()
+        return len(text)
+
+
+def test_fit_streams_the_log_while_the_job_runs_and_returns_the_model(session, tmp_path, monkeypatch):
+    ack = tmp_path / "ack"
+    est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, HANDSHAKE_SCRIPT)), layout="sagemaker",
+                    hyperparameters={"lr": 0.4, "epochs": 3, "ack": str(ack)}, metric_definitions=LOSS,
+                    base_job_name="sdk-fit", session=session)
+    out = Acknowledger(ack)
+    monkeypatch.setattr(sys, "stdout", out)
+    job = est.fit()
+    monkeypatch.undo()
+
+    assert ack.exists()
+    assert out.lines.index("waiting-for-ack") < out.lines.index("epoch=2 loss=0.1333")
+    assert job.status == "Completed" and job.job_name.startswith("sdk-fit-")
+    model = est.model_data()
+    assert model.endswith(f"/models/{job.job_name}/output/model.tar.gz")
+    with tarfile.open(model) as tar:
+        assert tar.extractfile("weights.txt").read() == b"lr=0.4"
+    assert [p["value"] for p in job.metrics()["loss"]] == [0.4, 0.2, 0.1333]
+    # the code went through the staging upload, content-addressed
+    assert json.loads(json.dumps(job.describe()["conf"]))["source_dir"].endswith(".tar.gz")
+
+
+def test_a_failing_job_raises_with_its_reason(session, tmp_path, capsys):
+    est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, FAILING_SCRIPT)), session=session,
+                    base_job_name="sdk-fail")
+    with pytest.raises(TrainingJobError, match="learning rate must be positive") as err:
+        est.fit()
+    assert "loading data" in capsys.readouterr().out
+    job = est.latest_job
+    assert err.value.status == "Failed" and job.status == "Failed"
+    assert "user_error" in err.value.reason
+    assert job.model_data() is None
+
+
+def test_a_bad_spec_is_refused_on_the_client_before_anything_is_uploaded(session, airflow_server, tmp_path):
+    staging = Path(airflow_server.home, "workspace", "staging", "code")
+    before = sorted(staging.iterdir()) if staging.is_dir() else []
+    runs = len(session.dag_runs("training_job", 100))
+    est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, TRAIN_SCRIPT)), instance_count=0,
+                    session=session)
+    with pytest.raises(SpecValidationError, match="'instance_count': 0 is less than the minimum of 1"):
+        est.fit()
+    assert (sorted(staging.iterdir()) if staging.is_dir() else []) == before
+    assert len(session.dag_runs("training_job", 100)) == runs
+
+
+def test_attach_to_a_running_job_and_stop_it(session, tmp_path, airflow_server):
+    est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, SLOW_SCRIPT)), session=session,
+                    environment={"TRAINING_PID_DIR": str(tmp_path)}, base_job_name="sdk-stop")
+    job = est.fit(wait=False)
+    for line in job.stream_logs(timeout=180):
+        if line == "step=2":
+            break
+    attached = Estimator.attach(job.job_name, session=session)
+    assert attached.latest_job.status == "InProgress"
+    assert attached.entry_point == "train.py" and attached.environment == {"TRAINING_PID_DIR": str(tmp_path)}
+
+    done = cli(airflow_server, "stop", job.job_name)
+    assert done.returncode == 0 and "stop requested" in done.stdout
+    with pytest.raises(TrainingJobError, match="stopped: stop\\(\\) was called"):
+        attached.wait(logs=False)
+    assert TrainingJob.attach(job.job_name, session=session).status == "Stopped"
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 60
+    while _alive(pid):  # Airflow kills the task; its on_kill stops the training's process tree
+        assert time.monotonic() < deadline, f"training process {pid} still running a minute after stop"
+        time.sleep(0.5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def cli(server, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRAINING_API_URL": server.base_url, "TRAINING_API_PASSWORD": server.password,
+           "PYTHONPATH": os.pathsep.join([str(REPO / "sdk"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "training_sdk", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_submit_wait_then_status_list_and_logs(airflow_server, tmp_path):
+    code = code_dir(tmp_path, TRAIN_SCRIPT)
+    done = cli(airflow_server, "submit", "--entry-point", "train.py", "--source-dir", ".", "--hp", "epochs=2",
+               "--hp", "lr=0.25", "--metric", "loss=loss=([0-9.]+)", "--base-job-name", "sdk-cli", "--wait", cwd=code)
+    assert done.returncode == 0, done.stderr
+    assert "epoch=1 loss=0.1000" in done.stdout
+    job_name = done.stdout.strip().splitlines()[-1]
+    assert job_name.startswith("sdk-cli-") and f"{job_name}/output/model.tar.gz" in done.stderr
+
+    status = cli(airflow_server, "status", job_name)
+    assert status.returncode == 0 and f"{job_name}: Completed" in status.stdout and "model: " in status.stdout
+    listing = cli(airflow_server, "list", "--limit", "50")
+    assert any(line.split()[:2] == [job_name, "Completed"] for line in listing.stdout.splitlines()), listing.stdout
+    logs = cli(airflow_server, "logs", job_name)
+    assert "epoch=0 loss=0.1500" in logs.stdout
+    missing = cli(airflow_server, "status", "no-such-job")
+    assert missing.returncode == 2 and "no training job 'no-such-job'" in missing.stderr
+
+
+def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_path):
+    est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, TRAIN_SCRIPT)), session=session,
+                    hyperparameters={"epochs": 2}, metric_definitions=LOSS, base_job_name="sdk-tune")
+    tuner = HyperparameterTuner(est, objective_metric_name="loss", objective_type="Minimize",
+                                hyperparameter_ranges={"lr": CategoricalParameter([0.5, 0.2, 0.9])},
+                                max_jobs=3, strategy="grid", early_stopping_type="Off")
+    tuner.fit()
+    summary = tuner.summary()
+    assert summary["counts"]["completed"] == 3
+    best = tuner.best_training_job()
+    assert best == next(t["job_name"] for t in summary["trials"] if t["params"] == {"lr": 0.2})
+    assert tuner.model_data().endswith(f"/models/{best}/output/model.tar.gz")
+    with tarfile.open(tuner.model_data()) as tar:
+        assert tar.extractfile("lr.txt").read() == b"0.2"
+    assert tuner.best_estimator().hyperparameters == {"epochs": 2, "lr": 0.2}
+    assert [p["value"] for p in tuner.best_job.metrics()["loss"]] == [0.1, 0.05]
