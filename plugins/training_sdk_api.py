@@ -6,15 +6,13 @@
                                                     [training] sdk_code_max_bytes (default 64 MiB) are refused (413).
                                                     Content-addressed: the same code is stored once; the body must hash
                                                     to the name (a truncated upload never becomes a source_dir).
-  GET /training-sdk/jobs/<job_name>/metrics?dag_id=D   the job's metric time series (metrics.json of its job root).
 
-Both need the caller's API token (the same bearer token as the REST API) and the right on the DAG: triggering it
-(code upload) or reading its runs (metrics).
+It needs the caller's API token (the same bearer token as the REST API) and the right to trigger the DAG. (Job metrics
+come from the training-jobs view's API, plugins/training_console.)
 """
 
 import functools
 import hashlib
-import json
 import os
 import re
 import tempfile
@@ -24,7 +22,6 @@ from airflow.plugins_manager import AirflowPlugin
 URL_PREFIX = "/training-sdk"
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime.
@@ -43,7 +40,7 @@ def create_app():
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
-    app = FastAPI(title="training-sdk", description="Code upload and job metrics for the training_sdk client")
+    app = FastAPI(title="training-sdk", description="Code upload for the training_sdk client")
 
     @app.put("/code/{name}", dependencies=[Depends(requires_access_dag("POST", DagAccessEntity.RUN))])
     async def upload_code(name: str, request: Request, dag_id: str):
@@ -82,19 +79,6 @@ def create_app():
                 os.unlink(partial)
         return {"source_dir": final, "bytes": size, "sha256": sha,
                 "default_output_path": os.path.join(settings.workspace, "models")}
-
-    @app.get("/jobs/{job_name}/metrics", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
-    def job_metrics(job_name: str, dag_id: str):
-        from operators.settings import training_settings
-
-        if not _JOB_NAME.match(job_name):
-            raise HTTPException(400, "job_name must be a DNS-1123 label")
-        path = os.path.join(training_settings().job_root(job_name), "output", "metrics.json")
-        try:
-            with open(path) as f:
-                return json.load(f)
-        except FileNotFoundError:
-            raise HTTPException(404, f"no metrics for {job_name} yet (the job has not finished training)") from None
 
     return app
 

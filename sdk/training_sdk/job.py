@@ -23,6 +23,7 @@ STOP_NOTE = "Stopped by training_sdk"
 TERMINAL_RUN_STATES = ("success", "failed")
 # A task try whose log is complete: the try is over.
 _TRY_OVER = ("success", "failed", "skipped", "upstream_failed", "up_for_retry", "removed")
+_UNDER_WAY = ("running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule", "restarting")
 _TRY_STARTED = ("running", "deferred", "up_for_reschedule", *_TRY_OVER)
 # Log records of the launch task that are the training's own output (the launch stage logs each line with "%s").
 _TRAINING_LOGGERS = ("LaunchTrainingOperator",)
@@ -114,7 +115,7 @@ class TrainingJob:
 
     def metrics(self) -> dict[str, list[dict[str, Any]]]:
         """The metric time series: name -> [{"value", "step", "timestamp"}, ...] (metric_definitions matched in the
-        log, plus what the script wrote to TRAINING_METRICS_FILE). Empty until training has finished."""
+        log, plus what the script wrote to TRAINING_METRICS_FILE); live while the job trains."""
         data = self.session.job_metrics(self.dag_id, self.job_name)
         return dict((data or {}).get("series") or {})
 
@@ -131,16 +132,34 @@ class TrainingJob:
         upload = self.session.xcom(self.dag_id, self.job_name, UPLOAD_TASK)
         if isinstance(upload, Mapping) and upload.get("failure"):
             return str(upload["failure"]).strip()
+        if tis:
+            return (f"task {tis[0]['task_id']} failed without an error in its log (its process died before it could "
+                    f"report one: see that task's log and the scheduler's)")
         return None
 
     # -- control ----------------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop the job: its run is marked failed with a note; Airflow kills the running task, whose on_kill stops
-        the training's processes (or pods). A finished job is left as it is."""
-        run = self.describe()
-        if run.get("state") in TERMINAL_RUN_STATES:
+        """Stop the job: the run gets a note saying so, and its unfinished stages that are under way are marked failed.
+        Airflow then kills a running task, whose on_kill stops the training's processes (or pods), and the run fails
+        through the scheduler's own rules. (Marking the run itself failed races the scheduler, which may still
+        finish it as successful from the task states it already read.) A finished job is left as it is."""
+        if self.describe().get("state") in TERMINAL_RUN_STATES:
             return
-        self.session.set_run_state(self.dag_id, self.job_name, "failed", note=f"{STOP_NOTE}: stop() was called")
+        self.session.set_run_note(self.dag_id, self.job_name, f"{STOP_NOTE}: stop() was called")
+        for _ in range(30):  # between two stages nothing is under way for a moment: look again
+            busy = [ti for ti in self.session.task_instances(self.dag_id, self.job_name)
+                    if ti.get("state") in _UNDER_WAY and ti["task_id"] not in (UPLOAD_TASK, PUBLISH_TASK)]
+            for ti in busy:
+                try:
+                    self.session.set_task_state(self.dag_id, self.job_name, ti["task_id"], "failed",
+                                                ti.get("map_index", -1))
+                except ApiError as err:
+                    if err.status not in (400, 404, 409):  # it finished meanwhile
+                        raise
+            if busy or self.describe().get("state") in TERMINAL_RUN_STATES:
+                return
+            time.sleep(1)
+        raise TrainingSdkError(f"could not stop {self.job_name}: no stage of it is under way")
 
     def wait(self, logs: bool = True, *, timeout: float | None = None, out: TextIO | None = None) -> TrainingJob:
         """Block until the job ends, printing the training log lines as they come (logs=True). Raises

@@ -27,6 +27,7 @@ from training_sdk.errors import TrainingSdkError
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 PASSWORD_FILES = ("simple_auth_manager_passwords.json.generated", "simple_auth_manager_passwords.json")
 UPLOAD_PREFIX = "/training-sdk"  # plugins/training_sdk_api.py
+CONSOLE_PREFIX = "/training-jobs"  # plugins/training_jobs_plugin.py (the training-jobs view)
 
 
 class ApiError(TrainingSdkError):
@@ -198,9 +199,14 @@ class Session:
                         f"{try_number}", token=token, map_index=map_index, full_content="false")
         return list(body.get("content") or []), body.get("continuation_token")
 
-    def set_run_state(self, dag_id: str, run_id: str, state: str, note: str | None = None) -> None:
-        body = {"state": state, **({"note": note[:1000]} if note else {})}  # the note is applied first
-        self.request("PATCH", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}", body)
+    def set_run_note(self, dag_id: str, run_id: str, note: str) -> None:
+        self.request("PATCH", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}", {"note": note[:1000]},
+                     params={"update_mask": "note"})
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str, map_index: int = -1) -> None:
+        mapped = f"/{int(map_index)}" if map_index >= 0 else ""
+        self.request("PATCH", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}{mapped}",
+                     {"new_state": state})
 
     def upload_code(self, dag_id: str, archive: bytes, sha256: str) -> dict[str, Any]:
         """Upload a packed source_dir into the workspace's staging area (plugins/training_sdk_api.py)."""
@@ -214,9 +220,11 @@ class Session:
                     from None
             raise
 
-    def job_metrics(self, dag_id: str, job_name: str) -> dict[str, Any] | None:
+    def job_metrics(self, dag_id: str, run_id: str, map_index: int = -1) -> dict[str, Any] | None:
+        """{"final", "series"} of a job (live while it trains), from the training-jobs view's API (plugins/
+        training_console); a search trial is its run's map index."""
         try:
-            return self.get(f"{UPLOAD_PREFIX}/jobs/{_q(job_name)}/metrics", dag_id=dag_id)
+            return self.get(f"{CONSOLE_PREFIX}/api/jobs/{_q(dag_id)}/{_q(run_id)}/{int(map_index)}/metrics")
         except ApiError as err:
             if err.status == 404:
                 return None

@@ -189,9 +189,14 @@ class _TrialJob(TrainingJob):
     def describe(self) -> dict[str, Any]:
         return self.search.describe()
 
-    def model_data(self) -> str | None:
+    def _row(self) -> dict[str, Any]:
         summary = self.session.xcom(self.dag_id, self.search.job_name, "summarize") or {}
-        for row in summary.get("trials", []):
-            if row["job_name"] == self.job_name:
-                return row.get("model_uri")
-        return None
+        return next((row for row in summary.get("trials", []) if row["job_name"] == self.job_name), {})
+
+    def model_data(self) -> str | None:
+        return self._row().get("model_uri")
+
+    def metrics(self) -> dict[str, list[dict[str, Any]]]:
+        index = self._row().get("index")
+        data = None if index is None else self.session.job_metrics(self.dag_id, self.search.job_name, index)
+        return dict((data or {}).get("series") or {})

@@ -1,12 +1,17 @@
 """The SDK and the CLI against a real Airflow (api-server, scheduler, dag-processor, triggerer: the fixture of
 tests/integration/airflow_server.py) with real local source dirs: fit() end to end with the log streamed while the
-job runs, a failing job's reason, a spec refused before upload, attach + stop, the CLI, a tuner with three trials."""
+job runs, a failing job's reason, a spec refused before upload, attach + stop, the CLI, a tuner with three trials;
+and the README's SDK examples run as written, from a directory laid out like the repository after `make demo`, finding
+the credentials the way `make airflow` leaves them (simple_auth_manager_passwords.json.generated in the current
+directory; only the URL differs: a free port). One module, so every test shares one Airflow (about a minute to start)."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -159,7 +164,10 @@ def test_attach_to_a_running_job_and_stop_it(session, tmp_path, airflow_server):
     assert done.returncode == 0 and "stop requested" in done.stdout
     with pytest.raises(TrainingJobError, match="stopped: stop\\(\\) was called"):
         attached.wait(logs=False)
-    assert TrainingJob.attach(job.job_name, session=session).status == "Stopped"
+    stopped = TrainingJob.attach(job.job_name, session=session)
+    assert stopped.status == "Stopped"
+    states = stopped.task_states()
+    assert states["launch_training"] == "failed" and states["publish_model"] == "upstream_failed"
     pid = int((tmp_path / "pid").read_text())
     deadline = time.monotonic() + 60
     while _alive(pid):  # Airflow kills the task; its on_kill stops the training's process tree
@@ -218,3 +226,79 @@ def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_p
         assert tar.extractfile("lr.txt").read() == b"0.2"
     assert tuner.best_estimator().hyperparameters == {"epochs": 2, "lr": 0.2}
     assert [p["value"] for p in tuner.best_job.metrics()["loss"]] == [0.1, 0.05]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the README's examples
+
+
+def sdk_examples() -> list[str]:
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    return [b for b in blocks if "from training_sdk import" in b]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, airflow_server):
+    work = tmp_path_factory.mktemp("readme")
+    (work / "examples").symlink_to(REPO / "examples", target_is_directory=True)
+    spec = importlib.util.spec_from_file_location("demo", REPO / "examples" / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    demo.make_data(work / "demo-bucket" / "data" / "train")
+    (work / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": airflow_server.password}))
+    return work
+
+
+def run_example(code: str, workdir: Path, server) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINING_API_", "AIRFLOW__CORE__SIMPLE"))}
+    env.update({"TRAINING_API_URL": server.base_url, "TRAINING_SDK_CONFIG": str(workdir / "none.json"),
+                "PYTHONPATH": os.pathsep.join([str(REPO / "sdk"), env.get("PYTHONPATH", "")])})
+    env.pop("AIRFLOW_HOME", None)
+    return subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_the_readme_has_the_pai_sagemaker_and_tuner_examples():
+    examples = sdk_examples()
+    assert len(examples) == 3
+    assert "$PAI_USER_ARGS" in examples[0] and "max_run=3600" in examples[1] and "HyperparameterTuner" in examples[2]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["pai", "sagemaker", "tuner"])
+def test_readme_example_runs_as_written(index, workdir, airflow_server):
+    done = run_example(sdk_examples()[index], workdir, airflow_server)
+    assert done.returncode == 0, done.stderr[-4000:]
+    model = Path(re.findall(r"(/\S+/model\.tar\.gz)", done.stdout)[-1])
+    with tarfile.open(model) as tar:
+        assert "model.npz" in tar.getnames()
+    if index == 0:
+        assert "epoch=9" in done.stdout  # the training log streamed to stdout
+    if index == 1:
+        assert str(workdir / "demo-bucket" / "models") in str(model)  # the relative output_path, made absolute
+        assert "'value'" in done.stdout
+
+
+def test_the_staging_upload_refuses_oversized_or_altered_code(session, airflow_server):
+    import hashlib
+    import http.client
+
+    from training_sdk.session import ApiError
+
+    body = b"not the archive that was hashed"
+    with pytest.raises(ApiError, match="answered 400: the upload hashes to") as err:
+        session.upload_code("training_job", body, hashlib.sha256(b"something else").hexdigest())
+    assert err.value.status == 400
+    # a body declared over the limit is refused before it is read (the client never sends 64 MiB here)
+    conn = http.client.HTTPConnection("127.0.0.1", airflow_server.port, timeout=30)
+    conn.putrequest("PUT", f"/training-sdk/code/{'0' * 64}.tar.gz?dag_id=training_job")
+    conn.putheader("Authorization", f"Bearer {session._headers()['Authorization'].split()[1]}")
+    conn.putheader("Content-Length", str(65 * 1024 * 1024))
+    conn.endheaders()
+    response = conn.getresponse()
+    assert response.status == 413 and b"sdk_code_max_bytes" in response.read()
+    unauthenticated = Session(api_url=airflow_server.base_url, token="not-a-token")
+    with pytest.raises(ApiError) as err:
+        unauthenticated.upload_code("training_job", body, hashlib.sha256(body).hexdigest())
+    assert err.value.status in (401, 403)
+    staged = Path(airflow_server.home, "workspace", "staging", "code")
+    assert not any(p.name.startswith("0000") or p.suffix == ".partial" for p in (staged.iterdir() if staged.is_dir() else []))
