@@ -40,4 +40,5 @@ DOCKER_OPTION_KEYS = (
     "image_pull_grace_seconds",
     "poll_interval",
     "stop_timeout",
+    "secret_variables",
 )

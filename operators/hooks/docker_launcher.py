@@ -1,36 +1,30 @@
-"""Launch backend `docker`: one container per host on a user-defined network named after the job.
+"""Launch backend `docker`: one container per host on a network named after the job, on the Docker engine next to
+the worker (docs/docker.md).
 
-Through the docker provider's DockerHook (its docker.APIClient: connection `[training.docker]
-docker_conn_id` for registry login, engine at `[training.docker] docker_url`). Host i is the container
-`<name>-<i>` (name = kube_name(job_name), the same deterministic name as on Kubernetes); containers on
-a user-defined bridge network resolve each other by name, so those names are the hosts in
-resourceconfig.json, and each container runs `train --root <layout root> --current-host <its name>`.
-The job root is bind-mounted read-write at the layout's root, each cache entry read-only at
-input/data/<channel>.
+Through the docker provider's DockerHook (its docker.APIClient: connection `[training.docker] docker_conn_id` for
+registry login, engine at `[training.docker] docker_url`). What each container looks like is data
+(docker_containers.py); who it runs as, the job root it may write and its credentials file are docker_access.py.
+Written here rather than with the provider's DockerOperator: that runs one container and has no notion of several
+hosts on one network, reattaching by name, or failure classes.
 
-Written here rather than with the provider's DockerOperator: that runs one container and has no notion
-of several hosts on one network, reattaching by name, or failure classes. The container bodies are
-built by a pure function (:func:`container_configs`, the Engine API's POST /containers/create body).
+Hosts resolve each other reliably: the network is created with a fixed subnet (the one the engine would pick) and
+every container gets a fixed address and all hosts in its /etc/hosts, so a name resolves before its container has
+started and after it has exited; the runtime's bounded host wait is a second line of defence.
 
-Lifecycle (blocking; not deferrable: the engine is local to the worker, there is nothing to
-hand to a triggerer): network and containers are looked up by their labels first; a try finding all of
-its containers running or finished successfully reattaches (no second set); containers of a failed
-earlier try are removed and created afresh. Logs are followed per container with timestamps and caught
-up at the end after the last timestamp seen. When one host fails, the others are stopped (distributed
-peers would otherwise hang). Failure classes come from the container state: OOMKilled, exit codes 1-3
-(user), 4 (platform), a missing/invalid image (fail fast) vs a registry rate limit (retried for
-`image_pull_grace_seconds`), max_run_seconds (stopped -> timeout). Containers and the network are
-removed at the end unless options.keep_containers, and by stop() (on_kill).
-
-Credentials: Docker has no Secret objects, so a literal credential in env is refused (same rule as on
-Kubernetes); give the engine's host the access it needs (instance profile, mounted credentials file).
+Lifecycle (blocking; not deferrable: the engine is local to the worker, there is nothing to hand to a triggerer):
+network and containers are looked up by their labels first; a try finding all of its containers running or
+finished successfully reattaches (no second set); containers of a failed earlier try are removed and created
+afresh. Logs are followed per container with timestamps and caught up at the end after the last timestamp seen.
+When one host fails, the others are stopped (distributed peers would otherwise hang). Failure classes come from
+the container state: OOMKilled or the runtime's exit 137 (oom_killed), exit codes 1-3 (user), 4 (platform), a
+missing/invalid image (fail fast) vs a registry rate limit (retried for `image_pull_grace_seconds`),
+max_run_seconds (stopped -> timeout). Containers, network and credentials file are removed at the end (containers
+and network kept with options.keep_containers), and by stop() (on_kill).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import threading
 import time
 from functools import cached_property
 from typing import Any, Iterable, Mapping
@@ -39,181 +33,14 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from operators.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
 from operators.backend_options import KUBERNETES_OPTION_KEYS
-from operators.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root, looks_like_secret
-from operators.hooks.launcher import (
-    DEFAULT_MASTER_PORT,
-    IMAGE_ERROR,
-    OOM,
-    PLATFORM_ERROR,
-    TIMEOUT,
-    Capabilities,
-    LaunchRequest,
-    LaunchResult,
-    LineCallback,
-    describe_exit,
-    exit_failure_class,
-    is_rate_limited,
-    is_runtime_exit_code,
-)
-from operators.hooks.log_stream import LogCursor, deliver_line
-from operators.hooks.outcome import clear_outcome_markers, read_failure_reason
-from operators.job_names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION
+from operators.hooks import docker_access as access
+from operators.hooks import docker_engine as engine
+from operators.hooks.docker_containers import INDEX_LABEL, container_configs, container_name
+from operators.hooks.docker_logs import LogFollower
+from operators.hooks.launcher import DEFAULT_MASTER_PORT, Capabilities, LaunchRequest, LaunchResult, LineCallback
+from operators.hooks.outcome import clear_outcome_markers
+from operators.job_names import JOB_LABEL
 from operators.job_names import resource_name as kube_name
-
-INDEX_LABEL = "airflow-training-jobs/host-index"
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 10**-3, "": 1}
-
-
-def quantity(value: Any, field_name: str) -> float:
-    """A Kubernetes quantity ('16Gi', '500m', 2) as a number, so one spec serves both backends."""
-    match = re.match(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([KMGTPE]i|[kMGTPEm]?)\s*$", str(value))
-    if isinstance(value, bool) or not match:
-        raise ValueError(f"resources.{field_name} is {value!r}; write e.g. cpu: 2 or '500m', memory: '8Gi'")
-    number, suffix = float(match.group(1)), match.group(2)
-    return number * (_BINARY.get(suffix) or _DECIMAL[suffix])
-
-
-def container_name(job_name: str, index: int) -> str:
-    return f"{kube_name(job_name)}-{index}"
-
-
-def job_labels(request: LaunchRequest, index: int | None = None) -> dict[str, str]:
-    labels = {JOB_LABEL: kube_name(request.job_name), ORIGINAL_NAME_ANNOTATION: request.job_name}
-    if index is not None:
-        labels[INDEX_LABEL] = str(index)
-    return labels
-
-
-def _bind_source(path: str, request: LaunchRequest, host_workspace: str | None, what: str) -> str:
-    """Where the engine finds `path`: the worker's path, or the same place under host_workspace."""
-    workspace = os.path.normpath(request.workspace)
-    path = os.path.normpath(path)
-    if not host_workspace:
-        return path
-    relative = os.path.relpath(path, workspace)
-    if relative.startswith(".."):
-        raise ValueError(f"{what} {path} is not inside the workspace {workspace}; keep job roots and the cache in it")
-    return os.path.join(host_workspace, relative)
-
-
-def container_configs(
-    request: LaunchRequest,
-    *,
-    image: str,
-    user: str,
-    shm_size: str | None = "1Gi",
-    host_workspace: str | None = None,
-) -> list[dict[str, Any]]:
-    """The Engine API body (POST /containers/create) of each host's container, in host order."""
-    if not image:
-        raise ValueError("image_uri is empty; set the spec's image_uri or [training] default_image")
-    if request.instance_count < 1:
-        raise ValueError(f"instance_count is {request.instance_count}; give at least 1 host")
-    root = layout_root(request.layout)
-    env = []
-    for key, value in request.env.items():
-        if key in RESERVED_ENV:
-            raise ValueError(f"env {key} is set by the launcher for each host; remove it from the job's env")
-        if looks_like_secret(key, str(value)):
-            raise ValueError(
-                f"env {key} looks like a credential, and the docker backend puts no literal credentials into "
-                "containers; give the Docker host the access instead, or use the kubernetes backend's secret_env"
-            )
-        env.append(f"{key}={container_path(str(value), request.job_root, root)}")
-    binds = [f"{_bind_source(request.job_root, request, host_workspace, 'job root')}:{root}:rw"]
-    for channel, entry in sorted(request.channel_entries.items()):
-        if not CHANNEL_NAME.match(channel):
-            raise ValueError(f"channel name {channel!r} is not [A-Za-z0-9_-]+; rename the input channel")
-        source = _bind_source(entry, request, host_workspace, f"cache entry of channel {channel!r}")
-        binds.append(f"{source}:{root}/input/data/{channel}:ro")
-    resources = request.resources
-    unknown = sorted(set(resources) - {"cpu", "memory", "gpu"})
-    if unknown:
-        raise ValueError(f"resources.{unknown[0]} is not a resource; use cpu, memory and gpu")
-    host_config: dict[str, Any] = {
-        "Binds": binds,
-        "NetworkMode": kube_name(request.job_name),
-        "CapDrop": ["ALL"],
-        "SecurityOpt": ["no-new-privileges:true"],
-        "Init": True,  # reaps the training's zombie processes and forwards SIGTERM
-    }
-    if resources.get("cpu"):
-        host_config["NanoCpus"] = int(quantity(resources["cpu"], "cpu") * 1e9)
-    if resources.get("memory"):
-        host_config["Memory"] = int(quantity(resources["memory"], "memory"))
-    gpus = resources.get("gpu") or 0
-    if isinstance(gpus, bool) or not str(gpus).isdigit():
-        raise ValueError(f"resources.gpu is {gpus!r}; give a whole number of GPUs per host")
-    if int(gpus) > 0:
-        host_config["DeviceRequests"] = [{"Driver": "", "Count": int(gpus), "Capabilities": [["gpu"]]}]
-    if shm_size:
-        host_config["ShmSize"] = int(quantity(shm_size, "shm_size"))
-    configs = []
-    network = kube_name(request.job_name)
-    for index in range(request.instance_count):
-        name = container_name(request.job_name, index)
-        configs.append(
-            {
-                "name": name,
-                "Image": image,
-                "Cmd": ["train", "--root", root, "--current-host", name],  # the image's ENTRYPOINT stays
-                "Hostname": name,
-                "User": user,
-                "Env": [f"TRAINING_ROOT={root}", *env],
-                "Labels": job_labels(request, index),
-                "Tty": False,
-                "HostConfig": dict(host_config),
-                "NetworkingConfig": {"EndpointsConfig": {network: {"Aliases": [name]}}},
-            }
-        )
-    return configs
-
-
-class _Follower(threading.Thread):
-    """Follows one container's log into on_line, remembering the last timestamp passed on."""
-
-    def __init__(self, client: Any, container: str, host: str | None, on_line: LineCallback):
-        super().__init__(name=f"logs-{container}", daemon=True)
-        self.client, self.container, self.host, self.on_line = client, container, host, on_line
-        self.cursor = [0, 0]
-        self.lock = threading.Lock()
-        self.stream: Any = None
-        self.stopped = False
-
-    def run(self) -> None:
-        try:
-            since = self.cursor[0] / 1e9 - 1 if self.cursor[0] else None
-            self.stream = self.client.logs(self.container, stream=True, follow=True, timestamps=True, since=since)
-            cursor, buffer = LogCursor(self.cursor), b""
-            for chunk in self.stream:
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                with self.lock:
-                    for raw in lines:
-                        deliver_line(raw, cursor, self.on_line, self.host)
-        except Exception:  # the stream was closed by stop(), or the container went away
-            pass
-
-    def stop(self) -> None:
-        self.stopped = True
-        stream = self.stream
-        if stream is not None:
-            try:
-                stream.close()
-            except Exception:
-                pass
-
-    def catch_up(self) -> None:
-        """The lines after the cursor (a follow stream may close before the last ones)."""
-        with self.lock:
-            since = self.cursor[0] / 1e9 - 1 if self.cursor[0] else None
-            data = self.client.logs(self.container, stream=False, timestamps=True, since=since)
-            cursor = LogCursor(self.cursor)
-            for raw in data.split(b"\n"):
-                if raw:
-                    deliver_line(raw, cursor, self.on_line, self.host)
-
 
 class DockerLauncherHook(BaseHook):
     """Runs a LaunchRequest as containers on a Docker engine; see the module docstring."""
@@ -252,8 +79,13 @@ class DockerLauncherHook(BaseHook):
         if unknown:
             known = ", ".join(OPTION_KEYS)
             raise ValueError(f"docker option '{unknown[0]}' is not a known option; use one of: {known}")
+        user = str(options.get("user") or "").strip() or None
+        if user and access.is_root(user):
+            raise ValueError(f"docker option user is {user!r}: training containers never run as root; give a non-root "
+                             "uid:gid, or leave it out to use the image's user")
         return {
-            "user": str(options.get("user") or f"{os.getuid()}:{os.getgid()}"),
+            "user": user,
+            "secret_variables": options.get("secret_variables") or {},
             "shm_size": options.get("shm_size", "1Gi") or None,
             "keep_containers": bool(options.get("keep_containers", False)),
             "host_workspace": options.get("host_workspace") or None,
@@ -269,14 +101,19 @@ class DockerLauncherHook(BaseHook):
 
         return training_settings().default_image
 
-    def configs(self, request: LaunchRequest) -> list[dict[str, Any]]:
+    def configs(
+        self, request: LaunchRequest, user: str = access.DEFAULT_USER, addresses: list[str] | None = None,
+        secrets_file: str | None = None,
+    ) -> list[dict[str, Any]]:
         options = self._options(request)
         return container_configs(
             request,
             image=self.image(request),
-            user=options["user"],
+            user=user,
             shm_size=options["shm_size"],
             host_workspace=options["host_workspace"],
+            addresses=addresses,
+            secrets_file=secrets_file,
         )
 
     # ---- the protocol ---------------------------------------------------------------------------------
@@ -297,15 +134,15 @@ class DockerLauncherHook(BaseHook):
                 "write resourceconfig.json with the launcher's hosts(job_name, instance_count)"
             )
         options = self._options(request)
-        configs = self.configs(request)
+        secrets = access.secret_values(options["secret_variables"])  # a missing one fails before anything is made
         started_at = time.monotonic()
-        failure = self._start(request, configs, options, on_line)
+        failure = self._start(request, options, secrets, on_line)
         if failure is not None:
             self._cleanup(request, options)
             return failure
-        names = [config["name"] for config in configs]
+        names = expected
         multi = request.instance_count > 1
-        followers = {name: _Follower(self.client, name, name if multi else None, on_line) for name in names}
+        followers = {name: LogFollower(self.client, name, name if multi else None, on_line) for name in names}
         for follower in followers.values():
             follower.start()
         states, timed_out = self._wait(request, names, options, started_at, on_line)
@@ -317,23 +154,21 @@ class DockerLauncherHook(BaseHook):
                 follower.catch_up()
             except Exception as err:
                 self.log.warning("Could not read the rest of the log of %s: %s", follower.container, err)
-        result = self._result(request, states, timed_out)
+        result = engine.job_result(request, states, timed_out)
         if result.succeeded:
             on_line(f"[docker] job {kube_name(request.job_name)} completed on {request.instance_count} host(s)")
         self._cleanup(request, options)
         return result
 
     def stop(self, request: LaunchRequest) -> None:
-        """on_kill: remove the job's containers and network; what is already gone is fine."""
+        """on_kill: remove the job's containers, network and credentials file; what is already gone is fine."""
+        access.remove_secrets(access.secrets_dir(request.workspace, kube_name(request.job_name)))
         self._remove_all(request)
 
     # ---- steps ----------------------------------------------------------------------------------------
     def _start(
-        self, request: LaunchRequest, configs: list[dict], options: Mapping[str, Any], on_line: LineCallback
+        self, request: LaunchRequest, options: Mapping[str, Any], secrets: Mapping[str, str], on_line: LineCallback
     ) -> LaunchResult | None:
-        from docker.errors import APIError
-
-        client = self.client
         network = kube_name(request.job_name)
         existing = self._containers(request)
         if existing:
@@ -342,27 +177,56 @@ class DockerLauncherHook(BaseHook):
                 state.get("Status") == "exited" and (state.get("ExitCode") or state.get("OOMKilled"))
                 for state in states.values()
             )
-            if len(existing) == len(configs) and not exited_badly:
+            if len(existing) == request.instance_count and not exited_badly:
                 summary = ", ".join(f"{name} {state.get('Status')}" for name, state in sorted(states.items()))
                 on_line(f"[docker] reattaching to the containers of job {network} ({summary}): no second set")
-                self._start_created(existing)
+                self._start_created(request)
                 return None
             on_line(f"[docker] removing the containers of an earlier, failed try of job {network}")
-            self._remove_all(request, keep_network=True)
+            self._remove_all(request)
         clear_outcome_markers(request.job_root)
-        try:
-            client.create_network(network, driver="bridge", labels=job_labels(request), check_duplicate=True)
-        except APIError as err:
-            if err.status_code != 409:
-                raise
+        image = self.image(request)
+        failure = engine.ensure_image(self.client, image, options["image_pull_grace_seconds"], on_line)
+        if failure is not None:
+            return failure
+        user, ids = self._run_as(request, options, image, on_line)
+        secrets_file = None
+        if secrets:
+            directory = access.secrets_dir(request.workspace, network)
+            secrets_file = access.write_secrets(directory, secrets, *ids)
+            on_line(f"[docker] credentials {', '.join(sorted(secrets))} from Airflow Variables: in a read-only file, "
+                    "not in the container's configuration")
+        addresses = engine.create_job_network(self.client, request)
+        configs = self.configs(request, user=user, addresses=addresses, secrets_file=secrets_file)
         for config in configs:
             body = {k: v for k, v in config.items() if k != "name"}
             failure = self._create(config["name"], body, options, on_line)
             if failure is not None:
                 return failure
-        self._start_created(self._containers(request))
-        on_line(f"[docker] started job {network}: {', '.join(c['name'] for c in configs)}, image {configs[0]['Image']}")
+        self._start_created(request)
+        hosts = ", ".join(f"{c['name']} ({a})" for c, a in zip(configs, addresses))
+        on_line(f"[docker] started job {network}: {hosts}, image {image}, user {user}")
         return None
+
+    def _run_as(
+        self, request: LaunchRequest, options: Mapping[str, Any], image: str, on_line: LineCallback
+    ) -> tuple[str, tuple[int, int | None] | None]:
+        """The container's user (see docker_access) and its numeric ids; gives it the job root when we are root."""
+        user = options["user"]
+        if not user and not access.worker_is_root():
+            return f"{os.getuid()}:{os.getgid()}", (os.getuid(), os.getgid())
+        if not user:
+            user = (self.client.inspect_image(image).get("Config") or {}).get("User") or ""
+            if access.is_root(user):
+                on_line(f"[docker] image {image} runs as root; running as {access.DEFAULT_USER} instead "
+                        "(set the docker option user to choose)")
+                user = access.DEFAULT_USER
+        ids = access.numeric_ids(user) or engine.ids_in_image(self.client, image, user)
+        if access.worker_is_root():
+            changed = access.give_job_root(request.job_root, *ids)
+            if changed:
+                self.log.info("Gave %d entries of the job root %s to %s", changed, request.job_root, user)
+        return user, ids
 
     def _create(self, name: str, body: dict, options: Mapping[str, Any], on_line: LineCallback) -> LaunchResult | None:
         from docker.errors import APIError, ImageNotFound
@@ -376,7 +240,7 @@ class DockerLauncherHook(BaseHook):
             except ImageNotFound:
                 if pulled:
                     raise
-                failure = self._pull(body["Image"], options, on_line)
+                failure = engine.pull(client, body["Image"], options["image_pull_grace_seconds"], on_line)
                 if failure is not None:
                     return failure
                 pulled = True
@@ -384,51 +248,13 @@ class DockerLauncherHook(BaseHook):
                 if err.status_code == 409:  # created meanwhile (a concurrent try): reattach to it
                     return None
                 if err.status_code == 400 and "invalid reference format" in str(err.explanation):
-                    return self._image_failure(body["Image"], str(err.explanation))
+                    return engine.image_failure(body["Image"], str(err.explanation))
                 raise
 
-    def _pull(self, image: str, options: Mapping[str, Any], on_line: LineCallback) -> LaunchResult | None:
-        """Pull the image; wait out a registry rate limit for a while, fail fast on anything definite."""
-        from docker.errors import APIError
-
-        deadline = time.monotonic() + options["image_pull_grace_seconds"]
-        delay = 1.0
-        said = False
-        while True:
-            error = None
-            try:
-                for message in self.client.pull(image, stream=True, decode=True):
-                    if isinstance(message, dict) and message.get("error"):
-                        error = str(message["error"])
-                        break
-            except APIError as err:
-                error = str(err.explanation or err)
-            if error is None:
-                return None
-            if not is_rate_limited(error):  # not found, denied, invalid: retrying will not help
-                return self._image_failure(image, error)
-            if time.monotonic() >= deadline:
-                grace = int(options["image_pull_grace_seconds"])
-                return self._image_failure(image, f"still rate-limited after {grace} s: {error}")
-            if not said:
-                on_line(
-                    f"[docker] the registry refuses to serve {image} for now ({error}); retrying for up to "
-                    f"{int(options['image_pull_grace_seconds'])} s"
-                )
-                said = True
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 60)
-
-    def _image_failure(self, image: str, error: str) -> LaunchResult:
-        return LaunchResult(
-            succeeded=False,
-            failure_class=IMAGE_ERROR,
-            failure_reason=f"cannot pull image {image}: {error}; check image_uri, the registry and its login "
-            "(the docker connection)",
-        )
-
-    def _start_created(self, containers: Mapping[str, Mapping[str, Any]]) -> None:
-        for name in containers:
+    def _start_created(self, request: LaunchRequest) -> None:
+        """Start the job's containers not started yet, in host order."""
+        containers = self._containers(request)
+        for name in sorted(containers, key=lambda n: int(containers[n].get("Labels", {}).get(INDEX_LABEL, 0))):
             if self._inspect(name)["State"].get("Status") == "created":
                 self.client.start(name)
 
@@ -472,46 +298,6 @@ class DockerLauncherHook(BaseHook):
             except NotFound:
                 pass
 
-    def _result(self, request: LaunchRequest, states: Mapping[str, Mapping[str, Any]], timed_out: bool) -> LaunchResult:
-        if timed_out:
-            return LaunchResult(
-                succeeded=False,
-                failure_class=TIMEOUT,
-                failure_reason=f"the job ran longer than max_run_seconds ({request.max_run_seconds}) and was stopped",
-            )
-        removed = sorted(name for name, state in states.items() if state.get("Status") == "removed")
-        if removed:
-            return LaunchResult(
-                succeeded=False,
-                failure_class=PLATFORM_ERROR,
-                failure_reason=f"container(s) {', '.join(removed)} were removed while the job ran (killed or "
-                "removed by hand); retry to start again",
-            )
-        failed = [(name, state) for name, state in states.items() if state.get("ExitCode") or state.get("OOMKilled")]
-        if not failed:
-            return LaunchResult(succeeded=True, exit_code=0)
-        for name, state in failed:
-            if state.get("OOMKilled"):
-                return LaunchResult(
-                    succeeded=False,
-                    exit_code=state.get("ExitCode"),
-                    failure_class=OOM,
-                    failure_reason=f"{name} ran out of memory (OOMKilled); "
-                    "raise resources.memory or lower the batch size",
-                )
-        # The runtime's own codes name the cause; 137/143 are the hosts we stopped after it.
-        failed.sort(key=lambda item: (not is_runtime_exit_code(item[1]["ExitCode"]), item[1].get("FinishedAt", "")))
-        name, state = failed[0]
-        code = state["ExitCode"]
-        message = f"{describe_exit(code)} on {name}, exit code {code}"
-        reason = read_failure_reason(request.job_root) if is_runtime_exit_code(code) else None
-        return LaunchResult(
-            succeeded=False,
-            exit_code=code,
-            failure_class=exit_failure_class(code),
-            failure_reason=f"{message}: {reason}" if reason else message,
-        )
-
     # ---- engine helpers -------------------------------------------------------------------------------
     def _inspect(self, name: str) -> dict[str, Any]:
         from docker.errors import NotFound
@@ -526,6 +312,7 @@ class DockerLauncherHook(BaseHook):
         return {c["Names"][0].lstrip("/"): c for c in found}
 
     def _cleanup(self, request: LaunchRequest, options: Mapping[str, Any]) -> None:
+        access.remove_secrets(access.secrets_dir(request.workspace, kube_name(request.job_name)))
         if options["keep_containers"]:
             self.log.info("Keeping the containers of job %s (keep_containers)", request.job_name)
             return
@@ -534,7 +321,7 @@ class DockerLauncherHook(BaseHook):
         except Exception as err:  # the result stands; leftovers are removed by the next try or stop()
             self.log.warning("Could not remove the containers of job %s: %s", request.job_name, err)
 
-    def _remove_all(self, request: LaunchRequest, keep_network: bool = False) -> None:
+    def _remove_all(self, request: LaunchRequest) -> None:
         from docker.errors import NotFound
 
         for name in self._containers(request):
@@ -542,8 +329,6 @@ class DockerLauncherHook(BaseHook):
                 self.client.remove_container(name, force=True)
             except NotFound:
                 pass
-        if keep_network:
-            return
         network = kube_name(request.job_name)
         for net in self.client.networks(names=[network]):
             if net.get("Name") == network:

@@ -1,50 +1,82 @@
-"""End to end on a real Docker engine: two hosts of the training runtime image on the job's network.
+"""The Docker launcher on the real engine (Debian's docker.io; `make test` starts it and builds the images).
 
-Skipped unless TRAINING_E2E_DOCKER=1 and an engine is reachable (DOCKER_HOST or /var/run/docker.sock).
-One command (after `docker build -f docker/training.Dockerfile -t training-base:latest .`):
-
-  TRAINING_E2E_DOCKER=1 TRAINING_E2E_IMAGE=training-base:latest \
-    .venv/bin/python -m pytest tests/integration/test_docker_engine.py -v
+Each test runs the training image through DockerLauncherHook.run: containers as the image's non-root user with
+all capabilities dropped and no new privileges, hosts resolving each other on the job's network, failure
+classes read from what really happened (a failing script, the kernel's OOM killer under a memory limit,
+max_run_seconds), nothing left behind after a kill, and a retry reattaching to a running job.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-DOCKER_URL = os.environ.get("DOCKER_HOST", "unix://var/run/docker.sock")
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.skipif(
-        os.environ.get("TRAINING_E2E_DOCKER") != "1"
-        or (DOCKER_URL.startswith("unix://") and not Path(DOCKER_URL[len("unix:/"):]).exists()),
-        reason="needs TRAINING_E2E_DOCKER=1 and a Docker engine (see docs/kubernetes.md)",
-    ),
-]
+from docker_support import DOCKER_URL, TRAINING_IMAGE, engine, require_image
 
-IMAGE = os.environ.get("TRAINING_E2E_IMAGE", "training-base:latest")
-SCRIPT = r'''
-import json, os, socket
-me = os.environ["TM_CURRENT_HOST"]
-for host in json.loads(os.environ["TM_HOSTS"]):
-    socket.getaddrinfo(host, 29500)  # containers on the job's network resolve each other by name
-    print(f"{me} resolved {host}", flush=True)
-if os.environ.get("SM_HP_MODE") == "fail":
-    raise RuntimeError("planned failure on " + me)
-open(os.path.join(os.environ["SM_MODEL_DIR"], me + ".txt"), "w").write(me)
-print(f"{me} done", flush=True)
-'''
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent('''
+    import json, os, socket, sys, time
+    me = os.environ["TM_CURRENT_HOST"]
+    hosts = json.loads(os.environ["TM_HOSTS"])
+    mode = os.environ.get("SM_HP_MODE", "ok")
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "starts-" + me), "a") as f:
+        f.write("start\\n")  # one line per time this host's training started
+    if mode == "fail":
+        if me != hosts[0]:
+            time.sleep(120)  # a peer: stopped by the launcher when host 0 fails
+        time.sleep(2)
+        print("about to fail", flush=True)
+        raise RuntimeError("planned failure on " + me)
+    if mode == "secret":
+        import hashlib
+        with open(os.path.join(os.environ["SM_MODEL_DIR"], "token.sha256"), "w") as f:
+            f.write(hashlib.sha256(os.environ["API_TOKEN"].encode()).hexdigest())
+        print("read the token", flush=True)
+        sys.exit(0)
+    if mode == "oom":
+        hog = []
+        while True:
+            hog.append(bytearray(16 * 2**20))  # the memory limit is far below what this asks for
+    if mode == "sleep":
+        for i in range(int(os.environ.get("SM_HP_SECONDS", "600"))):
+            print(f"{me} tick {i}", flush=True)
+            time.sleep(1)
+    status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+    report = {
+        "host": me,
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "resolved": {h: socket.getaddrinfo(h, 29500)[0][4][0] for h in hosts},
+        "cap_eff": status["CapEff"].strip(),
+        "no_new_privs": status["NoNewPrivs"].strip(),
+        "channel": sorted(os.listdir(os.environ["SM_CHANNEL_TRAIN"])),
+        "channel_writable": os.access(os.environ["SM_CHANNEL_TRAIN"], os.W_OK),
+    }
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], me + ".json"), "w") as f:
+        json.dump(report, f)
+    print(f"{me} done", flush=True)
+''')
 
 
-def job_request(tmp_path: Path, hosts: int, mode: str = "ok"):
+def make_request(tmp_path: Path, hosts: int = 1, mode: str = "ok", image: str = TRAINING_IMAGE, **fields):
     from operators.hooks.docker_launcher import DockerLauncherHook
     from operators.hooks.launcher import LaunchRequest
 
-    job_name = f"e2e-{mode}-{uuid.uuid4().hex[:5]}"
+    client = engine()
+    require_image(client, image)
+    job_name = f"dk-{mode}-{uuid.uuid4().hex[:6]}"
     hook = DockerLauncherHook(docker_url=DOCKER_URL, docker_conn_id="")
     names = hook.hosts(job_name, hosts)
     workspace = tmp_path / "workspace"
@@ -53,16 +85,17 @@ def job_request(tmp_path: Path, hosts: int, mode: str = "ok"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     (root / "code" / "train.py").write_text(SCRIPT)
     config = root / "input" / "config"
-    (config / "hyperparameters.json").write_text(json.dumps({"mode": mode}))
+    hyperparameters = {"mode": mode, **fields.pop("hyperparameters", {})}
+    (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
     (config / "resourceconfig.json").write_text(json.dumps({"current_host": names[0], "hosts": names}))
     (config / "inputdataconfig.json").write_text(json.dumps({"train": {"TrainingInputMode": "File"}}))
     (config / "trainingjobconfig.json").write_text(
         json.dumps({"job_name": job_name, "layout": "ti", "entry_point": "train.py", "processes_per_host": 1})
     )
-    entry = workspace / "cache" / "train-entry"
+    entry = workspace / "cache" / f"entry-{job_name}"
     entry.mkdir(parents=True, exist_ok=True)
     (entry / "part-0.csv").write_text("x,y\n1,2\n")
-    request = LaunchRequest(
+    values = dict(
         job_name=job_name,
         job_root=str(root),
         workspace=str(workspace),
@@ -70,25 +103,190 @@ def job_request(tmp_path: Path, hosts: int, mode: str = "ok"):
         instance_count=hosts,
         hosts=tuple(names),
         channel_entries={"train": str(entry)},
-        image_uri=IMAGE,
-        resources={"cpu": "1", "memory": "512Mi"},
-        max_run_seconds=600,
+        image_uri=image,
+        resources={"cpu": "1", "memory": "256Mi"},
+        max_run_seconds=300,
         env={"PYTHONUNBUFFERED": "1"},
-        options={"poll_interval": 0.5},
+        options={"poll_interval": 0.3},
     )
-    return hook, request
+    values.update(fields)
+    return hook, LaunchRequest(**values)
 
 
-def test_two_hosts_train_and_leave_nothing_behind(tmp_path):
-    hook, request = job_request(tmp_path, hosts=2)
+def leftovers(request) -> dict:
+    """What the engine still holds for a job: containers, networks, volumes (by the job's label)."""
+    from operators.kubernetes_names import JOB_LABEL, kube_name
+
+    client = engine()
+    label = {"label": f"{JOB_LABEL}={kube_name(request.job_name)}"}
+    return {
+        "containers": [c["Names"][0] for c in client.containers(all=True, filters=label)],
+        "networks": [n["Name"] for n in client.networks(names=[kube_name(request.job_name)])],
+        "volumes": [v["Name"] for v in (client.volumes(filters=label).get("Volumes") or [])],
+    }
+
+
+NOTHING = {"containers": [], "networks": [], "volumes": []}
+
+
+def test_two_hosts_resolve_each_other_and_run_unprivileged_as_the_image_user(tmp_path):
+    hook, request = make_request(tmp_path, hosts=2)
     lines: list[str] = []
     result = hook.run(request, lines.append)
     assert result.succeeded, (result.failure_reason, lines[-20:])
-    assert sorted(p.name for p in Path(request.job_root, "model").iterdir()) == sorted(f"{h}.txt" for h in request.hosts)
-    assert not hook._containers(request)
+    model = Path(request.job_root, "model")
+    for host in request.hosts:
+        report = json.loads((model / f"{host}.json").read_text())
+        assert set(report["resolved"]) == set(request.hosts)
+        assert (report["uid"], report["gid"]) == (1000, 1000)  # the image's USER, not root
+        assert report["cap_eff"] == "0000000000000000" and report["no_new_privs"] == "1"
+        assert report["channel"] == ["part-0.csv"] and not report["channel_writable"]
+        assert (model / f"{host}.json").stat().st_uid == 1000
+    assert any(line.startswith(f"[{request.hosts[1]}] ") and "done" in line for line in lines), lines[-10:]
+    assert leftovers(request) == NOTHING
 
 
-def test_a_failing_script_is_a_user_error(tmp_path):
-    hook, request = job_request(tmp_path, hosts=2, mode="fail")
+def test_the_container_gets_the_limits_and_security_options(tmp_path):
+    hook, request = make_request(
+        tmp_path, mode="sleep", resources={"cpu": "500m", "memory": "300Mi"}, hyperparameters={"seconds": 30}
+    )
+    thread = threading.Thread(target=hook.run, args=(request, lambda line: None), daemon=True)
+    thread.start()
+    client = engine()
+    name = request.hosts[0]
+    deadline = time.monotonic() + 60
+    while True:
+        found = client.containers(filters={"name": name})
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    try:
+        config = client.inspect_container(name)
+        host = config["HostConfig"]
+        assert host["Memory"] == 300 * 2**20 and host["NanoCpus"] == 500_000_000
+        assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"] and host["Init"]
+        assert config["Config"]["User"] == "1000:1000"  # the image's own non-root user
+    finally:
+        hook.stop(request)
+        thread.join(timeout=60)
+    assert leftovers(request) == NOTHING
+
+
+def test_a_failing_host_is_a_user_error_with_its_message_and_exit_code_and_stops_the_others(tmp_path):
+    hook, request = make_request(tmp_path, hosts=2, mode="fail")
+    lines: list[str] = []
+    started = time.monotonic()
+    result = hook.run(request, lines.append)
+    assert not result.succeeded and result.failure_class == "user_error" and result.exit_code == 1
+    assert result.failure_reason.startswith(f"the training code failed on {request.hosts[0]}, exit code 1")
+    assert f"planned failure on {request.hosts[0]}" in result.failure_reason
+    assert time.monotonic() - started < 60  # host 1 did not sleep its 120 s: it was stopped
+    assert any("about to fail" in line for line in lines)
+    assert leftovers(request) == NOTHING
+
+
+def test_running_out_of_memory_under_the_limit_is_the_oom_class(tmp_path):
+    hook, request = make_request(tmp_path, mode="oom", resources={"cpu": "1", "memory": "128Mi"})
     result = hook.run(request, lambda line: None)
-    assert result.failure_class == "user_error" and "planned failure" in result.failure_reason
+    assert result.failure_class == "oom_killed", result
+    assert "memory" in result.failure_reason
+    assert leftovers(request) == NOTHING
+
+
+def test_max_run_seconds_stops_the_job(tmp_path):
+    hook, request = make_request(tmp_path, mode="sleep", max_run_seconds=3)
+    started = time.monotonic()
+    result = hook.run(request, lambda line: None)
+    assert result.failure_class == "timeout" and "max_run_seconds (3)" in result.failure_reason
+    assert time.monotonic() - started < 60
+    assert leftovers(request) == NOTHING
+
+
+def test_stop_mid_run_leaves_no_container_network_or_volume(tmp_path):
+    hook, request = make_request(tmp_path, hosts=2, mode="sleep")
+    lines: list[str] = []
+    results = []
+    thread = threading.Thread(target=lambda: results.append(hook.run(request, lines.append)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 90
+    while not any("tick 2" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert any("tick 2" in line for line in lines), lines[-10:]
+    hook.stop(request)  # what on_kill does
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert results and not results[0].succeeded
+    assert leftovers(request) == NOTHING
+
+
+RUN_IN_A_WORKER = textwrap.dedent('''
+    import json, sys
+    from operators.hooks.docker_launcher import DockerLauncherHook
+    from operators.hooks.launcher import LaunchRequest
+    request = LaunchRequest.from_dict(json.loads(sys.argv[1]))
+    DockerLauncherHook(docker_url=sys.argv[2], docker_conn_id="").run(request, lambda line: print(line, flush=True))
+''')
+
+
+def test_a_retry_after_the_worker_died_reattaches_instead_of_training_again(tmp_path):
+    hook, request = make_request(tmp_path, hosts=2, mode="sleep", hyperparameters={"seconds": 6})
+    worker = subprocess.Popen(
+        [sys.executable, "-c", RUN_IN_A_WORKER, json.dumps(request.to_dict()), DOCKER_URL],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime")])},
+    )
+    for line in worker.stdout:
+        if "tick 1" in line:
+            break
+    worker.kill()  # the Airflow worker dies; the containers go on
+    worker.wait()
+    lines: list[str] = []
+    result = hook.run(request, lines.append)  # the task's retry
+    assert result.succeeded, (result.failure_reason, lines[-10:])
+    assert any("reattaching" in line for line in lines), lines[:5]
+    for host in request.hosts:
+        assert Path(request.job_root, "model", f"starts-{host}").read_text() == "start\n"  # trained once
+    assert leftovers(request) == NOTHING
+
+
+def test_an_image_that_does_not_exist_fails_fast_as_an_image_error(tmp_path):
+    hook, request = make_request(tmp_path, image=TRAINING_IMAGE)
+    request = type(request)(**{**request.to_dict(), "image_uri": f"training-missing-{uuid.uuid4().hex[:6]}:1"})
+    started = time.monotonic()
+    result = hook.run(request, lambda line: None)
+    assert result.failure_class == "image_error" and "training-missing-" in result.failure_reason
+    assert time.monotonic() - started < 120
+    assert leftovers(request) == NOTHING
+
+
+def test_credentials_reach_the_script_but_not_docker_inspect_logs_or_the_job_root(tmp_path, monkeypatch):
+    import hashlib
+
+    token = "tok-" + uuid.uuid4().hex
+    monkeypatch.setenv("AIRFLOW_VAR_TRAINING_E2E_TOKEN", token)  # an Airflow Variable (environment backend)
+    hook, request = make_request(
+        tmp_path, mode="secret",
+        options={"secret_variables": {"API_TOKEN": "training_e2e_token"}, "keep_containers": True},
+    )
+    lines: list[str] = []
+    try:
+        result = hook.run(request, lines.append)
+        assert result.succeeded, (result.failure_reason, lines[-10:])
+        assert Path(request.job_root, "model", "token.sha256").read_text() == hashlib.sha256(token.encode()).hexdigest()
+        client = engine()
+        for name in request.hosts:
+            assert token not in json.dumps(client.inspect_container(name))  # Env, Cmd, Mounts: no value
+        assert not any(token in line for line in lines)
+        assert not [p for p in Path(request.workspace).rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    finally:
+        hook.stop(request)
+    assert leftovers(request) == NOTHING
+
+
+def test_a_missing_credential_variable_fails_before_anything_is_created(tmp_path):
+    hook, request = make_request(tmp_path, options={"secret_variables": {"API_TOKEN": "training_e2e_absent"}})
+    missing = "secret_variables.API_TOKEN: cannot read Airflow Variable 'training_e2e_absent'"
+    with pytest.raises(ValueError, match=missing):
+        hook.run(request, lambda line: None)
+    assert leftovers(request) == NOTHING

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.docker
 
 def test_training_image_runs_train_as_its_non_root_user():
     require_image(engine(), TRAINING_IMAGE)
-    result = docker_run(TRAINING_IMAGE, "sh", "-c", "id -u; id -g; python3 -c 'import sys; print(sys.version)'; train --version; pwd")
+    script = "id -u; id -g; python3 -c 'import sys; print(sys.version)'; train --version; pwd"
+    result = docker_run(TRAINING_IMAGE, "sh", "-c", script)
     assert result.returncode == 0, result.stderr
     uid, gid, python, version, cwd = result.stdout.splitlines()
     assert (uid, gid) == ("1000", "1000")

@@ -1,0 +1,146 @@
+"""The training_job DAG with "backend": "docker" on the real engine: the same dag.test() path `airflow dags test
+training_job` takes (real Airflow, metadata DB, the loopback S3 store), training in containers of the images
+`make images` built."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import textwrap
+
+import pytest
+
+from dag_runner import load_dag, run_dag
+from docker_support import TORCH_IMAGE, TRAINING_IMAGE, engine, require_image
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("airflow_db")]
+
+
+@pytest.fixture
+def training_dag():
+    return load_dag("training_job.py", "training_job")
+
+
+@pytest.fixture
+def docker_engine():
+    client = engine()
+    require_image(client, TRAINING_IMAGE)
+    return client
+
+
+def model_json(object_store, bucket, key) -> dict:
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, key))) as tar:
+        return json.load(tar.extractfile("model.json"))
+
+
+def put_code(object_store, bucket, files: dict[str, str], prefix="code/"):
+    for name, text in files.items():
+        object_store.put(bucket, prefix + name, text.encode())
+
+
+def job_leftovers(client, job_name: str) -> list:
+    from operators.kubernetes_names import JOB_LABEL, kube_name
+
+    return client.containers(all=True, filters={"label": f"{JOB_LABEL}={kube_name(job_name)}"})
+
+
+CHANNEL_SCRIPT = textwrap.dedent('''
+    import argparse, json, os, socket
+    p = argparse.ArgumentParser(); p.add_argument("--epochs", type=int)
+    args = p.parse_args()
+    rows = open(os.path.join(os.environ["TM_CHANNEL_TRAIN"], "rows.csv")).read().split()
+    for epoch in range(args.epochs):
+        print(f"epoch={epoch} loss={1.0 / (epoch + 1):.3f}", flush=True)
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.json"), "w") as f:
+        json.dump({"rows": len(rows), "uid": os.getuid(), "host": os.environ["TM_CURRENT_HOST"],
+                   "hostname": socket.gethostname(), "cwd": os.getcwd()}, f)
+''')
+
+
+def test_one_host_with_an_s3_channel(docker_engine, training_dag, storage_connections, object_store):
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": CHANNEL_SCRIPT})
+    object_store.put(bucket, "data/train/rows.csv", b"1\n2\n3\n4\n")
+    conf = {
+        "job_name": "docker-s3",
+        "backend": "docker",
+        "source_dir": f"s3://{bucket}/code/",
+        "entry_point": "train.py",
+        "hyperparameters": {"epochs": 2},
+        "inputs": {"train": f"s3://{bucket}/data/train/"},
+        "output_path": f"s3://{bucket}/models",
+        "resources": {"cpu": 1, "memory": "512Mi"},
+        "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+    }
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "success", states
+    model = model_json(object_store, bucket, "models/docker-s3/output/model.tar.gz")
+    assert model == {"rows": 4, "uid": 1000, "host": "docker-s3-0", "hostname": "docker-s3-0", "cwd": "/opt/ml/code"}
+    assert values["launch_training"]["metrics"] == {"loss": pytest.approx(0.5)}
+    assert job_leftovers(docker_engine, "docker-s3") == []
+
+
+DDP_SCRIPT = textwrap.dedent('''
+    import json, os
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    print(f"rank={rank} world={world} allreduce={value.item()}", flush=True)
+    if rank == 0:
+        json.dump({"sum": value.item(), "world": world, "master": os.environ["MASTER_ADDR"],
+                   "hosts": json.loads(os.environ["TM_HOSTS"])},
+                  open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w"))
+    dist.destroy_process_group()
+''')
+
+
+@pytest.mark.slow
+def test_two_host_pytorch_ddp_all_reduce_in_the_torch_image(
+    docker_engine, training_dag, storage_connections, object_store
+):
+    require_image(docker_engine, TORCH_IMAGE)
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": DDP_SCRIPT})
+    conf = {
+        "job_name": "docker-ddp",
+        "backend": "docker",
+        "image_uri": TORCH_IMAGE,
+        "source_dir": f"s3://{bucket}/code/",
+        "entry_point": "train.py",
+        "instance_count": 2,
+        "distribution": "pytorch",
+        "resources": {"cpu": 1, "memory": "2Gi"},
+        "output_path": f"s3://{bucket}/models",
+        "metric_definitions": [{"Name": "allreduce", "Regex": "allreduce=([0-9.]+)"}],
+        "max_run_seconds": 300,
+    }
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "success", states
+    model = model_json(object_store, bucket, "models/docker-ddp/output/model.tar.gz")
+    hosts = ["docker-ddp-0", "docker-ddp-1"]
+    assert model == {"sum": 3.0, "world": 2, "master": hosts[0], "hosts": hosts}
+    assert values["launch_training"]["metrics"] == {"allreduce": 3.0}
+    assert job_leftovers(docker_engine, "docker-ddp") == []
+
+
+def test_a_failing_script_fails_the_run_with_its_reason(
+    docker_engine, training_dag, storage_connections, object_store, capfd
+):
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": "import sys\nprint('loading', flush=True)\n"
+                                                "sys.exit('ValueError: column label has NaN values')\n"})
+    conf = {"job_name": "docker-failing", "backend": "docker", "source_dir": f"s3://{bucket}/code/",
+            "entry_point": "train.py", "output_path": f"s3://{bucket}/models"}
+    state, states, values = run_dag(training_dag, conf)
+    assert state == "failed"
+    assert states["launch_training"] == "failed" and states["publish_model"] == "upstream_failed"
+    failure = object_store.get(bucket, "models/docker-failing/output/failure").decode()
+    assert "column label has NaN values" in failure
+    out = capfd.readouterr().out
+    assert "training job docker-failing failed (user_error)" in out and "exit code 1" in out
+    assert "models/docker-failing/output/model.tar.gz" not in object_store.keys(bucket, "models/docker-failing/")
+    assert job_leftovers(docker_engine, "docker-failing") == []
