@@ -94,7 +94,7 @@ def ids_in_image(client, image: str, user: str) -> tuple[int, int]:
         code = client.wait(created["Id"], timeout=60).get("StatusCode")
         output = client.logs(created["Id"], stdout=True, stderr=True).decode(errors="replace").split()
     finally:
-        client.remove_container(created["Id"], force=True)
+        client.remove_container(created["Id"], force=True, v=True)
     if code != 0 or len(output) < 2 or not all(part.isdigit() for part in output[:2]):
         raise ValueError(f"user {user!r} does not exist in image {image}; set the docker option user to a uid:gid")
     return int(output[0]), int(output[1])

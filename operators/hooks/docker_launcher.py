@@ -326,7 +326,7 @@ class DockerLauncherHook(BaseHook):
 
         for name in self._containers(request):
             try:
-                self.client.remove_container(name, force=True)
+                self.client.remove_container(name, force=True, v=True)  # and its anonymous volumes
             except NotFound:
                 pass
         network = kube_name(request.job_name)

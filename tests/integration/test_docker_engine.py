@@ -202,8 +202,21 @@ def test_max_run_seconds_stops_the_job(tmp_path):
     assert leftovers(request) == NOTHING
 
 
-def test_stop_mid_run_leaves_no_container_network_or_volume(tmp_path):
-    hook, request = make_request(tmp_path, hosts=2, mode="sleep")
+@pytest.fixture
+def image_with_a_volume(tmp_path):
+    """The training image plus a VOLUME, so the engine makes an anonymous volume per container."""
+    require_image(engine(), TRAINING_IMAGE)
+    image = "training-volume-test:latest"
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {TRAINING_IMAGE}\nVOLUME /scratch\n")
+    subprocess.run(["docker", "build", "-q", "-t", image, str(tmp_path / "ctx")], check=True, capture_output=True,
+                   env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=300)
+    return image
+
+
+def test_stop_mid_run_leaves_no_container_network_or_volume(tmp_path, image_with_a_volume):
+    volumes_before = {v["Name"] for v in engine().volumes().get("Volumes") or []}
+    hook, request = make_request(tmp_path, hosts=2, mode="sleep", image=image_with_a_volume)
     lines: list[str] = []
     results = []
     thread = threading.Thread(target=lambda: results.append(hook.run(request, lines.append)), daemon=True)
@@ -212,11 +225,14 @@ def test_stop_mid_run_leaves_no_container_network_or_volume(tmp_path):
     while not any("tick 2" in line for line in lines) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert any("tick 2" in line for line in lines), lines[-10:]
+    volumes_running = {v["Name"] for v in engine().volumes().get("Volumes") or []}
+    assert len(volumes_running - volumes_before) >= 2  # one anonymous volume per container while it runs
     hook.stop(request)  # what on_kill does
     thread.join(timeout=60)
     assert not thread.is_alive()
     assert results and not results[0].succeeded
     assert leftovers(request) == NOTHING
+    assert not (volumes_running - volumes_before) & {v["Name"] for v in engine().volumes().get("Volumes") or []}
 
 
 RUN_IN_A_WORKER = textwrap.dedent('''
