@@ -80,7 +80,7 @@ def hosts(spec: Mapping[str, Any]) -> list[str]:
 
 
 def parent_of(session, resume_from: str | None) -> dict[str, Any] | None:
-    """The job whose model a resumed job started from: the URI names its job (<output_path>/<job>/output/model.tar.gz)."""
+    """The job whose model a resumed job started from, named by the URI: <output_path>/<job>/output/model.tar.gz."""
     if not resume_from or resume_from == "latest" or not resume_from.endswith("/output/model.tar.gz"):
         return {"job_name": None, "uri": resume_from} if resume_from else None
     parent_name = resume_from.rstrip("/").split("/")[-3]

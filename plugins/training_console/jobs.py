@@ -244,7 +244,8 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
         trials = sorted(search["trials"], key=lambda r: r["map_index"])
         search["trials"] = trials
         objective = search["objective"]
-        scored = [t for t in trials if t["status"] == "succeeded" and isinstance(t["metrics"].get(objective), (int, float))]
+        scored = [t for t in trials
+                  if t["status"] == "succeeded" and isinstance(t["metrics"].get(objective), (int, float))]
         best = (max if search["direction"] == "maximize" else min)(
             scored, key=lambda t: t["metrics"][objective]) if scored else None
         for t in trials:

@@ -8,6 +8,7 @@ const STAGE_LABELS = {validate_spec: "validate", stage_code: "stage code", prefe
   write_configs: "write configs", restore: "restore", launch_training: "training", upload_artifacts: "upload",
   publish_model: "publish"};
 let poller = null;
+let refreshLog = null;  // the open job's log, re-read while it trains
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const fmtNum = (v) => typeof v === "number" ? (Math.abs(v) >= 1000 || Number.isInteger(v) ? String(v) : v.toPrecision(4)) : "";
@@ -191,8 +192,10 @@ async function drawMetrics(key) {
   if (!el) return;
   const names = Object.keys(data.series || {});
   el.innerHTML = names.length ? names.map((n) => chart(n, data.series[n])).join("") : '<p class="muted">No metric points (yet).</p>';
-  if (data.status === "running" || data.status === "queued") poller = setTimeout(() => drawMetrics(key).catch(() => {}), 2000);
-  else if (document.getElementById("job-status")?.dataset.status !== data.status) route();  // it just finished
+  if (document.getElementById("job-status")?.dataset.status !== data.status) route();  // started or finished: redraw
+  else if (data.status === "running" || data.status === "queued") {
+    poller = setTimeout(() => { drawMetrics(key).catch(() => {}); if (refreshLog) refreshLog(); }, 2000);
+  }
 }
 
 function cloneConf(job, resume) {
@@ -285,8 +288,9 @@ async function jobPage(key, section) {
   if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
   if (running) document.getElementById("stop").onclick = () => stopJob(job).catch((e) => alert(e.message));
   const hostSelect = document.getElementById("host");
-  hostSelect.onchange = () => showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
-  showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
+  refreshLog = () => showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
+  hostSelect.onchange = refreshLog;
+  refreshLog();
   if (section) document.getElementById(section)?.scrollIntoView();
   await drawMetrics(job);
 }
