@@ -1,11 +1,14 @@
-"""The training_job DAG with "backend": "docker" on the real engine: the same dag.test() path `airflow dags test
-training_job` takes (real Airflow, metadata DB, the loopback S3 store), training in containers of the images
-`make images` built."""
+"""The training_job DAG with "backend": "docker" on the real engine (real Airflow, metadata DB, the loopback S3
+store), training in containers of the images `make images` built: through `airflow dags test training_job` (the
+command, in a child process) and through dag.test(), the function that command runs (in-process, to read XCom)."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 import textwrap
 
@@ -127,20 +130,22 @@ def test_two_host_pytorch_ddp_all_reduce_in_the_torch_image(
     assert job_leftovers(docker_engine, "docker-ddp") == []
 
 
-def test_a_failing_script_fails_the_run_with_its_reason(
-    docker_engine, training_dag, storage_connections, object_store, capfd
-):
+def test_a_failing_script_fails_airflow_dags_test_with_its_reason(docker_engine, storage_connections, object_store):
+    """Through the `airflow dags test` command itself (a child process; it exits 1 on a failed run)."""
     bucket = object_store.bucket()
     put_code(object_store, bucket, {"train.py": "import sys\nprint('loading', flush=True)\n"
                                                 "sys.exit('ValueError: column label has NaN values')\n"})
     conf = {"job_name": "docker-failing", "backend": "docker", "source_dir": f"s3://{bucket}/code/",
             "entry_point": "train.py", "output_path": f"s3://{bucket}/models"}
-    state, states, values = run_dag(training_dag, conf)
-    assert state == "failed"
-    assert states["launch_training"] == "failed" and states["publish_model"] == "upstream_failed"
+    run = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", "training_job", "--conf", json.dumps(conf)],
+        env=os.environ.copy(), capture_output=True, text=True, timeout=600,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out[-3000:]
+    assert "training job docker-failing failed (user_error)" in out and "exit code 1" in out
+    assert "[docker] started job docker-failing: docker-failing-0" in out and "user 1000:1000" in out
     failure = object_store.get(bucket, "models/docker-failing/output/failure").decode()
     assert "column label has NaN values" in failure
-    out = capfd.readouterr().out
-    assert "training job docker-failing failed (user_error)" in out and "exit code 1" in out
     assert "models/docker-failing/output/model.tar.gz" not in object_store.keys(bucket, "models/docker-failing/")
     assert job_leftovers(docker_engine, "docker-failing") == []
