@@ -188,7 +188,7 @@ def parse_job_config(raw: Any, path: str | os.PathLike) -> RetrainingConfig:
     try:
         validate_spec(job, default_job_name=f"{base}-config-check"[:63].rstrip("-"), default_base_job_name=base)
     except SpecError as err:
-        fail(f"job.{err.field}", str(err).split(": ", 1)[1])
+        fail(f"job.{err.field}", err.problem)
 
     return RetrainingConfig(
         path=str(path), dag_id=dag_id, job=job, gate=_gate(raw.get("gate"), fail), base_job_name=base,

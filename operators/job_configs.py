@@ -18,7 +18,7 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
     hosts = launcher.hosts(spec.job_name, spec.instance_count)
     channels = dict(channels or {})
     channel_names = list(spec.inputs) + (["model"] if spec.resume_from else [])
-    resources = dict(spec.resources)
+    resources = spec.resources.model_dump(exclude_none=True)
     job_config = {
         "job_name": spec.job_name,
         "layout": spec.layout,
@@ -33,8 +33,9 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
         },
     }
     if "cpu" in resources:
-        job_config["num_cpus"] = max(1, int(float(str(resources["cpu"]).rstrip("m")) / (
-            1000 if str(resources["cpu"]).endswith("m") else 1)))
+        from kubernetes.utils import parse_quantity  # the one quantity parser
+
+        job_config["num_cpus"] = max(1, int(parse_quantity(resources["cpu"])))
     addresses = launcher.host_addresses(spec.job_name, spec.instance_count)
     if addresses:
         job_config["host_addresses"] = addresses

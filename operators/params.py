@@ -1,73 +1,107 @@
-"""The trigger form of a training DAG: one Param per job spec key, with a JSON schema each.
+"""The trigger form of a training DAG, generated from the job spec model (operators/spec.py): one Param per field,
+with the model's types, enums (dropdowns with labels), defaults, descriptions and sections.
 
-The same schema validates `airflow dags trigger --conf`, the REST API and the UI form; `validate_spec` then checks what a
-JSON schema cannot (name clashes, URI schemes, regexes) and names the field.
+The same JSON schema validates `airflow dags trigger --conf`, the REST API and the UI form (unknown keys at any
+level, wrong types, out-of-range numbers are refused before a run starts); `validate_spec` then checks what a JSON
+schema cannot (name clashes, URI schemes, regexes, cross-field rules) in the first task and names the field.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Mapping
 
-from operators.spec import BACKENDS, DISTRIBUTIONS, LAYOUTS
+from operators.spec import LABELS, JobSpec
 
-_URI = "object storage URI (s3://, cos://, oss://, obs://) or a local path"
+# Filled at run time from the run (job_name) or airflow.cfg [training] (backend, layout): optional in the form.
+_RUN_DEFAULTS = ("job_name", "backend", "layout")
+_SCALAR = {"type": ["string", "number", "integer", "boolean", "null"]}
+_OVERRIDES: dict[str, dict[str, Any]] = {
+    "hyperparameters": {"additionalProperties": _SCALAR},
+    "environment": {"additionalProperties": {"type": ["string", "number", "integer", "boolean"]}},
+    "inputs": {"additionalProperties": {"type": "string", "minLength": 1}},
+    "connections": {"additionalProperties": {"type": "string", "minLength": 1}, "propertyNames":
+                    {"enum": ["s3", "cos", "oss", "obs"]}},
+}
+
+
+def _inline(schema: Any, defs: Mapping[str, Any]) -> Any:
+    """The schema with every local $ref replaced by its definition (a Param's schema stands alone)."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            name = schema["$ref"].rsplit("/", 1)[-1]
+            return {**_inline(defs[name], defs), **{k: v for k, v in schema.items() if k != "$ref"}}
+        return {k: _inline(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline(v, defs) for v in schema]
+    return schema
+
+
+def _simplify(schema: Any) -> Any:
+    """pydantic's anyOf [X, null] -> X with "null" added to its type (and enum): what the form renders best."""
+    if isinstance(schema, list):
+        return [_simplify(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {k: _simplify(v) for k, v in schema.items() if k != "title"}
+    options = schema.get("anyOf")
+    if options and {"type": "null"} in options:
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) == 1 and isinstance(rest[0].get("type"), str):
+            merged = {**rest[0], **{k: v for k, v in schema.items() if k != "anyOf"}}
+            merged["type"] = ["null", rest[0]["type"]]
+            if "enum" in merged:
+                merged["enum"] = [None, *merged["enum"]]
+            return merged
+        if all(isinstance(o.get("type"), str) and set(o) == {"type"} for o in rest):
+            return {**{k: v for k, v in schema.items() if k != "anyOf"}, "type": ["null", *[o["type"] for o in rest]]}
+    return schema
+
+
+def field_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON schema of every top-level spec field, standalone (refs inlined, nullable types simplified)."""
+    schema = JobSpec.model_json_schema(mode="validation")
+    defs = schema.get("$defs", {})
+    fields = {}
+    for name, field_schema in schema["properties"].items():
+        result = _simplify(_inline(copy.deepcopy(field_schema), defs))
+        result.update(_OVERRIDES.get(name, {}))
+        if name in LABELS:
+            result["values_display"] = dict(LABELS[name])
+        fields[name] = result
+    return fields
+
+
+def _empty_default(schema: Mapping[str, Any]) -> Any:
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "object" in kinds:
+        return {}
+    if "array" in kinds:
+        return []
+    return None
 
 
 def training_job_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Params for a training DAG; `defaults` pre-fills the form (e.g. the shipped example)."""
     from airflow.sdk import Param
 
-    d = dict(defaults or {})
-
-    def p(name, default, description, section, **schema):
-        value = d.get(name, default)
-        if value is None and "null" not in schema.get("type", ()):
-            return Param(description=description, section=section, **schema)  # required: no default
-        return Param(value, description=description, section=section, **schema)
-
-    job, code, data, run = "Job", "Code", "Data", "Resources"
-    nullable_str = ["null", "string"]
-    return {
-        "job_name": p("job_name", None, "DNS-1123 name; the idempotency key (artifacts go to <output_path>/<job_name>/). "
-                      "Empty: <base_job_name>-<run time>.", job, type=nullable_str, maxLength=63,
-                      pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
-        "base_job_name": p("base_job_name", None, "Prefix of derived job names; resume_from 'latest' searches it. "
-                           "Empty: the DAG id.", job, type=nullable_str, maxLength=50),
-        "source_dir": p("source_dir", None, f"Training code: a prefix, a .tar.gz object, a local dir or a local "
-                        f".tar.gz ({_URI}).", code, type="string", minLength=1),
-        "entry_point": p("entry_point", None, "A .py or .sh file in source_dir; hyperparameters are passed as "
-                         "--name value.", code, type=nullable_str),
-        "command": p("command", None, "Instead of entry_point: a shell command run in the code dir, e.g. "
-                     "'python train.py $PAI_USER_ARGS' (no implicit arguments).", code, type=nullable_str),
-        "hyperparameters": p("hyperparameters", {}, "name -> value (JSON scalars).", code, type="object"),
-        "inputs": p("inputs", {}, f"channel -> {_URI}; a prefix ending in / or a single object.", data, type="object"),
-        "output_path": p("output_path", None, f"Artifacts go to <output_path>/<job_name>/output/ ({_URI}).", data,
-                         type="string", minLength=1),
-        "checkpoint_path": p("checkpoint_path", None, "Synced with the checkpoint dir during training, restored "
-                             "before it.", data, type=nullable_str),
-        "resume_from": p("resume_from", None, "Incremental training: 'latest' (newest successful model of "
-                         "base_job_name) or the URI of a model.tar.gz; given as input channel 'model'.", data,
-                         type=nullable_str),
-        "instance_count": p("instance_count", 1, "Hosts.", run, type="integer", minimum=1),
-        "processes_per_host": p("processes_per_host", 1, "Processes per host (torchrun when > 1).", run,
-                                type="integer", minimum=1),
-        "distribution": p("distribution", None, "Launcher environment for several hosts.", run,
-                          type=["null", "string"], enum=[None, *DISTRIBUTIONS]),
-        "resources": p("resources", {}, "Per host: cpu (e.g. 2 or 500m), memory (e.g. 4Gi), gpu (count).", run,
-                       type="object"),
-        "backend": p("backend", None, "Where it runs; empty: airflow.cfg [training] default_backend.", run,
-                     type=["null", "string"], enum=[None, *BACKENDS]),
-        "image_uri": p("image_uri", None, "Training image (kubernetes, docker).", run, type=nullable_str),
-        "layout": p("layout", None, "Directory layout inside the container; empty: [training] default_layout.", run,
-                    type=["null", "string"], enum=[None, *LAYOUTS]),
-        "max_run_seconds": p("max_run_seconds", 86400, "Hard limit; the job is stopped and the task fails.", run,
-                             type="integer", minimum=1),
-        "environment": p("environment", {}, "Extra environment variables for the training script.", run,
-                         type="object"),
-        "connections": p("connections", {}, "URI scheme -> Airflow connection id (defaults aws_default, "
-                         "cos_default, oss_default, obs_default).", data, type="object"),
-        "metric_definitions": p("metric_definitions", [], 'Metrics read from the log: [{"Name": "loss", '
-                                '"Regex": "loss=([0-9.]+)"}].', job, type="array"),
-        "kubernetes": p("kubernetes", {}, "Per-job Kubernetes options: namespace, node_selector, tolerations, "
-                        "priority_class, service_account, image_pull_policy, image_pull_secrets.", run, type="object"),
-    }
+    given = dict(defaults or {})
+    required = set(JobSpec.model_json_schema(mode="validation").get("required", ())) - set(_RUN_DEFAULTS)
+    params = {}
+    for name, schema in field_schemas().items():
+        description = schema.pop("description", None)
+        section = schema.pop("section", None)
+        default = schema.pop("default", _empty_default(schema))
+        if name in _RUN_DEFAULTS:
+            schema["type"] = ["null", schema.get("type", "string")] if isinstance(schema.get("type"), str) else \
+                schema.get("type", ["null", "string"])
+            if "enum" in schema and None not in schema["enum"]:
+                schema["enum"] = [None, *schema["enum"]]
+            default = None
+        default = given.get(name, default)
+        if name in required and default is None:
+            params[name] = Param(description=description, section=section, minLength=1, **schema)  # no default
+        else:
+            params[name] = Param(default, description=description, section=section, **schema)
+    return params

@@ -60,6 +60,7 @@ class TrainingSettings:
     retraining_configs: str = ""  # directory of retraining DAG configs; "" = the DAG file's default
     max_concurrent_trials: int = 2  # hyperparameter search: trials of one search training at once
     trials_pool: str = ""  # an Airflow pool shared by all searches ("" = none)
+    local_roots: tuple[str, ...] = ()  # local paths a spec may use; () = anywhere the worker can reach
 
     @property
     def jobs_dir(self) -> str:
@@ -113,6 +114,7 @@ def training_settings() -> TrainingSettings:
         retraining_configs=_get(s, "retraining_configs", "").strip(),
         max_concurrent_trials=_get_int(s, "max_concurrent_trials", 2, minimum=1),
         trials_pool=_get(s, "trials_pool", "").strip(),
+        local_roots=tuple(os.path.abspath(r.strip()) for r in _get(s, "local_roots", "").split(",") if r.strip()),
     )
 
 

@@ -1,75 +1,276 @@
-"""The job spec: one validated, immutable description of a training job.
+"""The job spec: one pydantic model (JobSpec) describing a training job, validated once in the first task.
 
-`validate_spec` is the only way in: it fills defaults, checks every field and raises `SpecError` whose message names
-the field and says what to do. The validated spec travels between tasks as a plain dict (`JobSpec.to_dict`).
+`validate_spec` is the only way in: it fills the run's defaults, validates the model and raises `SpecError` whose
+one-line message comes from the error's location (`resources.gpu: must be >= 0, got -1`). The same model generates
+the trigger form's Params (operators/params.py) and checks what a JSON schema cannot (name clashes, URI schemes,
+regexes, cross-field rules). The validated spec travels between tasks as a plain dict (`JobSpec.to_dict`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
-LAYOUTS = ("ti", "sagemaker", "pai", "modelarts")
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
+from training_runtime.layouts import CONTAINER_ROOTS
+
+from operators.spec_errors import SpecError, first_error
+from operators.spec_parts import (
+    Count,
+    DockerOptions,
+    KubernetesOptions,
+    MetricDefinition,
+    Resources,
+    Strict,
+    json_text,
+    spec_error,
+)
+
+__all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
+
+LAYOUTS = tuple(CONTAINER_ROOTS)  # the runtime's layouts
 BACKENDS = ("local", "kubernetes", "docker")
-DISTRIBUTIONS = ("pytorch", "tensorflow", "mpi")
+DISTRIBUTIONS = tuple(RUNTIME_DISTRIBUTIONS)
 SCHEMES = ("s3", "cos", "oss", "obs")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_JOB_NAME = 63
+# Hyperparameters travel in environment variables (TM_HPS, PAI_USER_ARGS, ...) and on the command line; Linux
+# refuses a single argument or variable over 128 KiB at exec time, after everything was staged.
+MAX_HYPERPARAMETER_VALUE = 16 * 1024
+MAX_HYPERPARAMETERS_JSON = 64 * 1024
+MAX_ENV_VALUE = 32 * 1024
 
 
-class SpecError(ValueError):
-    """A job spec field is invalid; the message names the field and what to do."""
+Layout = Literal[LAYOUTS]
+Backend = Literal[BACKENDS]
+Distribution = Literal[DISTRIBUTIONS]
+# The trigger form's dropdown labels (values_display).
+LABELS = {
+    "layout": {"ti": "TI-ONE (/opt/ml)", "sagemaker": "SageMaker (/opt/ml)", "pai": "PAI (/ml)",
+               "modelarts": "ModelArts (/home/ma-user/modelarts)"},
+    "backend": {"local": "Local processes on the worker", "kubernetes": "Kubernetes Job",
+                "docker": "Docker containers"},
+    "distribution": {"pytorch": "PyTorch (torchrun environment)", "tensorflow": "TensorFlow (TF_CONFIG)",
+                     "mpi": "MPI / Horovod"},
+}
 
-    def __init__(self, field_name: str, problem: str):
-        self.field = field_name
-        super().__init__(f"job spec field '{field_name}': {problem}")
+
+def _uri(value: Any) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise spec_error(f"must be a string URI, got {type(value).__name__}")
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in (*SCHEMES, "file", ""):
+        raise spec_error(f"{value!r} has an unsupported scheme; use s3://, cos://, oss://, obs://, file:// or a path")
+    if scheme in SCHEMES and not value.split("://", 1)[1].split("/", 1)[0]:
+        raise spec_error(f"{value!r} names no bucket; write <scheme>://<bucket>/<prefix>")
+    if any(part == ".." for part in value.replace("://", "/").split("/")):
+        raise spec_error(f"{value!r} contains a '..' segment; give the path without it")
+    return value
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    job_name: str
-    source_dir: str
-    output_path: str
-    entry_point: str | None = None
-    command: str | None = None
-    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
-    inputs: Mapping[str, str] = field(default_factory=dict)
-    checkpoint_path: str | None = None
-    resume_from: str | None = None
-    base_job_name: str | None = None
-    instance_count: int = 1
-    processes_per_host: int = 1
-    resources: Mapping[str, Any] = field(default_factory=dict)
-    image_uri: str | None = None
-    layout: str = "ti"
-    distribution: str | None = None
-    backend: str = "local"
-    max_run_seconds: int = 24 * 3600
-    environment: Mapping[str, str] = field(default_factory=dict)
-    connections: Mapping[str, str] = field(default_factory=dict)
-    metric_definitions: tuple = ()
-    kubernetes: Mapping[str, Any] = field(default_factory=dict)
+Uri = Annotated[str, AfterValidator(_uri)]
 
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        raise spec_error("values must be JSON scalars (string, number, boolean or null)")
+    if isinstance(value, str) and len(value.encode()) > MAX_HYPERPARAMETER_VALUE:
+        raise spec_error(f"is {len(value.encode())} bytes; values are limited to {MAX_HYPERPARAMETER_VALUE} bytes "
+                         "(pass large data as an input channel)")
+    return value
+
+
+Scalar = Annotated[Any, AfterValidator(_scalar)]
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        raise spec_error("names must be shell variable names and values scalars")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if len(text.encode()) > MAX_ENV_VALUE:
+        raise spec_error(f"is {len(text.encode())} bytes; environment values are limited to {MAX_ENV_VALUE} bytes")
+    return str(value)
+
+
+class JobSpec(Strict):
+    """A training job (the training_job DAG's Params / --conf / a config file)."""
+
+    job_name: str = Field(max_length=MAX_JOB_NAME, description="DNS-1123 name; the idempotency key (artifacts go "
+                          "to <output_path>/<job_name>/). Empty: <base_job_name>-<run time>.",
+                          json_schema_extra={"section": "Job", "pattern": DNS1123_LABEL.pattern})
+    base_job_name: str | None = Field(None, max_length=50, description="Prefix of derived job names; resume_from "
+                                      "'latest' searches it. Empty: the DAG id.", json_schema_extra={"section": "Job"})
+    source_dir: Uri = Field(description="Training code: a prefix, a .tar.gz object, a local dir or a local .tar.gz.",
+                            json_schema_extra={"section": "Code"})
+    entry_point: str | None = Field(None, max_length=1024, description="A .py or .sh file in source_dir; "
+                                    "hyperparameters are passed as --name value.", json_schema_extra={"section": "Code"})
+    command: str | None = Field(None, max_length=16 * 1024, description="Instead of entry_point: a shell command run "
+                                "in the code dir, e.g. 'python train.py $PAI_USER_ARGS' (no implicit arguments).",
+                                json_schema_extra={"section": "Code"})
+    hyperparameters: dict[str, Scalar] = Field(default_factory=dict, description="name -> value (JSON scalars).",
+                                               json_schema_extra={"section": "Code"})
+    inputs: dict[str, Uri] = Field(default_factory=dict, description="channel -> URI; a prefix ending in / or a "
+                                   "single object.", json_schema_extra={"section": "Data"})
+    output_path: Uri = Field(description="Artifacts go to <output_path>/<job_name>/output/.",
+                             json_schema_extra={"section": "Data"})
+    checkpoint_path: Uri | None = Field(None, description="Synced with the checkpoint dir during training, restored "
+                                        "before it.", json_schema_extra={"section": "Data"})
+    resume_from: str | None = Field(None, description="Incremental training: 'latest' (newest successful model of "
+                                    "base_job_name) or the URI of a model.tar.gz; given as input channel 'model'.",
+                                    json_schema_extra={"section": "Data"})
+    connections: dict[str, str] = Field(default_factory=dict, description="URI scheme -> Airflow connection id "
+                                        "(defaults aws_default, cos_default, oss_default, obs_default).",
+                                        json_schema_extra={"section": "Data"})
+    instance_count: Count = Field(1, ge=1, le=256, description="Hosts.", json_schema_extra={"section": "Resources"})
+    processes_per_host: Count = Field(1, ge=1, le=64, description="Processes per host (distribution pytorch or mpi).",
+                                      json_schema_extra={"section": "Resources"})
+    distribution: Distribution | None = Field(None, description="Launcher environment for several hosts/processes.",
+                                              json_schema_extra={"section": "Resources"})
+    resources: Resources = Field(default_factory=Resources, description="Per host: cpu, memory, gpu.",
+                                 json_schema_extra={"section": "Resources"})
+    backend: Backend = Field("local", description="Where it runs; empty: airflow.cfg [training] default_backend.",
+                             json_schema_extra={"section": "Resources"})
+    image_uri: str | None = Field(None, max_length=512, description="Training image (kubernetes, docker); empty: "
+                                  "[training] default_image.", json_schema_extra={"section": "Resources"})
+    layout: Layout = Field("ti", description="Directory layout inside the container; empty: [training] default_layout.",
+                           json_schema_extra={"section": "Resources"})
+    max_run_seconds: Count = Field(24 * 3600, ge=1, le=28 * 24 * 3600, description="Hard limit; the job is stopped "
+                                   "and the task fails.", json_schema_extra={"section": "Resources"})
+    environment: dict[str, Annotated[Any, AfterValidator(_env_value)]] = Field(
+        default_factory=dict, description="Extra environment variables for the training script.",
+        json_schema_extra={"section": "Resources"})
+    metric_definitions: list[MetricDefinition] = Field(default_factory=list, max_length=64, description="Metrics "
+                                                       "read from the log.", json_schema_extra={"section": "Job"})
+    kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions, description="Per-job Kubernetes "
+                                          "options (backend kubernetes).", json_schema_extra={"section": "Resources"})
+    docker: DockerOptions = Field(default_factory=DockerOptions, description="Per-job Docker options (backend "
+                                  "docker).", json_schema_extra={"section": "Resources"})
+
+    # ---- single fields --------------------------------------------------------------------------------------
+    @field_validator("job_name", "base_job_name")
+    @classmethod
+    def _dns_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not DNS1123_LABEL.match(value):
+            limit = 63 if info.field_name == "job_name" else 50
+            raise spec_error(f"{value!r} must be a DNS-1123 label: lower-case letters, digits and '-', at most "
+                             f"{limit} characters")
+        return value
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.startswith("/") or ".." in value.split("/"):
+            raise spec_error(f"{value!r} must be a relative path inside source_dir")
+        if not value.endswith((".py", ".sh")):
+            raise spec_error(f"{value!r} must be a .py or .sh file; use command for anything else")
+        return value
+
+    @field_validator("resume_from")
+    @classmethod
+    def _resume_from(cls, value: str | None) -> str | None:
+        if value is None or value == "latest":
+            return value
+        _uri(value)
+        if not value.endswith(".tar.gz"):
+            raise spec_error(f"{value!r} must be 'latest' or the URI of a model.tar.gz")
+        return value
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _hyperparameters(cls, hps: dict[str, Any]) -> dict[str, Any]:
+        seen: dict[str, str] = {}
+        for name in hps:
+            where = f"hyperparameters.{name}" if name else "hyperparameters"
+            if not name or not HYPERPARAMETER_NAME.match(name):
+                raise spec_error("names must start with a letter or '_' and use only letters, digits, '_', '.', '-'",
+                                 where)
+            sanitised = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+            if sanitised in seen:
+                raise spec_error(f"clashes with '{seen[sanitised]}' (both become {sanitised}); rename one", where)
+            seen[sanitised] = name
+        size = len(json.dumps(hps).encode())
+        if size > MAX_HYPERPARAMETERS_JSON:
+            raise spec_error(f"take {size} bytes as JSON; at most {MAX_HYPERPARAMETERS_JSON} (pass large data as an "
+                             "input channel)")
+        return hps
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs(cls, inputs: dict[str, str]) -> dict[str, str]:
+        for channel in inputs:
+            if not CHANNEL_NAME.match(channel):
+                raise spec_error("channel names may only use letters, digits, '_' and '-'", f"inputs.{channel}")
+        return inputs
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, env: dict[str, Any]) -> dict[str, str]:
+        for key in env:
+            if not ENV_NAME.match(key):
+                raise spec_error("names must be shell variable names and values scalars", f"environment.{key}")
+        return {k: str(v) for k, v in env.items()}
+
+    @field_validator("connections")
+    @classmethod
+    def _connections(cls, connections: dict[str, str]) -> dict[str, str]:
+        for scheme, conn_id in connections.items():
+            if scheme not in SCHEMES:
+                raise spec_error(f"keys are URI schemes: {', '.join(SCHEMES)}", f"connections.{scheme}")
+            if not conn_id:
+                raise spec_error("names no connection; give an Airflow connection id", f"connections.{scheme}")
+        return connections
+
+    # ---- across fields --------------------------------------------------------------------------------------
+    @model_validator(mode="after")
+    def _across_fields(self) -> JobSpec:
+        if self.entry_point and self.command:
+            raise spec_error("give either entry_point or command, not both", "command")
+        if not self.entry_point and not self.command and not any(
+                k in self.hyperparameters for k in ("ti_program", "sagemaker_program")):
+            raise spec_error("is required (a .py or .sh file in source_dir), or give a command", "entry_point")
+        if "model" in self.inputs and self.resume_from:
+            raise spec_error("the channel 'model' is reserved for resume_from; rename the channel", "inputs.model")
+        if self.processes_per_host > 1 and self.distribution not in ("pytorch", "mpi"):
+            raise spec_error(f"{self.processes_per_host} processes per host need distribution pytorch or mpi; set "
+                             "distribution or use processes_per_host 1", "processes_per_host")
+        if self.distribution == "tensorflow" and self.processes_per_host > 1:
+            raise spec_error("tensorflow runs one process per host; use instance_count", "processes_per_host")
+        return self
+
+    # ---- what the stages use --------------------------------------------------------------------------------
     @property
     def job_output_uri(self) -> str:
         """`<output_path>/<job_name>/output/`: where model.tar.gz, output.tar.gz, failure, metrics.json go."""
         return f"{self.output_path.rstrip('/')}/{self.job_name}/output/"
 
+    def ignored_sections(self) -> list[str]:
+        """Backend option sections the job sets but its backend does not read (valid: one spec may serve several
+        backends; the validate stage says so in the log)."""
+        sections = {"kubernetes": self.kubernetes, "docker": self.docker}
+        return [name for name, options in sections.items()
+                if name != self.backend and options.model_dump(exclude_defaults=True)]
+
+    def backend_options(self) -> dict[str, Any]:
+        """The launcher's per-job options: the section of the job's backend."""
+        section = {"kubernetes": self.kubernetes, "docker": self.docker}.get(self.backend)
+        return section.launch_options() if section is not None else {}
+
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["metric_definitions"] = [dict(m) for m in self.metric_definitions]
-        return data
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["metric_definitions"] = tuple(values.get("metric_definitions") or ())
-        return cls(**values)
+        return cls.model_validate(dict(data))
 
 
 def job_name_from(base: str, suffix: str) -> str:
@@ -87,121 +288,6 @@ def base_name_from(dag_id: str) -> str:
     return job_name_from(dag_id, "")[:40].rstrip("-")
 
 
-def _is_uri(value: str) -> bool:
-    scheme = value.split("://", 1)[0] if "://" in value else ""
-    return scheme in SCHEMES or scheme == "file" or scheme == ""
-
-
-def _uri(spec: Mapping[str, Any], name: str, *, required: bool) -> str | None:
-    value = spec.get(name)
-    if value in (None, ""):
-        if required:
-            raise SpecError(name, "is required: give an object storage URI (s3://, cos://, oss://, obs://) or a local path")
-        return None
-    if not isinstance(value, str):
-        raise SpecError(name, f"must be a string URI, got {type(value).__name__}")
-    if not _is_uri(value):
-        raise SpecError(name, f"{value!r} has an unsupported scheme; use s3://, cos://, oss://, obs://, file:// or a path")
-    if "://" in value and value.split("://", 1)[0] in SCHEMES and not value.split("://", 1)[1].split("/", 1)[0]:
-        raise SpecError(name, f"{value!r} names no bucket; write <scheme>://<bucket>/<prefix>")
-    if any(part == ".." for part in value.replace("://", "/").split("/")):
-        raise SpecError(name, f"{value!r} contains a '..' segment; give the path without it")
-    return value
-
-
-def _choice(spec, name, choices, default):
-    value = spec.get(name)
-    if value in (None, ""):
-        return default
-    if value not in choices:
-        raise SpecError(name, f"{value!r} is not one of {', '.join(choices)}")
-    return value
-
-
-def _int(spec, name, default, minimum):
-    value = spec.get(name)
-    if value in (None, ""):
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
-        raise SpecError(name, f"must be an integer >= {minimum}, got {value!r}")
-    value = int(value)
-    if value < minimum:
-        raise SpecError(name, f"must be an integer >= {minimum}, got {value}")
-    return value
-
-
-def _mapping(spec, name) -> dict:
-    value = spec.get(name)
-    if value in (None, ""):
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError(name, f"must be an object (JSON {{...}}), got {type(value).__name__}")
-    return dict(value)
-
-
-def _hyperparameters(spec) -> dict[str, Any]:
-    hps = _mapping(spec, "hyperparameters")
-    seen: dict[str, str] = {}
-    for name, value in hps.items():
-        where = f"hyperparameters.{name}" if name else "hyperparameters"
-        if not name or not HYPERPARAMETER_NAME.match(name):
-            raise SpecError(where, "names must start with a letter or '_' and use only letters, digits, '_', '.', '-'")
-        if isinstance(value, (dict, list)):
-            raise SpecError(where, "values must be JSON scalars (string, number, boolean or null)")
-        sanitised = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
-        if sanitised in seen:
-            raise SpecError(where, f"clashes with '{seen[sanitised]}' (both become {sanitised}); rename one")
-        seen[sanitised] = name
-    return hps
-
-
-def _inputs(spec) -> dict[str, str]:
-    inputs = _mapping(spec, "inputs")
-    for channel, uri in inputs.items():
-        where = f"inputs.{channel}"
-        if not CHANNEL_NAME.match(str(channel)):
-            raise SpecError(where, "channel names may only use letters, digits, '_' and '-'")
-        if channel == "model" and spec.get("resume_from"):
-            raise SpecError(where, "the channel 'model' is reserved for resume_from; rename the channel")
-        if not isinstance(uri, str) or not uri:
-            raise SpecError(where, "must be a URI string (a prefix ending in / or a single object)")
-        _uri({where: uri}, where, required=True)
-    return inputs
-
-
-def _resources(spec) -> dict[str, Any]:
-    res = _mapping(spec, "resources")
-    unknown = set(res) - {"cpu", "memory", "gpu"}
-    if unknown:
-        raise SpecError("resources", f"unknown keys {sorted(unknown)}; use cpu, memory, gpu")
-    if "gpu" in res:
-        res["gpu"] = _int(res, "gpu", 0, 0)
-    if "cpu" in res and not re.match(r"^[0-9]+(\.[0-9]+)?m?$", str(res["cpu"])):
-        raise SpecError("resources.cpu", f"{res['cpu']!r} is not a CPU quantity (e.g. 2, 0.5 or 500m)")
-    if "memory" in res and not re.match(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$", str(res["memory"])):
-        raise SpecError("resources.memory", f"{res['memory']!r} is not a memory quantity (e.g. 4Gi or 512Mi)")
-    return res
-
-
-def _metric_definitions(spec) -> tuple:
-    value = spec.get("metric_definitions") or []
-    if not isinstance(value, list):
-        raise SpecError("metric_definitions", 'must be a list like [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]')
-    result = []
-    for i, item in enumerate(value):
-        where = f"metric_definitions[{i}]"
-        if not isinstance(item, Mapping) or not item.get("Name") or not item.get("Regex"):
-            raise SpecError(where, 'needs "Name" and "Regex"')
-        try:
-            pattern = re.compile(item["Regex"])
-        except re.error as err:
-            raise SpecError(where, f"Regex does not compile: {err}") from None
-        if pattern.groups < 1:
-            raise SpecError(where, "Regex needs one capture group holding the value")
-        result.append({"Name": str(item["Name"]), "Regex": str(item["Regex"])})
-    return tuple(result)
-
-
 def validate_spec(
     raw: Mapping[str, Any],
     *,
@@ -212,74 +298,16 @@ def validate_spec(
 ) -> JobSpec:
     """Check a raw spec (Params, --conf or a config file) and return the JobSpec; raise SpecError naming the field."""
     if not isinstance(raw, Mapping):
-        raise SpecError("(spec)", "must be a JSON object")
-    spec = {k: v for k, v in raw.items() if v is not None and v != ""}
-    known = {f.name for f in fields(JobSpec)}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise SpecError(unknown[0], f"is not a job spec field; known fields: {', '.join(sorted(known))}")
-
-    base = spec.get("base_job_name") or default_base_job_name
-    if base is not None and (not isinstance(base, str) or not DNS1123_LABEL.match(base) or len(base) > 50):
-        raise SpecError("base_job_name", f"{base!r} must be lower-case letters, digits and '-', at most 50 characters")
-    job_name = spec.get("job_name") or default_job_name
-    if not job_name:
+        raise SpecError("(spec)", f"must be a JSON object, got {json_text(raw)[:80]}")
+    spec = {k: v for k, v in raw.items() if v is not None and v != ""}  # the form sends empty fields as null
+    defaults = {"job_name": default_job_name, "base_job_name": default_base_job_name, "backend": default_backend,
+                "layout": default_layout}
+    for key, value in defaults.items():
+        if key not in spec and value is not None:
+            spec[key] = value
+    if "job_name" not in spec:
         raise SpecError("job_name", "is required (or let the DAG derive it from the run)")
-    if not isinstance(job_name, str) or len(job_name) > MAX_JOB_NAME or not DNS1123_LABEL.match(job_name):
-        raise SpecError(
-            "job_name", f"{job_name!r} must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters"
-        )
-
-    entry_point, command = spec.get("entry_point"), spec.get("command")
-    hyperparameters = _hyperparameters(spec)
-    if entry_point and command:
-        raise SpecError("command", "give either entry_point or command, not both")
-    if not entry_point and not command and not any(k in hyperparameters for k in ("ti_program", "sagemaker_program")):
-        raise SpecError("entry_point", "is required (a .py or .sh file in source_dir), or give a command")
-    if entry_point is not None:
-        if not isinstance(entry_point, str) or entry_point.startswith("/") or ".." in entry_point.split("/"):
-            raise SpecError("entry_point", f"{entry_point!r} must be a relative path inside source_dir")
-        if not entry_point.endswith((".py", ".sh")):
-            raise SpecError("entry_point", f"{entry_point!r} must be a .py or .sh file; use command for anything else")
-
-    resume_from = spec.get("resume_from")
-    if resume_from is not None and resume_from != "latest":
-        resume_from = _uri(spec, "resume_from", required=True)
-        if not resume_from.endswith(".tar.gz"):
-            raise SpecError("resume_from", f"{resume_from!r} must be 'latest' or the URI of a model.tar.gz")
-
-    instance_count = _int(spec, "instance_count", 1, 1)
-    distribution = _choice(spec, "distribution", DISTRIBUTIONS, None)
-    backend = _choice(spec, "backend", BACKENDS, default_backend)
-    environment = _mapping(spec, "environment")
-    for key, value in environment.items():
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)) or not isinstance(value, (str, int, float, bool)):
-            raise SpecError(f"environment.{key}", "names must be shell variable names and values scalars")
-    connections = _mapping(spec, "connections")
-    for scheme in connections:
-        if scheme not in SCHEMES:
-            raise SpecError(f"connections.{scheme}", f"keys are URI schemes: {', '.join(SCHEMES)}")
-    return JobSpec(
-        job_name=job_name,
-        base_job_name=base,
-        source_dir=_uri(spec, "source_dir", required=True),
-        output_path=_uri(spec, "output_path", required=True),
-        entry_point=entry_point,
-        command=command,
-        hyperparameters=hyperparameters,
-        inputs=_inputs(spec),
-        checkpoint_path=_uri(spec, "checkpoint_path", required=False),
-        resume_from=resume_from,
-        instance_count=instance_count,
-        processes_per_host=_int(spec, "processes_per_host", 1, 1),
-        resources=_resources(spec),
-        image_uri=spec.get("image_uri"),
-        layout=_choice(spec, "layout", LAYOUTS, default_layout),
-        distribution=distribution,
-        backend=backend,
-        max_run_seconds=_int(spec, "max_run_seconds", 24 * 3600, 1),
-        environment={k: str(v) for k, v in environment.items()},
-        connections={k: str(v) for k, v in connections.items()},
-        metric_definitions=_metric_definitions(spec),
-        kubernetes=_mapping(spec, "kubernetes"),
-    )
+    try:
+        return JobSpec.model_validate(spec)
+    except ValidationError as err:
+        raise first_error(err, JobSpec) from None

@@ -32,7 +32,6 @@ from typing import Any, Iterable, Mapping
 from airflow.providers.common.compat.sdk import BaseHook
 
 from operators.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
-from operators.backend_options import KUBERNETES_OPTION_KEYS
 from operators.hooks import docker_access as access
 from operators.hooks import docker_engine as engine
 from operators.hooks.docker_containers import INDEX_LABEL, container_configs, container_name
@@ -74,8 +73,8 @@ class DockerLauncherHook(BaseHook):
 
     def _options(self, request: LaunchRequest) -> dict[str, Any]:
         options = dict(request.options or {})
-        # The same spec may carry Kubernetes options; they do not apply here (not an error).
-        unknown = sorted(set(options) - set(OPTION_KEYS) - set(KUBERNETES_OPTION_KEYS))
+        # Only the spec's docker section arrives here (JobSpec.backend_options); another backend's is not ours.
+        unknown = sorted(set(options) - set(OPTION_KEYS))
         if unknown:
             known = ", ".join(OPTION_KEYS)
             raise ValueError(f"docker option '{unknown[0]}' is not a known option; use one of: {known}")

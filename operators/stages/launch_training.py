@@ -53,7 +53,7 @@ class LaunchTrainingOperator(JobStageOperator):
         from operators.metrics import METRICS_FILE
 
         spec = self.spec
-        options = dict(spec.kubernetes)
+        options = spec.backend_options()  # the section of the job's backend
         env = dict(spec.environment)
         env["TRAINING_METRICS_FILE"] = os.path.join(self.layout.root, METRICS_FILE)
         return LaunchRequest(
@@ -65,17 +65,17 @@ class LaunchTrainingOperator(JobStageOperator):
             hosts=tuple(self.launcher.hosts(spec.job_name, spec.instance_count)),
             channel_entries={name: info["entry"] for name, info in (self.channels or {}).items()},
             image_uri=spec.image_uri or self.settings.default_image,
-            resources=dict(spec.resources),
+            resources=spec.resources.model_dump(exclude_none=True),
             max_run_seconds=spec.max_run_seconds,
             env=env,
             options=options,
-            metric_definitions=tuple(spec.metric_definitions),
+            metric_definitions=tuple(m.model_dump() for m in spec.metric_definitions),
         )
 
     def _metrics(self):
         from operators.metrics import MetricCollector
 
-        return MetricCollector(self.spec.metric_definitions)
+        return MetricCollector([m.model_dump() for m in self.spec.metric_definitions])
 
     def _checkpoint_sync(self):
         if not self.spec.checkpoint_path:

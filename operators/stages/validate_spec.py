@@ -27,6 +27,7 @@ class ValidateSpecOperator(BaseOperator):
 
         from operators.settings import training_settings
         from operators.spec import SpecError, base_name_from, job_name_from, validate_spec
+        from operators.spec_checks import check_world
 
         raw = dict(self.spec_defaults)
         given = self.spec if self.spec is not None else context["params"]
@@ -44,8 +45,15 @@ class ValidateSpecOperator(BaseOperator):
                 default_backend=settings.default_backend,
                 default_layout=settings.default_layout,
             )
+            check_world(spec, settings.local_roots)
         except SpecError as err:
-            raise AirflowFailException(str(err)) from None  # retrying a bad spec cannot help
+            for line in getattr(err, "details", ()):  # every problem pydantic found, for the log only
+                self.log.info("spec problem: %s", line)
+            # A spec or configuration error: retrying cannot help, and nothing has been staged.
+            raise AirflowFailException(f"invalid job spec: {err}") from None
+        for section in spec.ignored_sections():
+            self.log.warning("The spec's %r options are ignored: the job runs on the %s backend", section,
+                             spec.backend)
         self.log.info("Job %s: %s backend, %s layout, %d host(s), artifacts to %s", spec.job_name, spec.backend,
                       spec.layout, spec.instance_count, spec.job_output_uri)
         return spec.to_dict()

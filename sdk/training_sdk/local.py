@@ -199,12 +199,13 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
 
     artifacts = Path(layout.root, ".artifacts")
     artifacts.mkdir(exist_ok=True)
-    metrics = p["MetricCollector"](spec.metric_definitions)
+    metric_definitions = [m.model_dump() for m in spec.metric_definitions]
+    metrics = p["MetricCollector"](metric_definitions)
     env = {**spec.environment, "TRAINING_METRICS_FILE": os.path.join(layout.root, p["METRICS_FILE"])}
     request = p["LaunchRequest"](
         job_name=spec.job_name, job_root=layout.root, workspace=str(workspace), layout=spec.layout,
         instance_count=spec.instance_count, hosts=tuple(hosts), max_run_seconds=spec.max_run_seconds, env=env,
-        resources=dict(spec.resources), metric_definitions=tuple(spec.metric_definitions))
+        resources=spec.resources.model_dump(exclude_none=True), metric_definitions=tuple(metric_definitions))
     with (artifacts / "training.log").open("w") as log:
         def on_line(line: str) -> None:
             log.write(line + "\n")

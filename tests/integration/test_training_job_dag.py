@@ -127,7 +127,34 @@ def test_bad_spec_fails_in_the_first_task_naming_the_field(training_dag, capfd):
     state, states, _ = run_dag(training_dag, {"source_dir": "/tmp/x", "entry_point": "train.py",
                                               "output_path": "/tmp/y", "inputs": {"bad name": "/tmp/z"}})
     assert state == "failed" and states["validate_spec"] == "failed" and states["stage_code"] == "upstream_failed"
-    assert "job spec field 'inputs.bad name'" in capfd.readouterr().out
+    assert "invalid job spec: inputs.bad name: channel names may only use" in capfd.readouterr().out
+
+
+def test_a_configuration_mistake_fails_the_run_at_once_without_retries_or_staging(training_dag, capfd, tmp_path,
+                                                                                   monkeypatch, airflow_home):
+    """Issue 10: backend kubernetes with no cluster configured used to stage everything, then fail launch_training
+    with a ConfigException traceback, retried twice 5 minutes apart."""
+    import os
+    import time
+
+    for name in ("AIRFLOW_CONN_KUBERNETES_DEFAULT", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    started = time.monotonic()
+    state, states, _ = run_dag(training_dag, {"job_name": "no-cluster", "source_dir": str(code),
+                                              "entry_point": "train.py", "output_path": str(tmp_path / "out"),
+                                              "backend": "kubernetes"})
+    elapsed = time.monotonic() - started
+    assert state == "failed" and states["validate_spec"] == "failed" and states["stage_code"] == "upstream_failed"
+    out = capfd.readouterr().out
+    assert "invalid job spec: backend: is kubernetes but no cluster is configured" in out
+    workspace = os.environ["AIRFLOW__TRAINING__WORKSPACE"]
+    assert not os.path.exists(os.path.join(workspace, "jobs", "no-cluster"))  # nothing staged
+    assert not (tmp_path / "out").exists()
+    assert elapsed < 120
 
 
 CKPT_SCRIPT = textwrap.dedent('''

@@ -80,7 +80,8 @@ def test_gate_task_rejects_quietly_or_fails_loudly():
     candidate = {"succeeded": True, "metrics": {"loss": 0.5, "accuracy": 0.7}}
     decision = MetricGateOperator(task_id="metric_gate", rule=rule(), candidate=candidate, current=CURRENT).execute({})
     assert not decision["passed"] and decision["metrics"] == candidate["metrics"]
-    job = {"job_name": "churn-2", "base_job_name": "churn", "source_dir": "s3://b/c/", "output_path": "s3://b/models"}
+    job = {"job_name": "churn-2", "base_job_name": "churn", "source_dir": "s3://b/c/", "output_path": "s3://b/models",
+           "entry_point": "train.py"}
     promote = PromoteModelOperator(task_id="promote_model", decision=decision, job=job, current=CURRENT,
                                    upload={"model_uri": "s3://b/models/churn-2/output/model.tar.gz"})
     with pytest.raises(AirflowSkipException) as skipped:

@@ -59,3 +59,89 @@ def test_job_names_from_runs_are_valid_and_stable():
     assert len(long) <= 63 and long != job_name_from("x" * 81, "suffix")
     for n in (name, long):
         validate_spec({**BASE, "job_name": n})
+
+
+# ---- the pydantic model: the mistakes of issue 10 and more a user makes ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        # from the issue
+        ({"kubernetes": {"namspace": "ml"}}, "kubernetes.namspace", "is not a field of kubernetes; did you mean "
+                                                                     "'namespace'?"),
+        ({"resources": {"gpu": -1}}, "resources.gpu", "must be >= 0, got -1"),
+        ({"hyperparameters": {"blob": "x" * (1024 * 1024)}}, "hyperparameters.blob", "limited to 16384 bytes"),
+        # bad types
+        ({"instance_count": "two"}, "instance_count", "must be an integer, got \"two\""),
+        ({"instance_count": True}, "instance_count", "must be an integer, got true"),
+        ({"hyperparameters": "lr=0.1"}, "hyperparameters", "must be an object"),
+        ({"metric_definitions": "loss=([0-9.]+)"}, "metric_definitions", "must be a list"),
+        ({"inputs": {"train": 5}}, "inputs.train", "must be a string"),
+        ({"kubernetes": {"node_selector": {"pool": 1}}}, "kubernetes.node_selector.pool", "must be a string"),
+        ({"docker": {"keep_containers": "maybe"}}, "docker.keep_containers", "must be true or false"),
+        # unknown keys at every level
+        ({"resources": {"disk": "10Gi"}}, "resources.disk", "is not a field of resources"),
+        ({"docker": {"shm": "2Gi"}}, "docker.shm", "is not a field of docker"),
+        ({"metric_definitions": [{"Name": "loss", "Regex": "l=(.*)", "Type": "max"}]}, "metric_definitions[0].Type",
+         "is not a field of metric_definitions[0]"),
+        # values out of range and enums
+        ({"max_run_seconds": 10**9}, "max_run_seconds", "must be <= 2419200"),
+        ({"kubernetes": {"image_pull_policy": "Sometimes"}}, "kubernetes.image_pull_policy", "is not one of"),
+        ({"distribution": "horovod"}, "distribution", "is not one of"),
+        ({"resources": {"cpu": "-1"}}, "resources.cpu", "not a CPU quantity"),
+        ({"resources": {"memory": "0"}}, "resources.memory", "must be > 0"),
+        ({"environment": {"1BAD": "x"}}, "environment.1BAD", "shell variable names"),
+        ({"environment": {"X": [1]}}, "environment.X", "scalars"),
+        ({"connections": {"s3": ""}}, "connections.s3", "names no connection"),
+        # cross-field rules
+        ({"processes_per_host": 4}, "processes_per_host", "need distribution pytorch or mpi"),
+        ({"processes_per_host": 2, "distribution": "tensorflow"}, "processes_per_host", "need distribution"),
+        ({"inputs": {"model": "s3://b/m/"}, "resume_from": "latest"}, "inputs.model", "reserved"),
+        ({"hyperparameters": {f"p{i}": "v" * 8000 for i in range(10)}}, "hyperparameters", "at most 65536"),
+    ],
+)
+def test_model_errors_name_the_field_in_one_line(change, field, words):
+    with pytest.raises(SpecError) as err:
+        validate_spec({**BASE, **change})
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: ")
+    assert words in str(err.value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+def test_the_issue_example_reads_as_one_line():
+    with pytest.raises(SpecError) as err:
+        validate_spec({**BASE, "resources": {"gpu": -1}})
+    assert str(err.value) == "resources.gpu: must be >= 0, got -1"
+
+
+def test_nested_sections_round_trip_and_each_backend_gets_its_own_options():
+    raw = {**BASE, "backend": "kubernetes", "resources": {"cpu": 2, "memory": "4Gi", "gpu": 1},
+           "kubernetes": {"namespace": "ml", "secret_env": {"HF_TOKEN": "hf/token"}},
+           "docker": {"shm_size": "2Gi"}, "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
+    spec = validate_spec(raw)
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert spec.backend_options() == {"namespace": "ml", "secret_env": {"HF_TOKEN": "hf/token"}}
+    assert spec.ignored_sections() == ["docker"]
+    assert spec.resources.model_dump(exclude_none=True) == {"cpu": "2", "memory": "4Gi", "gpu": 1}
+    local = validate_spec({**BASE})
+    assert local.backend_options() == {} and local.ignored_sections() == []
+
+
+def test_enums_are_the_runtimes():
+    from training_runtime.config import DISTRIBUTIONS
+    from training_runtime.layouts import CONTAINER_ROOTS
+
+    from operators.spec import DISTRIBUTIONS as SPEC_DISTRIBUTIONS
+    from operators.spec import LAYOUTS
+
+    assert set(LAYOUTS) == set(CONTAINER_ROOTS) and set(SPEC_DISTRIBUTIONS) == set(DISTRIBUTIONS)
+
+
+def test_backend_option_models_cover_what_the_launchers_read():
+    from operators.backend_options import DOCKER_OPTION_KEYS, KUBERNETES_OPTION_KEYS
+    from operators.spec_parts import DockerOptions, KubernetesOptions
+
+    assert set(KubernetesOptions.model_fields) == set(KUBERNETES_OPTION_KEYS)
+    assert set(DockerOptions.model_fields) == set(DOCKER_OPTION_KEYS)

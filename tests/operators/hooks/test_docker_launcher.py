@@ -34,10 +34,16 @@ def make_request(tmp_path: Path, **overrides) -> LaunchRequest:
 
 
 def test_kubernetes_options_in_the_same_spec_are_ignored_unknown_ones_and_root_refused(tmp_path):
+    from operators.spec import validate_spec
+
+    spec = validate_spec({"job_name": "j", "source_dir": "s3://b/c/", "output_path": "s3://b/o", "entry_point": "t.py",
+                          "backend": "docker", "kubernetes": {"namespace": "ml", "node_selector": {"a": "b"}},
+                          "docker": {"shm_size": "2Gi"}})
+    assert spec.backend_options() == {"shm_size": "2Gi"} and spec.ignored_sections() == ["kubernetes"]
     hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
-    assert hook.configs(make_request(tmp_path, options={"namespace": "ml", "node_selector": {"a": "b"}}))
-    with pytest.raises(ValueError, match="docker option 'nodeSelector' is not a known option"):
-        hook.configs(make_request(tmp_path, options={"nodeSelector": {}}))
+    assert hook.configs(make_request(tmp_path, options=spec.backend_options()))
+    with pytest.raises(ValueError, match="docker option 'namespace' is not a known option"):
+        hook.configs(make_request(tmp_path, options={"namespace": "ml"}))
     for root in ("0", "root", "0:0"):
         with pytest.raises(ValueError, match="training containers never run as root"):
             hook.run(make_request(tmp_path, options={"user": root}), lambda line: None)
