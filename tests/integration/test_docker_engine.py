@@ -146,6 +146,17 @@ def test_two_hosts_resolve_each_other_and_run_unprivileged_as_the_image_user(tmp
     assert leftovers(request) == NOTHING
 
 
+def test_a_configured_user_name_is_looked_up_in_the_image_and_given_the_job_root(tmp_path):
+    hook, request = make_request(tmp_path, options={"user": "nobody"})
+    lines: list[str] = []
+    result = hook.run(request, lines.append)
+    assert result.succeeded, (result.failure_reason, lines[-10:])
+    report_file = Path(request.job_root, "model", f"{request.hosts[0]}.json")
+    report = json.loads(report_file.read_text())
+    assert (report["uid"], report["gid"]) == (65534, 65534)  # Debian's nobody:nogroup, from the image's passwd
+    assert report_file.stat().st_uid == 65534 and Path(request.job_root).stat().st_uid == 65534
+
+
 def test_the_container_gets_the_limits_and_security_options(tmp_path):
     hook, request = make_request(
         tmp_path, mode="sleep", resources={"cpu": "500m", "memory": "300Mi"}, hyperparameters={"seconds": 30}
