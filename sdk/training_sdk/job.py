@@ -165,7 +165,7 @@ class TrainingJob:
         """Block until the job ends, printing the training log lines as they come (logs=True). Raises
         TrainingJobError with the failure reason when it did not succeed."""
         printer = _printer(out) if logs else (lambda line: None)
-        for line in self.stream_logs(follow=True, timeout=timeout):
+        for line in self.stream_logs(follow=True, timeout=timeout, on_stage=_stage_printer() if logs else None):
             printer(line)
         run = self.describe()
         if run.get("state") != "success":
@@ -191,20 +191,27 @@ class TrainingJob:
             entries += more
         return entries
 
-    def stream_logs(self, follow: bool = True, timeout: float | None = None,
-                    task_id: str = LAUNCH_TASK) -> Iterator[str]:
+    def stream_logs(self, follow: bool = True, timeout: float | None = None, task_id: str = LAUNCH_TASK,
+                    on_stage: Callable[[str, str], None] | None = None) -> Iterator[str]:
         """Yield the training log lines of every try of the launch task as they are produced, following the REST log
-        endpoint's continuation tokens; with follow=False, what exists now. Each retry starts with a marker line."""
+        endpoint's continuation tokens; with follow=False, what exists now. Each retry starts with a marker line.
+        `on_stage(task_id, state)` hears every stage's state changes (staging code, prefetching data, uploading)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         tokens: dict[int, str | None] = {}
         seen: dict[int, set] = {}
         done: set[int] = set()
         announced: set[int] = set()
+        stages: dict[str, str] = {}
         while True:
             run = self.describe()
             run_over = run.get("state") in TERMINAL_RUN_STATES
-            ti = next((t for t in self.session.task_instances(self.dag_id, self.job_name)
-                       if t["task_id"] == task_id and t.get("map_index", -1) == -1), None)
+            tis = self.session.task_instances(self.dag_id, self.job_name)
+            if on_stage is not None:
+                for t in tis:
+                    if t.get("map_index", -1) == -1 and t.get("state") and stages.get(t["task_id"]) != t["state"]:
+                        stages[t["task_id"]] = t["state"]
+                        on_stage(t["task_id"], t["state"])
+            ti = next((t for t in tis if t["task_id"] == task_id and t.get("map_index", -1) == -1), None)
             current = int((ti or {}).get("try_number") or 0)
             state = (ti or {}).get("state")
             for try_number in range(1, current + 1):
@@ -239,6 +246,17 @@ class TrainingJob:
             if deadline is not None and time.monotonic() > deadline:
                 raise TrainingSdkError(f"training job {self.job_name} still {self.status} after {timeout} s")
             time.sleep(self.poll_seconds)
+
+
+def _stage_printer() -> Callable[[str, str], None]:
+    """Stage progress goes to stderr, so stdout carries only the training's own lines."""
+
+    def emit(task_id: str, state: str) -> None:
+        if state in ("running", "deferred", "failed", "up_for_retry", "upstream_failed"):
+            sys.stderr.write(f"[training_sdk] {task_id}: {state}\n")
+            sys.stderr.flush()
+
+    return emit
 
 
 def _printer(out: TextIO | None) -> Callable[[str], None]:

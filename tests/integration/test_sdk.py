@@ -130,7 +130,9 @@ def test_a_failing_job_raises_with_its_reason(session, tmp_path, capsys):
                     base_job_name="sdk-fail")
     with pytest.raises(TrainingJobError, match="learning rate must be positive") as err:
         est.fit()
-    assert "loading data" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "loading data" in captured.out  # the training's own lines on stdout ...
+    assert "[training_sdk] launch_training: failed" in captured.err  # ... the stages' progress on stderr
     job = est.latest_job
     assert err.value.status == "Failed" and job.status == "Failed"
     assert "user_error" in err.value.reason
