@@ -1,0 +1,94 @@
+"""The project as an Airflow provider: `get_provider_info` (the `apache_airflow_provider` entry point in
+pyproject.toml), the way the amazon and cncf-kubernetes providers register. It documents the [training] config
+sections (`airflow config list` shows them with these descriptions, and their defaults apply without an
+airflow.cfg entry) and the extra links. The project defines no hook or connection type of its own: object storage
+uses aws connections, the backends kubernetes and docker ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PACKAGE = "airflow-training-jobs"
+
+
+def _option(description: str, default: str | None, kind: str = "string", example: str | None = None) -> dict:
+    return {"description": description, "version_added": None, "type": kind, "example": example,
+            "default": default}
+
+
+TRAINING = {
+    "workspace": _option("Shared workspace: jobs/<job_name>/ (job roots) and cache/ (prefetched channels). On "
+                         "Kubernetes, the mount point of the ReadWriteMany volume shared by Airflow workers and "
+                         "training pods. Empty: $AIRFLOW_HOME/workspace.", None),
+    "default_backend": _option("Where a job runs when its spec does not say: local, kubernetes or docker.", "local"),
+    "default_layout": _option("Directory layout inside the container when a spec does not say: ti, sagemaker, pai "
+                              "or modelarts.", "ti"),
+    "cache_max_bytes": _option("Size limit of the shared data cache (least-recently-used entries not in use are "
+                               "evicted). 0 = unlimited.", "0", "integer", "53687091200"),
+    "transfer_concurrency": _option("Parallel object-storage transfers across objects.", "16", "integer"),
+    "multipart_threshold": _option("Objects above this size (bytes) are transferred in parts.", "8388608",
+                                   "integer"),
+    "multipart_chunksize": _option("Part size (bytes) of multipart transfers.", "8388608", "integer"),
+    "checkpoint_sync_seconds": _option("Seconds between checkpoint syncs to checkpoint_path while training runs.",
+                                       "60", "integer"),
+    "retraining_configs": _option("Directory of retraining DAG configs (one DAG per YAML file); empty = "
+                                  "dags/configs/ next to dags/retraining.py.", ""),
+    "max_concurrent_trials": _option("Hyperparameter search: trials of one search training at once.", "2",
+                                     "integer"),
+    "trials_pool": _option("Hyperparameter search: an Airflow pool shared by all searches (create it first); "
+                           "empty = none.", "", example="training_trials"),
+    "artifact_links": _option("Artifact links of the UI for object storage: presigned (a short-lived https URL) or "
+                              "console (the provider's web console).", "presigned"),
+    "presigned_url_seconds": _option("Lifetime of presigned artifact links.", "900", "integer"),
+    "default_image": _option("Training image used when a kubernetes/docker job does not name one.",
+                             "training-base:latest"),
+    "local_roots": _option("Local paths (plain or file://) a job spec may read or write, comma-separated; empty = "
+                           "any path the worker can reach.", "", example="/srv/datasets,/srv/models"),
+}
+
+KUBERNETES = {
+    "conn_id": _option("Connection id of the cluster (kubernetes connection type); empty = in-cluster config or "
+                       "KUBECONFIG.", "kubernetes_default"),
+    "namespace": _option("Namespace of training Jobs.", "default"),
+    "workspace_pvc": _option("ReadWriteMany claim holding the workspace, mounted by Airflow workers at [training] "
+                             "workspace.", "training-workspace"),
+    "workspace_storage_class": _option("Storage class of the workspace claim (when the platform creates it).", ""),
+    "service_account": _option("Service account of training pods; empty = the namespace default.", ""),
+    "image_pull_policy": _option("Always, IfNotPresent or Never.", "IfNotPresent"),
+    "image_pull_secrets": _option("Comma-separated Secret names for pulling training images.", ""),
+    "priority_class": _option("PriorityClass of training pods.", ""),
+    # Airflow formats provider defaults (str.format): no braces in them; empty means {} / [] here.
+    "node_selector": _option("JSON object: node labels training pods must match; empty = {}.", "",
+                             example='{"pool": "gpu"}'),
+    "tolerations": _option("JSON list of tolerations of training pods; empty = [].", "",
+                           example='[{"key": "gpu", "operator": "Exists"}]'),
+    "keep_finished_jobs": _option("Keep finished Jobs for inspection instead of letting ttlSecondsAfterFinished "
+                                  "remove them.", "False", "boolean"),
+    "ttl_seconds_after_finished": _option("Seconds a finished Job is kept.", "600", "integer"),
+    "run_as_user": _option("uid training containers run as.", "1000", "integer"),
+    "deferrable": _option("Wait for training Jobs in the triggerer (no worker slot held).", "True", "boolean"),
+}
+
+DOCKER = {
+    "docker_conn_id": _option("Docker connection id for registry login; empty = none.", ""),
+    "docker_url": _option("The Docker engine.", "unix://var/run/docker.sock"),
+}
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": PACKAGE,
+        "name": "Training jobs",
+        "description": "Airflow-native training jobs (TI-ONE, PAI, SageMaker and ModelArts contracts) on local "
+                       "processes, Docker or Kubernetes.",
+        "versions": ["0.1.0"],
+        "extra-links": ["operators.links.ModelArtifactsLink"],
+        "config": {
+            "training": {"description": "Training jobs: workspace, defaults of job specs, transfers, search.",
+                         "options": TRAINING},
+            "training.kubernetes": {"description": "Training jobs on the kubernetes backend.",
+                                    "options": KUBERNETES},
+            "training.docker": {"description": "Training jobs on the docker backend.", "options": DOCKER},
+        },
+    }

@@ -1,0 +1,91 @@
+"""The project as an Airflow provider: its provider info is valid for Airflow, documents every [training] option
+of the shipped airflow.cfg, and Airflow's own CLI lists the provider and the [training] sections."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from operators.provider_info import get_provider_info
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_provider_info_is_valid_for_airflow():
+    import jsonschema
+    from airflow import providers_manager  # noqa: F401
+
+    import airflow
+
+    schema_path = Path(airflow.__file__).parent / "provider_info.schema.json"
+    jsonschema.validate(get_provider_info(), json.loads(schema_path.read_text()))
+
+
+def test_every_training_option_of_airflow_cfg_is_described():
+    shipped = configparser.ConfigParser(interpolation=None)
+    shipped.read(REPO / "airflow.cfg")
+    config = get_provider_info()["config"]
+    for section in ("training", "training.kubernetes", "training.docker"):
+        assert config[section]["description"]
+        options = config[section]["options"]
+        assert set(shipped[section]) == set(options), section
+        assert all(option["description"] for option in options.values())
+
+
+def test_extra_links_import():
+    import importlib
+
+    for path in get_provider_info()["extra-links"]:
+        module, _, name = path.rpartition(".")
+        assert getattr(importlib.import_module(module), name)
+
+
+def test_pyproject_registers_the_entry_point():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["apache_airflow_provider"] == {
+        "provider_info": "operators.provider_info:get_provider_info"}
+    assert project["name"] == get_provider_info()["package-name"]
+
+
+@pytest.fixture(scope="module")
+def provider_env(tmp_path_factory) -> dict[str, str]:
+    """The environment of an Airflow that has this project installed with its entry point: the installed one after
+    `make install`; where the installed metadata predates the entry point (a shared dev venv), a dist-info overlay
+    on PYTHONPATH gives Airflow's real discovery the same entry point."""
+    from importlib.metadata import entry_points
+
+    env = dict(os.environ)
+    if not any(e.value.startswith("operators.") for e in entry_points(group="apache_airflow_provider")):
+        site = tmp_path_factory.mktemp("site")
+        dist = site / "airflow_training_jobs-0.1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: airflow-training-jobs\nVersion: 0.1.0\n")
+        (dist / "entry_points.txt").write_text(
+            "[apache_airflow_provider]\nprovider_info = operators.provider_info:get_provider_info\n")
+        env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), env.get("PYTHONPATH", "")])
+    return env
+
+
+def airflow_cli(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_airflow_lists_the_provider_and_documents_the_training_sections(provider_env):
+    providers = json.loads(airflow_cli(provider_env, "providers", "list", "--output", "json"))
+    assert "airflow-training-jobs" in {p["package_name"] for p in providers}
+    listing = airflow_cli(provider_env, "config", "list", "--include-descriptions", "--section",
+                          "training.kubernetes")
+    assert "[training.kubernetes]" in listing and "Namespace of training Jobs." in listing
+    listing = airflow_cli(provider_env, "config", "list", "--include-descriptions", "--section", "training")
+    assert "# Local paths (plain or file://) a job spec may read or write" in listing
