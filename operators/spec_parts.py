@@ -141,7 +141,8 @@ class KubernetesOptions(Strict):
 class DockerOptions(Strict):
     """Per-job Docker options."""
 
-    user: str | None = Field(None, description="uid:gid the containers run as; empty: the worker's.")
+    user: str | None = Field(None, description="uid:gid (or a user name of the image) the containers run as, never "
+                             "root; empty: the image's non-root user (the worker's uid:gid if it is not root).")
     shm_size: str | None = Field(None, description="Size of /dev/shm, e.g. 2Gi; empty: 1Gi.")
     keep_containers: bool = Field(False, description="Keep containers and network after the job (debugging).")
     host_workspace: str | None = Field(None, description="The workspace's path on the engine's host, when the "
