@@ -3,7 +3,9 @@
 Rules (hosts of a local job share one root, so every step tolerates the others):
 
 * At start, a success/failure file older than this ``train`` process is left
-  over from an earlier attempt and removed.
+  over from an earlier attempt and removed, but only on a single-host root: on a
+  root shared by several hosts a peer may already have failed before this host
+  started, and the launcher that started them cleared the markers beforehand.
 * On failure, an existing non-empty ``output/failure`` is kept: the user code
   wrote its own reason (or another host failed first). Otherwise the reason is
   written. ``output/success`` is removed: a failure on any host fails the job.
@@ -14,6 +16,7 @@ stage) never see half a file. The failure text is capped at
 :data:`MAX_FAILURE_BYTES`.
 """
 
+import json
 import logging
 import os
 
@@ -24,6 +27,8 @@ MAX_LINE_CHARS = 1000
 
 
 def clear_stale(layout, started_at):
+    if _host_count(layout) > 1:
+        return
     for path in (layout.success_file, layout.failure_file):
         try:
             if os.stat(path).st_mtime < started_at:
@@ -67,6 +72,14 @@ def _cap(text):
         tail = data[-(MAX_FAILURE_BYTES * 3 // 4):].decode("utf-8", "ignore")
         capped = head + "\n[... truncated ...]\n" + tail
     return capped
+
+
+def _host_count(layout):
+    try:
+        with open(layout.config_file("resourceconfig.json"), encoding="utf-8") as handle:
+            return len(json.load(handle).get("hosts") or ())
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 1
 
 
 def _has_content(path):

@@ -107,3 +107,15 @@ def test_huge_stderr_is_capped_in_the_failure_file(make_job):
     assert job.run().returncode == 1
     assert len(job.failure.encode()) <= 17 * 1024
     assert job.failure.startswith("the user code")
+
+
+def test_a_peer_that_failed_before_this_host_started_keeps_its_failure(make_job):
+    # Two hosts share the root; algo-2 failed (and wrote output/failure) before algo-1's `train` started.
+    # That failure is this attempt's, not a stale one: algo-1 must not delete it and claim another reason.
+    job = make_job(hosts=["algo-1", "algo-2"], code={"train.py": "import sys; sys.exit('should not matter')\n"})
+    Path(job.layout.failure_file).write_text("algo-2 lost its data\n")
+    past = time.time() - 5
+    os.utime(job.layout.failure_file, (past, past))
+    assert job.run("--current-host", "algo-1", "--host-wait", "0").returncode == 1
+    assert job.failure.startswith("algo-2 lost its data")
+    assert not job.succeeded
