@@ -1,0 +1,3 @@
+module training-jobs/tools/node/pause
+
+go 1.24

@@ -1,0 +1,440 @@
+"""A real Kubernetes node on this machine: containerd + runc (Debian's), the CNI bridge/host-local plugins
+(Debian's containernetworking-plugins), the kubelet (tools/k8s, built with `-tags nodes`) and CoreDNS
+(tools/coredns) for the cluster.local names of Services and pods.
+
+    python tools/node/realnode.py up   --dir DIR --kubeconfig ADMIN_KUBECONFIG --pki PKI_DIR [--image IMG ...]
+    python tools/node/realnode.py down --dir DIR
+    python tools/node/realnode.py check            # can this machine run a node? (exit 0, or 1 with the reason)
+
+Everything belongs to DIR: containerd's root and socket, the kubelet's root, pod logs, a bridge `trnN` with
+the pod subnet 10.213.N.0/24 (N chosen free on this machine), a cgroup `/training-node-N` under every v1
+controller. So two clusters on one machine get two nodes that never see each other's pods. Nothing routes
+outside the machine; pods reach each other over the bridge and CoreDNS on the bridge's gateway address.
+
+No registry: the pause image is a static binary built here (tools/node/pause), and the images given with
+--image are copied from the local Docker engine (`docker save | ctr images import`), skipped when present.
+
+This machine has cgroup v1 (the kubelet 1.34 refuses it unless failCgroupV1 is false) and the cgroupfs driver
+(no systemd as PID 1). kube-proxy is not started: training pods need DNS (headless Services) and pod IPs only,
+and a second kube-proxy on the same machine would rewrite the first one's iptables chains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from certs import issue_client_certificate, issue_serving_certificate  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+TOOLS_CACHE = Path(os.environ.get("TOOLS_CACHE", Path.home() / ".cache/training-jobs"))
+K8S_VERSION = "v1.34.4"
+COREDNS_VERSION = "v1.15.0"
+PAUSE_IMAGE = "localhost/training-pause:local"
+CNI_BIN = Path("/usr/lib/cni")
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def log(message: str) -> None:
+    print(f"[node] {message}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(*cmd: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=check, text=True, capture_output=True, **kwargs)
+
+
+def cannot_run_reason() -> str | None:
+    """Why this machine cannot run a node (None when it can): what the node needs and is missing."""
+    if os.geteuid() != 0:
+        return "the node needs root (containerd, runc, network namespaces, cgroups); this process is not root"
+    for tool in ("containerd", "ctr", "runc", "ip", "iptables"):
+        if not shutil.which(tool):
+            return f"`{tool}` is not installed (make node-deps installs Debian's containerd, runc, iproute2, iptables)"
+    if not (CNI_BIN / "bridge").exists():
+        return f"no CNI plugins in {CNI_BIN} (make node-deps installs Debian's containernetworking-plugins)"
+    if not (CGROUP / "memory").is_dir() and not (CGROUP / "cgroup.controllers").exists():
+        return f"no cgroup hierarchy under {CGROUP}"
+    if not shutil.which("docker") or run("docker", "info", check=False).returncode != 0:
+        return "no Docker engine to copy the locally built images from (make engine starts one)"
+    return None
+
+
+class RealNode:
+    def __init__(self, directory: Path, kubeconfig: Path | None = None, pki: Path | None = None,
+                 k8s_bin: Path | None = None, coredns_bin: Path | None = None):
+        """kubeconfig: the cluster's admin one (CoreDNS reads Services with it, and `up` waits for the node with
+        it); pki: the directory holding the cluster's ca.crt and ca.key, which sign the kubelet's certificates."""
+        self.dir = directory.resolve()
+        self.kubeconfig = kubeconfig
+        self.ca_cert = pki / "ca.crt" if pki else None
+        self.ca_key = pki / "ca.key" if pki else None
+        self.k8s_bin = k8s_bin or TOOLS_CACHE / f"k8s-{K8S_VERSION}-nodes"
+        self.coredns_bin = coredns_bin or TOOLS_CACHE / f"coredns-{COREDNS_VERSION}" / "coredns"
+        self.state_file = self.dir / "state.json"
+        self.socket = self.dir / "containerd.sock"
+
+    # -- state
+    def state(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def save(self, state: dict) -> None:
+        self.state_file.write_text(json.dumps(state, indent=1))
+
+    @property
+    def name(self) -> str:
+        return f"training-node-{self.state()['index']}"
+
+    def ctr(self, *args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+        return run("ctr", "-a", str(self.socket), "-n", "k8s.io", *args, check=check, **kwargs)
+
+    def running(self) -> bool:
+        pids = self.state().get("pids", {})
+        return bool(pids) and all(_alive(pid) for pid in pids.values())
+
+    # -- up
+    def up(self, images: list[str]) -> "RealNode":
+        reason = cannot_run_reason()
+        if reason:
+            raise SystemExit(f"cannot run a real node here: {reason}")
+        if self.running():
+            log(f"already running: node {self.name}")
+            self.import_images(images)
+            return self
+        self.down(quiet=True)
+        started = time.monotonic()
+        for sub in ("logs", "cni", "kubelet", "pod-logs", "pki"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        state = {"index": _free_index(), "pids": {}}
+        self.save(state)
+        index = state["index"]
+        state.update(bridge=f"trn{index}", subnet=f"10.213.{index}.0/24", gateway=f"10.213.{index}.1",
+                     cgroup=f"training-node-{index}")
+        self.save(state)
+        self._network(state)
+        self._cgroups(state)
+        self._write_containerd_config(state)
+        self._spawn(state, "containerd", ["containerd", "--config", str(self.dir / "containerd.toml")])
+        self._wait("containerd", lambda: self.ctr("version", check=False).returncode == 0, 30)
+        self.import_images([PAUSE_IMAGE, *images])
+        if self.kubeconfig:
+            self._start_kubelet(state)
+            self._start_coredns(state)
+            self._wait(f"node {self.name} Ready", self._node_ready, 120)
+        log(f"ready in {time.monotonic() - started:.1f}s: node {self.name}, pods on {state['subnet']}, "
+            f"DNS {state['gateway']}")
+        return self
+
+    def _network(self, state: dict) -> None:
+        """The bridge exists before any pod so CoreDNS can listen on its gateway address from the start."""
+        bridge = state["bridge"]
+        run("ip", "link", "add", bridge, "type", "bridge")
+        run("ip", "addr", "add", f"{state['gateway']}/24", "dev", bridge)
+        run("ip", "link", "set", bridge, "up")
+        # Docker sets FORWARD's policy to DROP and br_netfilter sends bridged frames through it: let pods
+        # of this node talk to each other (DDP, the headless Service's hosts).
+        run("iptables", "-I", "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT")
+        cni = {"cniVersion": "0.4.0", "name": f"training-{state['index']}", "plugins": [{
+            "type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+            "ipam": {"type": "host-local", "dataDir": str(self.dir / "cni-ipam"),
+                     "ranges": [[{"subnet": state["subnet"], "gateway": state["gateway"]}]]}}]}
+        (self.dir / "cni" / "10-training.conflist").write_text(json.dumps(cni, indent=1))
+
+    def _cgroups(self, state: dict) -> None:
+        """The kubelet's cgroupRoot must exist in every v1 hierarchy (cpuset needs its cpus/mems filled)."""
+        for controller in CGROUP.iterdir():
+            if not controller.is_dir() or controller.is_symlink():
+                continue
+            path = controller / state["cgroup"]
+            path.mkdir(exist_ok=True)
+            if controller.name == "cpuset":
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    (path / knob).write_text((controller / knob).read_text())
+
+    def _write_containerd_config(self, state: dict) -> None:
+        d = self.dir / "containerd"
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        (self.dir / "containerd.toml").write_text(f"""version = 2
+root = "{d / 'root'}"
+state = "{d / 'state'}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "{self.socket}"
+[ttrpc]
+  address = "{self.socket}.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / 'opt'}"
+[{cri}]
+  # Without CAP_SYS_RESOURCE (as here) runc cannot lower oom_score_adj below containerd's own value, which
+  # the kubelet asks for the pod sandbox (-998): keep every container's at least containerd's.
+  restrict_oom_score_adj = true
+  sandbox_image = "{PAUSE_IMAGE}"
+  [{cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [{cri}.cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{self.dir / 'cni'}"
+""")
+
+    def import_images(self, images: list[str]) -> None:
+        """Copy images from the local Docker engine into containerd (skipped when this image ID is there)."""
+        present = set(self.ctr("images", "ls", "-q").stdout.split())
+        for image in images:
+            if image == PAUSE_IMAGE:
+                build_pause_image()
+            image_id = run("docker", "image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+            if image_id in present:
+                continue
+            log(f"importing {image} ({image_id[:19]}) into the node's containerd")
+            started = time.monotonic()
+            save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+            result = subprocess.run(["ctr", "-a", str(self.socket), "-n", "k8s.io", "images", "import", "-"],
+                                    stdin=save.stdout, capture_output=True, text=True)
+            save.stdout.close()
+            if save.wait() != 0 or result.returncode != 0:
+                raise SystemExit(f"importing {image} into containerd failed: {result.stderr.strip()}")
+            log(f"imported {image} in {time.monotonic() - started:.1f}s")
+
+    def _start_kubelet(self, state: dict) -> None:
+        pki = self.dir / "pki"
+        issue_serving_certificate(self.ca_cert, self.ca_key, pki / "kubelet.crt", pki / "kubelet.key", self.name,
+                                  state["gateway"])
+        issue_client_certificate(self.ca_cert, self.ca_key, pki / "client.crt", pki / "client.key", self.name)
+        admin = json.loads(self.kubeconfig.read_text())
+        (self.dir / "kubelet.kubeconfig").write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "node", "clusters": admin["clusters"][:1],
+            "users": [{"name": "node", "user": {"client-certificate": str(pki / "client.crt"),
+                                                "client-key": str(pki / "client.key")}}],
+            "contexts": [{"name": "node", "context": {"cluster": admin["clusters"][0]["name"], "user": "node"}}]}))
+        state["ports"] = {"kubelet": free_port(), "kubelet-healthz": free_port(), "dns-health": free_port(),
+                          "dns-ready": free_port()}
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            # cgroup v1 on this machine, no systemd: kubelet 1.34 fails on v1 unless told otherwise.
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": f"/{state['cgroup']}",
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            # The node's address is its bridge's gateway: the kubelet refuses a loopback node IP, and the API
+            # server reaches the kubelet there (logs) as pods reach CoreDNS.
+            "address": state["gateway"], "port": state["ports"]["kubelet"], "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": state["ports"]["kubelet-healthz"],
+            "tlsCertFile": str(pki / "kubelet.crt"), "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                               "x509": {"clientCAFile": str(self.ca_cert)}},
+            "authorization": {"mode": "AlwaysAllow"},  # only the API server's client certificate gets in
+            "clusterDomain": "cluster.local", "clusterDNS": [state["gateway"]],
+            "podCIDR": state["subnet"], "podLogsDir": str(self.dir / "pod-logs"),
+            "failSwapOn": False, "makeIPTablesUtilChains": False, "serializeImagePulls": False,
+            # A shared disk whose use others change: never evict training pods or collect our imported images.
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "nodeStatusReportFrequency": "10s", "shutdownGracePeriod": "0s",
+        }
+        (self.dir / "kubelet.yaml").write_text(json.dumps(config, indent=1))
+        self._spawn(state, "kubelet", [
+            str(self.k8s_bin / "kubelet"), f"--config={self.dir / 'kubelet.yaml'}", f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
+            f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={pki}", f"--hostname-override={self.name}",
+            f"--node-ip={state['gateway']}", f"--node-labels=training.local/node=real", "--v=1"])
+
+    def _start_coredns(self, state: dict) -> None:
+        ports = state["ports"]
+        (self.dir / "Corefile").write_text(f""".:53 {{
+    bind {state['gateway']}
+    errors
+    health 127.0.0.1:{ports['dns-health']}
+    ready 127.0.0.1:{ports['dns-ready']}
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {self.kubeconfig} local
+        pods insecure
+        ttl 5
+    }}
+    cache 5
+}}
+""")
+        self._spawn(state, "coredns", [str(self.coredns_bin), "-conf", str(self.dir / "Corefile")])
+        self._wait("CoreDNS", lambda: _http_ok(f"http://127.0.0.1:{ports['dns-ready']}/ready"), 60)
+
+    def _node_ready(self) -> bool:
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(str(self.kubeconfig))
+        try:
+            node = client.CoreV1Api(api).read_node(self.name)
+            return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        finally:
+            api.close()
+
+    # -- down
+    def down(self, quiet: bool = False) -> None:
+        state = self.state()
+        for name in ("coredns", "kubelet"):
+            _stop(state.get("pids", {}).get(name))
+        if state.get("pids", {}).get("containerd") and _alive(state["pids"]["containerd"]):
+            # Pod processes outlive containerd (their shims are separate): kill them first.
+            for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+                self.ctr("tasks", "kill", "-s", "SIGKILL", line, check=False)
+            time.sleep(0.5)
+            for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+                self.ctr("tasks", "delete", "-f", line, check=False)
+            for line in self.ctr("containers", "ls", "-q", check=False).stdout.split():
+                self.ctr("containers", "delete", line, check=False)
+        _stop(state.get("pids", {}).get("containerd"))
+        for mount in reversed(run("findmnt", "-rn", "-o", "TARGET", check=False).stdout.splitlines()):
+            if mount.startswith(str(self.dir) + "/"):
+                run("umount", "-l", mount, check=False)
+        if state.get("bridge"):
+            run("iptables", "-D", "FORWARD", "-i", state["bridge"], "-o", state["bridge"], "-j", "ACCEPT", check=False)
+            run("ip", "link", "del", state["bridge"], check=False)
+        if state.get("cgroup"):
+            for controller in CGROUP.iterdir():
+                _remove_cgroup(controller / state["cgroup"])
+        shutil.rmtree(self.dir / "cni-ipam", ignore_errors=True)
+        if state:
+            self.save({k: v for k, v in state.items() if k not in ("pids", "bridge", "cgroup")})
+        if not quiet:
+            log("stopped")
+
+    # -- helpers
+    def _spawn(self, state: dict, name: str, argv: list[str]) -> None:
+        with open(self.dir / "logs" / f"{name}.log", "ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.dir)
+        state["pids"][name] = proc.pid
+        self.save(state)
+
+    def _wait(self, what: str, check, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            for name, pid in self.state().get("pids", {}).items():
+                if not _alive(pid):
+                    tail = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")[-3000:]
+                    raise SystemExit(f"{name} exited while waiting for {what}; end of its log:\n{tail}")
+            try:
+                if check():
+                    return
+            except Exception as err:  # not up yet
+                last = err
+            time.sleep(0.5)
+        raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({last!r}); logs in {self.dir / 'logs'}")
+
+
+def build_pause_image() -> None:
+    """localhost/training-pause:local in the Docker engine: a static Go binary in an empty image."""
+    source = HERE / "pause"
+    out = TOOLS_CACHE / "node" / "pause"
+    out.mkdir(parents=True, exist_ok=True)
+    binary = out / "pause"
+    stamp = out / "source.sha"
+    digest = run("sh", "-c", f"cat {source}/*.go {source}/Dockerfile | sha256sum").stdout.split()[0]
+    have = run("docker", "image", "inspect", PAUSE_IMAGE, check=False).returncode == 0
+    if have and binary.exists() and stamp.exists() and stamp.read_text() == digest:
+        return
+    run("go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(binary), ".", cwd=source,
+        env={**os.environ, "CGO_ENABLED": "0"})
+    shutil.copy(source / "Dockerfile", out / "Dockerfile")
+    run("docker", "build", "-q", "-t", PAUSE_IMAGE, str(out))
+    stamp.write_text(digest)
+
+
+def _free_index() -> int:
+    links = run("ip", "-o", "link", "show").stdout
+    for index in range(1, 250):
+        if f" trn{index}:" not in links and not (CGROUP / "memory" / f"training-node-{index}").exists():
+            return index
+    raise SystemExit("no free pod subnet 10.213.N.0/24 (bridges trn1..trn249 all exist)")
+
+
+def _remove_cgroup(path: Path) -> None:
+    if not path.is_dir():
+        return
+    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            child.rmdir()
+        except OSError:
+            pass
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return resp.status == 200
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _stop(pid: int | None, timeout: float = 10) -> None:
+    if not _alive(pid):
+        return
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except OSError:
+        return
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["up", "down", "check"])
+    parser.add_argument("--dir", type=Path, default=REPO / ".cluster" / "node")
+    parser.add_argument("--kubeconfig", type=Path)
+    parser.add_argument("--pki", type=Path, help="directory with the cluster's ca.crt and ca.key")
+    parser.add_argument("--image", action="append", default=[])
+    args = parser.parse_args()
+    if args.action == "check":
+        reason = cannot_run_reason()
+        print(reason or "a real node can run here")
+        raise SystemExit(1 if reason else 0)
+    node = RealNode(args.dir, args.kubeconfig, args.pki)
+    if args.action == "up":
+        node.up(args.image)
+    else:
+        node.down()
+
+
+if __name__ == "__main__":
+    main()
