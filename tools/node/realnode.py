@@ -139,6 +139,7 @@ class RealNode:
             self._start_kubelet(state)
             self._start_coredns(state)
             self._wait(f"node {self.name} Ready", self._node_ready, 120)
+            self._take_pods()
         log(f"ready in {time.monotonic() - started:.1f}s: node {self.name}, pods on {state['subnet']}, "
             f"DNS {state['gateway']}")
         return self
@@ -285,6 +286,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         try:
             node = client.CoreV1Api(api).read_node(self.name)
             return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        finally:
+            api.close()
+
+    def _take_pods(self) -> None:
+        """Make this node the one pods land on: lift the kubelet's registration taint (node.kubernetes.io/not-ready;
+        the local control plane runs no node-lifecycle controller, which would lift it elsewhere) and cordon the
+        other nodes (kwok's, which only plays containers)."""
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(str(self.kubeconfig))
+        try:
+            core = client.CoreV1Api(api)
+            node = core.read_node(self.name)
+            taints = [t for t in node.spec.taints or [] if t.key != "node.kubernetes.io/not-ready"]
+            core.patch_node(self.name, {"spec": {"taints": [api.sanitize_for_serialization(t) for t in taints]}})
+            for other in core.list_node().items:
+                if other.metadata.name != self.name and not other.spec.unschedulable:
+                    core.patch_node(other.metadata.name, {"spec": {"unschedulable": True}})
+                    log(f"cordoned node {other.metadata.name}: pods go to {self.name}")
         finally:
             api.close()
 
