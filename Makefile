@@ -9,7 +9,7 @@ export TOOLS_CACHE
 TRAINING_E2E_IMAGE ?= training-base:latest
 TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
 
-.PHONY: install db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers
+.PHONY: install db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml sdk/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -53,7 +53,7 @@ browser-deps:
 		PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install -q --no-save --no-audit --no-fund --prefix $(PLAYWRIGHT_CORE_DIR) \
 		playwright-core@$(PLAYWRIGHT_VERSION) >/dev/null)
 
-test: install peers images browser-deps
+test: install peers images browser-deps node-tools
 	$(PY) -m pytest -q -rs
 
 test-fast: install peers
@@ -66,6 +66,18 @@ test-cluster: install
 
 test-docker: install images
 	$(PY) -m pytest -v -rs -m docker
+
+# The real node's parts (tools/node/realnode.py): Debian's containerd, runc and CNI plugins (as root, when
+# missing), and CoreDNS built from its pinned module (tools/coredns; ~10 min cold, a no-op once cached).
+node-deps:
+	@command -v containerd >/dev/null && command -v runc >/dev/null && test -x /usr/lib/cni/bridge \
+		&& command -v iptables >/dev/null && command -v ip >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			containerd runc containernetworking-plugins iptables iproute2; \
+		else echo "node-deps: not root; the real-node tests will say what is missing"; fi; }
+
+node-tools: node-deps
+	TOOLS_CACHE=$(TOOLS_CACHE) tools/coredns/build.sh
 
 # A Docker engine for the real-engine tests: as root, installs Debian's docker.io when dockerd is missing and
 # starts dockerd in the background when none answers (it keeps running; see docker/ensure-engine.sh).

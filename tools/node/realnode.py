@@ -2,7 +2,7 @@
 (Debian's containernetworking-plugins), the kubelet (tools/k8s, built with `-tags nodes`) and CoreDNS
 (tools/coredns) for the cluster.local names of Services and pods.
 
-    python tools/node/realnode.py up   --dir DIR --kubeconfig ADMIN_KUBECONFIG --pki PKI_DIR [--image IMG ...]
+    python tools/node/realnode.py up   --dir DIR --kubeconfig ADMIN_KUBECONFIG --pki PKI_DIR [--k8s-bin DIR] [--image IMG ...]
     python tools/node/realnode.py down --dir DIR
     python tools/node/realnode.py check            # can this machine run a node? (exit 0, or 1 with the reason)
 
@@ -84,7 +84,7 @@ class RealNode:
         self.kubeconfig = kubeconfig
         self.ca_cert = pki / "ca.crt" if pki else None
         self.ca_key = pki / "ca.key" if pki else None
-        self.k8s_bin = k8s_bin or TOOLS_CACHE / f"k8s-{K8S_VERSION}-nodes"
+        self.k8s_bin = k8s_bin or Path(os.environ.get("K8S_BIN") or TOOLS_CACHE / f"k8s-{K8S_VERSION}")
         self.coredns_bin = coredns_bin or TOOLS_CACHE / f"coredns-{COREDNS_VERSION}" / "coredns"
         self.state_file = self.dir / "state.json"
         self.socket = self.dir / "containerd.sock"
@@ -444,12 +444,13 @@ def main() -> None:
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--pki", type=Path, help="directory with the cluster's ca.crt and ca.key")
     parser.add_argument("--image", action="append", default=[])
+    parser.add_argument("--k8s-bin", type=Path, help="directory of the k8s binary built with -tags nodes")
     args = parser.parse_args()
     if args.action == "check":
         reason = cannot_run_reason()
         print(reason or "a real node can run here")
         raise SystemExit(1 if reason else 0)
-    node = RealNode(args.dir, args.kubeconfig, args.pki)
+    node = RealNode(args.dir, args.kubeconfig, args.pki, k8s_bin=args.k8s_bin)
     if args.action == "up":
         node.up(args.image)
     else:
