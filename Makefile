@@ -8,8 +8,15 @@ TOOLS_CACHE ?= $(HOME)/.cache/training-jobs
 export TOOLS_CACHE
 TRAINING_E2E_IMAGE ?= training-base:latest
 TRAINING_E2E_WORKSPACE ?= /tmp/training-e2e
+GO ?= /usr/local/go/bin/go
+# MinIO, the S3 server of the object-storage tests and benchmarks, built from its Go module. MinIO's
+# RELEASE.<date> tags are not semantic versions, so the module proxy serves its commits as pseudo-versions:
+# this one is the last commit of the repository (2026-02-12).
+MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO_BIN := $(TOOLS_CACHE)/minio-$(MINIO_VERSION)/minio
+export MINIO_BIN
 
-.PHONY: install db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools
+.PHONY: install db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml sdk/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,6 +27,16 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime
 	touch $@
 
 install: $(VENV)/.installed
+
+# ~10 min on 2 cores the first time (module download + compile), niced: other work on the machine comes first.
+$(MINIO_BIN):
+	@test -x $(GO) || { echo "Go not found at $(GO): install Go >= 1.24 or run make GO=/path/to/go"; exit 1; }
+	rm -rf $(@D).tmp.$$$$ && mkdir -p $(@D).tmp.$$$$ && \
+	GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath GOBIN=$(@D).tmp.$$$$ \
+		nice -n 10 $(GO) install github.com/minio/minio@$(MINIO_VERSION) && \
+	mkdir -p $(@D) && mv $(@D).tmp.$$$$/minio $@ && rm -rf $(@D).tmp.$$$$
+
+minio: $(MINIO_BIN)
 
 db: install
 	$(VENV)/bin/airflow db migrate >/dev/null
@@ -53,10 +70,10 @@ browser-deps:
 		PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install -q --no-save --no-audit --no-fund --prefix $(PLAYWRIGHT_CORE_DIR) \
 		playwright-core@$(PLAYWRIGHT_VERSION) >/dev/null)
 
-test: install peers images browser-deps node-tools
+test: install peers images browser-deps node-tools minio
 	$(PY) -m pytest -q -rs
 
-test-fast: install peers
+test-fast: install peers minio
 	$(PY) -m pytest -q -m "not slow"
 
 # Real cluster / engine end-to-end tests (need a kubeconfig / a Docker engine): see docs/kubernetes.md
@@ -90,7 +107,7 @@ images: install engine
 	TOOLS_CACHE=$(TOOLS_CACHE) PY=$(PY) docker/build-images.sh
 
 # Benchmarks against awscli, s5cmd, tar/pigz (see bench/README.md); pigz is a Debian package, installed if we can.
-bench: install
+bench: install minio
 	@command -v pigz >/dev/null || apt-get install -y -qq pigz >/dev/null 2>&1 \
 		|| (apt-get update -qq && apt-get install -y -qq pigz) >/dev/null 2>&1 \
 		|| echo "note: pigz could not be installed; the pigz rows of bench/results/latest.md are skipped"

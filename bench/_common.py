@@ -80,6 +80,32 @@ def wait_for_low_load(threshold: float, max_wait: float) -> float:
         time.sleep(5)
 
 
+def _rss_mb(field: str) -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024 / 1e6
+    return 0.0
+
+
+def reset_peak_rss() -> float:
+    """Reset this process's peak resident memory (VmHWM) to what it is now; returns that (MB).
+
+    Writing 5 to /proc/self/clear_refs resets the high-water mark (Linux >= 4.0), so the peak of one run in a
+    long-lived process can be read afterwards with `peak_rss_mb`.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    return _rss_mb("VmRSS")
+
+
+def peak_rss_mb() -> float:
+    return _rss_mb("VmHWM")
+
+
 def _cpu(who: int) -> float:
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
@@ -114,6 +140,10 @@ class Result:
     def extra(self, key: str) -> float:
         return statistics.median(s.extra[key] for s in self.samples)
 
+    def peak(self, key: str) -> float:
+        """The largest value of `key` over the runs (peak memory: the worst run, not the median)."""
+        return max(s.extra.get(key, 0.0) for s in self.samples)
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -142,9 +172,12 @@ def measure(
             prepare()
         s0, c0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
         v0 = server_cpu() if server_cpu else 0.0
+        base = reset_peak_rss()
         t0 = time.perf_counter()
         extra = run() or {}
         wall = time.perf_counter() - t0
+        if "peak_mb" not in extra:  # in-process: this process's peak during the run (CLI runs report their own)
+            extra.update(peak_mb=peak_rss_mb(), base_mb=base)
         cpu = _cpu(resource.RUSAGE_SELF) - s0 + _cpu(resource.RUSAGE_CHILDREN) - c0
         v1 = server_cpu() if server_cpu else 0.0
         samples.append(Sample(wall, cpu, v1 - v0, extra))
@@ -170,12 +203,19 @@ def measure_interleaved(
     return [Result(name, samples[name]) for name, _, _ in runs]
 
 
-def run_quiet(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> None:
-    """Run a command; its output is shown only if it fails."""
-    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout.decode(errors="replace")[-4000:])
-        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {proc.returncode}")
+def run_quiet(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> dict:
+    """Run a command; its output is shown only if it fails. Returns {"peak_mb": the child's peak RSS}."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)  # the rusage of this child alone (ru_maxrss in KiB)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(0)
+            sys.stderr.write(out.read().decode(errors="replace")[-4000:])
+            raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {proc.returncode}")
+    return {"peak_mb": usage.ru_maxrss * 1024 / 1e6}
 
 
 def remove(path: str) -> None:

@@ -1,120 +1,47 @@
-"""The loopback S3 endpoint the benchmarks run against: `python -m moto.server` on a free port.
+"""The loopback S3 endpoint the benchmarks run against: MinIO (single node, one drive in the work directory).
 
-The same approach as the test fixtures in tests/conftest.py (a real HTTP server in a child process, nothing in
-boto3 patched), minus the IAM authentication and the counting proxy: a benchmark wants the server as fast as it
-can be, and every client (ours, awscli, s5cmd) talks to it directly. The server is single-process Python, so it
-is usually the bottleneck for small objects; `probe_max_rate` measures its ceiling with a trivial client so the
-tables can show it.
+The same server as the test fixtures (tests/minio_server.py; the binary is built by `make minio`, which `make
+bench` depends on), minus the counting proxy: every client (ours, awscli, s5cmd) talks to it directly.
+`probe_max_rate` measures its ceiling with a trivial client so the tables can show it.
 """
 
 from __future__ import annotations
 
-import atexit
-import ctypes
 import http.client
 import json
 import os
-import signal
-import socket
-import subprocess
+import shutil
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+from minio_server import MinioServer, free_port, pinned_version, process_cpu_seconds  # noqa: E402,F401
+
 ACCESS_KEY = "bench"
 SECRET_KEY = "bench-secret"
 REGION = "us-east-1"
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: the kernel sends SIGTERM when the bench process dies (even by SIGKILL)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+class S3Server(MinioServer):
+    """MinIO on 127.0.0.1 (started by `start`, stopped by `stop` or `with`) with its drive on disk, next to the log
+    (the benchmarks store GiBs: not in memory, and a real store writes to disk too); emptied on start."""
 
+    name = f"MinIO {pinned_version()}"
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """user + system CPU seconds of a running process (all its threads), from /proc."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (fields 14, 15 of stat(5))
-
-
-class S3Server:
-    """A moto S3 server on 127.0.0.1 (started by `start`, stopped by `stop` or the context manager)."""
-
-    def __init__(self, log_path: str | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._log_path = log_path
-        self.process: subprocess.Popen | None = None
-
-    def __enter__(self) -> S3Server:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self, timeout: float = 60.0) -> None:
-        log = open(self._log_path, "wb") if self._log_path else subprocess.DEVNULL
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
-        )
-        atexit.register(self.stop)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self.process.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"moto server did not listen on port {self.port} within {timeout}s")
+    def __init__(self, log_path: str) -> None:
+        data_dir = os.path.join(os.path.dirname(os.path.abspath(log_path)), "minio-drive")
+        shutil.rmtree(data_dir, ignore_errors=True)
+        os.makedirs(data_dir)
+        super().__init__(ACCESS_KEY, SECRET_KEY, data_dir=data_dir, log_path=log_path)
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-
-    def cpu_seconds(self) -> float:
-        return process_cpu_seconds(self.process.pid) if self.process else 0.0
+        super().stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     # -- clients --------------------------------------------------------------------------------------------------
-
-    def client(self, max_pool_connections: int = 32):
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.url,
-            region_name=REGION,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            config=Config(
-                s3={"addressing_style": "path"},
-                max_pool_connections=max_pool_connections,
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-            ),
-        )
 
     def tool_env(self) -> dict[str, str]:
         """Environment for awscli / s5cmd child processes and the Airflow connection `aws_default`."""

@@ -141,7 +141,7 @@ def main() -> None:
     print(f"== parse times; load {load_average()[0]:.2f}", flush=True)
     parses = parse_times(env, repeats)
 
-    server = S3Server(os.path.join(workdir, "moto-pipeline.log"))
+    server = S3Server(os.path.join(workdir, "minio-pipeline.log"))
     server.start()
     env.update(server.airflow_connection_env())
     try:

@@ -49,7 +49,7 @@ def main() -> None:
     env = dict(os.environ)
     env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
     ensure_db(env)
-    server = S3Server(os.path.join(workdir, "moto-search.log"))
+    server = S3Server(os.path.join(workdir, "minio-search.log"))
     server.start()
     env.update(server.airflow_connection_env())
     results = {}

@@ -1,6 +1,6 @@
 """Benchmarks 1 and 2: staging a channel from object storage, cold and warm, against what users would pick instead.
 
-    .venv/bin/python bench/bench_staging.py            # full sizes: 1,000 x 1 MiB, 10,000 x 16 KiB, 1 x 512 MiB
+    .venv/bin/python bench/bench_staging.py            # full sizes: 1,000 x 1 MiB, 10,000 x 16 KiB, 1 x 2 GiB
     .venv/bin/python bench/bench_staging.py --quick    # 100 x 1 MiB, 1,000 x 16 KiB, 1 x 64 MiB
 
 Cold: an empty destination. Ours is DataCacheHook.prefetch (what the prefetch_data stage runs: listing, parallel
@@ -9,11 +9,13 @@ against `aws s3 sync`, `s5cmd cp` and a plain sequential boto3 loop (list, then 
 Warm: the same channel again with nothing changed. Ours is a cache hit (a fresh hook pair, as a new task builds
 it: one listing, zero object bytes); against `aws s3 sync` and `s5cmd sync` into their populated destinations.
 
-Everything talks to one moto server on loopback (bench/_s3server.py). Ours runs in this process (the stage runs in
+Everything talks to one MinIO server on loopback (bench/_s3server.py). Ours runs in this process (the stage runs in
 an Airflow task process that has already imported Airflow and boto3), with a fresh hook per run, so connection
 lookup and client creation are included; the CLI tools are child processes, so their start-up is included (it is
 what a user running them pays). CPU is the client's (this process, or the tool and its children); the server's CPU
-is shown apart. The server's own ceiling, measured with a trivial client, is printed first.
+is shown apart, and so is the peak memory of each run (ours: this process's peak resident memory during the run,
+reset before it; the tools: the child's). The server's own ceiling, measured with a trivial client, is printed
+first.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from _s3server import S3Server  # noqa: E402
 KiB = 1024
 BUCKET = "bench-staging"
 DATASETS = {
-    "full": [("1000 x 1 MiB", 1000, MiB), ("10000 x 16 KiB", 10000, 16 * KiB), ("1 x 512 MiB", 1, 512 * MiB)],
+    "full": [("1000 x 1 MiB", 1000, MiB), ("10000 x 16 KiB", 10000, 16 * KiB), ("1 x 2 GiB", 1, 2048 * MiB)],
     "quick": [("100 x 1 MiB", 100, MiB), ("1000 x 16 KiB", 1000, 16 * KiB), ("1 x 64 MiB", 1, 64 * MiB)],
 }
 
@@ -99,7 +101,7 @@ def main() -> None:
     if args.only:
         datasets = [d for d in datasets if d[0] in args.only or slug(d[0]) in args.only]
 
-    server = S3Server(os.path.join(workdir, "moto-staging.log"))
+    server = S3Server(os.path.join(workdir, "minio-staging.log"))
     server.start()
     os.environ.update(server.airflow_connection_env())
     env = server.tool_env()
@@ -134,8 +136,8 @@ def main() -> None:
                  f"{count / probe['requests_per_s']:.1f} s"]
             )
         sections.append(
-            "Server ceiling (moto on loopback, trivial client: 8 threads of raw HTTP GETs; the server answers "
-            "every request with `Connection: close`):\n\n"
+            f"Server ceiling ({server.name} on loopback, trivial client: 8 threads of raw HTTP/1.1 GETs of one "
+            "presigned URL on keep-alive connections, no parsing, no files):\n\n"
             + markdown_table(
                 ["request", "req/s", "MB/s", "server CPU ms/req", "server cores busy", "floor for the dataset"],
                 ceiling_rows,
@@ -170,7 +172,7 @@ def main() -> None:
                                 fh.write(chunk)
 
             def cli(cmd: list[str]):
-                return lambda: run_quiet(cmd, env)
+                return lambda: run_quiet(cmd, env)  # {"peak_mb": the tool's peak memory}
 
             aws_sync = [aws, "--endpoint-url", server.url, "s3", "sync", uri, paths["aws"], "--only-show-errors"]
             s5_cp = [s5cmd, "--endpoint-url", server.url, "cp", f"{uri}*", paths["s5cmd"] + "/"]
@@ -202,16 +204,18 @@ def main() -> None:
             s5_wall = by["s5cmd cp"].wall if "s5cmd cp" in by else 0
             rows = [
                 [r.name, r.wall, total / r.wall / 1e6, count / r.wall, r.cpu, 1000 * r.cpu / count, r.server_cpu,
-                 ratio(r.wall, aws_wall), ratio(r.wall, s5_wall)]
+                 r.peak("peak_mb"), ratio(r.wall, aws_wall), ratio(r.wall, s5_wall)]
                 for r in cold
             ]
             ours_cold = cold[0].wall
             warm_rows = [[r.name, r.wall, r.cpu, r.server_cpu, ratio(r.wall, ours_cold)] for r in warm]
+            ours_peak = {r.name: (r.peak("peak_mb"), r.peak("peak_mb") - min(s.extra["base_mb"] for s in r.samples))
+                         for r in cold if r.name.startswith("ours")}
             sections.append(
                 f"Cold staging, {name} ({total / MiB:,.0f} MiB), median of {args.repeats}:\n\n"
                 + markdown_table(
                     ["tool", "wall s", "MB/s", "files/s", "client CPU s", "client CPU ms/file", "server CPU s",
-                     "speed vs aws", "speed vs s5cmd"],
+                     "peak MB", "speed vs aws", "speed vs s5cmd"],
                     rows,
                 )
                 + f"\n\nWarm re-stage, {name}, nothing changed:\n\n"
@@ -226,6 +230,8 @@ def main() -> None:
                     "cold_vs_aws": aws_wall / ours_cold if aws_wall else None,
                     "cold_vs_s5cmd": s5_wall / ours_cold if s5_wall else None,
                     "warm_speedup": ours_cold / warm[0].wall,
+                    "peak_mb": {name: peak for name, (peak, _) in ours_peak.items()},
+                    "peak_over_base_mb": {name: over for name, (_, over) in ours_peak.items()},
                 },
             }
             print(sections[-1], flush=True)

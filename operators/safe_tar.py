@@ -395,14 +395,28 @@ def default_pack_threads() -> int:
     return max(1, min(8, cpus))
 
 
-def pack_directory(src_dir: str, out_path: str, compresslevel: int = 1, *, threads: int | None = None) -> PackStats:
+class _Tee:
+    """Writes to the archive file and hands the same bytes to `sink` (an upload of the archive while it is packed)."""
+
+    def __init__(self, raw, sink) -> None:
+        self._raw, self._sink = raw, sink
+
+    def write(self, data) -> int:
+        self._raw.write(data)
+        self._sink(data)
+        return len(data)
+
+
+def pack_directory(
+    src_dir: str, out_path: str, compresslevel: int = 1, *, threads: int | None = None, sink=None
+) -> PackStats:
     """Pack `src_dir` into a standard .tar.gz at `out_path` (written under a temp name, then renamed).
 
     Members are relative to `src_dir`, sorted, with owner root/0 and the gzip timestamp zeroed, so the same
     tree gives the same bytes (with the same deflate backend). Symlinks to files are stored as the files they
     point to (extraction refuses links); symlinked directories and special files are skipped with a warning.
     `compresslevel` is gzip's 0-9 (0 = stored); `threads` compress in parallel (default: the usable CPUs, at
-    most 8).
+    most 8). `sink(bytes)`, if given, receives the archive's bytes in order as they are written.
     """
     src_dir = os.path.abspath(src_dir)
     out_path = os.path.abspath(out_path)
@@ -415,7 +429,8 @@ def pack_directory(src_dir: str, out_path: str, compresslevel: int = 1, *, threa
     try:
         entries = _collect(src_dir, skip={out_path, temp})
         with os.fdopen(fd, "wb", buffering=0) as raw:
-            gz = _ParallelGzipWriter(raw, _backend_level(compresslevel), threads or default_pack_threads())
+            out = _Tee(raw, sink) if sink is not None else raw
+            gz = _ParallelGzipWriter(out, _backend_level(compresslevel), threads or default_pack_threads())
             try:
                 with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=gz.BLOCK) as tf:
                     for rel, full, is_dir in entries:

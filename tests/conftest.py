@@ -49,10 +49,11 @@ def airflow_db(airflow_home: Path) -> Path:
 
 
 # --- object storage fixtures ---
-# A real S3 HTTP endpoint on loopback: `python -m moto.server` in a child process, with moto's IAM
-# authentication switched on (so wrong credentials are refused like on a real store), behind small
-# counting reverse proxies (one per "provider" endpoint) that record every request and the bytes they
-# return, and can slow responses down. Nothing in boto3 is patched: the code under test talks HTTP.
+# A real S3 server on loopback: MinIO (tests/minio_server.py; built by `make minio`), single node, one temporary
+# drive, checking every request's signature (wrong credentials are refused as on any real store), behind small
+# counting reverse proxies (one per "provider" endpoint) that record every request and the bytes they return, and
+# can slow responses down or corrupt them. Nothing in boto3 is patched: the code under test talks HTTP.
+# moto's server is kept for the one thing MinIO refuses to do (store keys with '..' segments): `moto_s3`.
 
 import json as _json
 import socket as _socket
@@ -63,6 +64,8 @@ from dataclasses import dataclass as _dataclass
 from http.client import HTTPConnection as _HTTPConnection
 from http.server import BaseHTTPRequestHandler as _BaseHandler
 from http.server import ThreadingHTTPServer as _ThreadingHTTPServer
+
+from minio_server import MinioServer
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection", "te", "upgrade"}
 
@@ -87,13 +90,15 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> 
 
 
 class CountingProxy:
-    """Loopback reverse proxy in front of the moto server.
+    """Loopback reverse proxy in front of the S3 server.
 
     `requests` holds one dict per request: method, path, query, status, bytes_in (request body) and
     bytes_out (response body bytes actually sent). `throttle_bytes_per_s` slows every response body
     down (per response) so a test can interrupt a transfer half-way or make it long enough to log
     progress. `corrupt_object_bodies` flips the first byte of every object GET response body (a
-    transfer corrupted on the way, which only an MD5 check notices).
+    transfer corrupted on the way, which only an MD5 check notices). `fail_requests(status, code, count)` answers
+    the next `count` requests (-1: all) itself with that S3 error (a store shedding load with 503 SlowDown, say:
+    the real server cannot be made to do that on demand).
     """
 
     def __init__(self, upstream_port: int, name: str) -> None:
@@ -102,6 +107,7 @@ class CountingProxy:
         self.requests: list[dict] = []
         self.throttle_bytes_per_s = 0
         self.corrupt_object_bodies = False
+        self._failure: tuple[int, str, int] | None = None  # (status, code, how many more; -1 = all)
         self._lock = _threading.Lock()
         proxy = self
 
@@ -126,6 +132,8 @@ class CountingProxy:
 
             def _forward(self) -> None:
                 body = self._read_body()
+                if proxy._take_failure(self):
+                    return
                 upstream = _HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
                 # The Host header is forwarded unchanged: it is part of the SigV4 signature.
                 upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
@@ -137,6 +145,7 @@ class CountingProxy:
                 upstream.endheaders(body or None)
                 response = upstream.getresponse()
                 record = {
+                    "time": _time.time(),
                     "method": self.command,
                     "path": self.path.split("?", 1)[0],
                     "query": self.path.split("?", 1)[1] if "?" in self.path else "",
@@ -195,11 +204,37 @@ class CountingProxy:
         self._thread = _threading.Thread(target=self._server.serve_forever, name=f"proxy-{name}", daemon=True)
         self._thread.start()
 
+    def fail_requests(self, status: int, code: str, count: int = -1) -> None:
+        self._failure = (status, code, count)
+
+    def _take_failure(self, handler) -> bool:
+        """Answer this request with the injected error, if one is set (and count it down)."""
+        with self._lock:
+            if self._failure is None:
+                return False
+            status, code, count = self._failure
+            if count == 0:
+                return False
+            self._failure = (status, code, count - 1 if count > 0 else count)
+            self.requests.append({"method": handler.command, "path": handler.path.split("?", 1)[0],
+                                  "query": handler.path.split("?", 1)[1] if "?" in handler.path else "",
+                                  "status": status, "bytes_in": 0, "bytes_out": 0})
+        body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                f"<Message>Please reduce your request rate.</Message></Error>").encode()
+        handler.send_response_only(status)
+        handler.send_header("Content-Type", "application/xml")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        if handler.command != "HEAD":
+            handler.wfile.write(body)
+        return True
+
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
         self.throttle_bytes_per_s = 0
         self.corrupt_object_bodies = False
+        self._failure = None
 
     def snapshot(self) -> list[dict]:
         with self._lock:
@@ -217,43 +252,34 @@ class CountingProxy:
         self._server.server_close()
 
 
-@_dataclass
-class MotoServer:
-    url: str
-    port: int
-    access_key: str
-    secret_key: str
-    process: subprocess.Popen
-
-    def client(self, region: str = "us-east-1"):
-        """A boto3 client talking to moto directly (not through the proxies: setup traffic is not counted)."""
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.url,
-            region_name=region,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            config=Config(
-                s3={"addressing_style": "path"},
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-            ),
-        )
-
-
 @pytest.fixture(scope="session")
-def moto_server(tmp_path_factory) -> MotoServer:
-    import urllib.request
-
-    import boto3
-
+def s3_server(tmp_path_factory) -> MinioServer:
+    """The session's MinIO server (url, port, access_key, secret_key, process, client())."""
     # Import Airflow (which configures its log handlers on sys.stdout) here, under the session-wide capture,
     # not inside a test using capfd/capsys whose stream is closed afterwards ("I/O operation on closed file").
     import airflow.providers.amazon.aws.hooks.base_aws  # noqa: F401
 
+    server = MinioServer(log_path=str(tmp_path_factory.mktemp("minio") / "minio.log"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server(s3_server) -> MinioServer:
+    """The old name of `s3_server`, kept for tests written against it: it is the MinIO server now."""
+    return s3_server
+
+
+@_dataclass
+class MotoS3:
+    url: str
+    process: subprocess.Popen
+
+
+@pytest.fixture(scope="session")
+def moto_s3(tmp_path_factory) -> MotoS3:
+    """`python -m moto.server` on a free port, without authentication: only for what MinIO refuses to store."""
     port = _free_port()
     log_file = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
     proc = subprocess.Popen(
@@ -263,25 +289,7 @@ def moto_server(tmp_path_factory) -> MotoServer:
     )
     try:
         _wait_for_port(port, proc)
-        url = f"http://127.0.0.1:{port}"
-        iam = boto3.client(
-            "iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup"
-        )
-        iam.create_user(UserName="trainer")
-        iam.put_user_policy(
-            UserName="trainer",
-            PolicyName="all",
-            PolicyDocument=_json.dumps(
-                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-            ),
-        )
-        key = iam.create_access_key(UserName="trainer")["AccessKey"]
-        # From now on moto checks every request's signature against its IAM users.
-        enable_auth = urllib.request.Request(
-            f"{url}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"}
-        )
-        urllib.request.urlopen(enable_auth).read()
-        yield MotoServer(url, port, key["AccessKeyId"], key["SecretAccessKey"], proc)
+        yield MotoS3(f"http://127.0.0.1:{port}", proc)
     finally:
         proc.terminate()
         try:
@@ -292,15 +300,15 @@ def moto_server(tmp_path_factory) -> MotoServer:
 
 
 @pytest.fixture(scope="session")
-def _s3_proxy_session(moto_server) -> CountingProxy:
-    proxy = CountingProxy(moto_server.port, "aws")
+def _s3_proxy_session(s3_server) -> CountingProxy:
+    proxy = CountingProxy(s3_server.port, "aws")
     yield proxy
     proxy.close()
 
 
 @pytest.fixture(scope="session")
-def _cos_proxy_session(moto_server) -> CountingProxy:
-    proxy = CountingProxy(moto_server.port, "cos")
+def _cos_proxy_session(s3_server) -> CountingProxy:
+    proxy = CountingProxy(s3_server.port, "cos")
     yield proxy
     proxy.close()
 
@@ -344,12 +352,12 @@ def aws_connection_json(access_key: str, secret_key: str, endpoint: str, region:
 
 
 @pytest.fixture
-def storage_connections(monkeypatch, moto_server, s3_proxy, cos_proxy) -> dict[str, str]:
+def storage_connections(monkeypatch, s3_server, s3_proxy, cos_proxy) -> dict[str, str]:
     """AIRFLOW_CONN_AWS_DEFAULT, AIRFLOW_CONN_COS_DEFAULT and AIRFLOW_CONN_MY_COS pointing at the proxies.
 
     Returns conn id -> endpoint URL. Child processes started by the test inherit the variables.
     """
-    key, secret = moto_server.access_key, moto_server.secret_key
+    key, secret = s3_server.access_key, s3_server.secret_key
     connections = {
         "aws_default": (s3_proxy.url, "us-east-1"),
         "cos_default": (cos_proxy.url, "ap-guangzhou"),
@@ -372,9 +380,9 @@ def set_aws_connection(monkeypatch):
 
 
 class ObjectStore:
-    """Test helper: unique buckets and objects on the moto server (direct, uncounted)."""
+    """Test helper: unique buckets and objects on the S3 server (direct, uncounted)."""
 
-    def __init__(self, server: MotoServer) -> None:
+    def __init__(self, server: MinioServer) -> None:
         self.server = server
         self.client = server.client()
 
@@ -398,8 +406,35 @@ class ObjectStore:
 
 
 @pytest.fixture
-def object_store(moto_server) -> ObjectStore:
-    return ObjectStore(moto_server)
+def object_store(s3_server) -> ObjectStore:
+    return ObjectStore(s3_server)
+
+
+@_dataclass(frozen=True)
+class ManyObjects:
+    """A prefix holding more objects than one LIST page (1,000) returns, with spaces and unicode in the keys."""
+
+    bucket: str
+    prefix: str
+    files: dict  # relative path -> bytes
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+@pytest.fixture(scope="session")
+def many_objects(s3_server) -> ManyObjects:
+    """1,100 small objects under one prefix, put once per session (read-only for the tests that use it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = {f"shard {i // 250}/ex_{i:04d} – ü.txt": f"row {i}\n".encode() for i in range(1100)}
+    bucket, prefix = f"many-{_uuid.uuid4().hex[:12]}", "data/ñ train/"
+    client = s3_server.client(max_pool_connections=16)
+    client.create_bucket(Bucket=bucket)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: client.put_object(Bucket=bucket, Key=prefix + kv[0], Body=kv[1]), files.items()))
+    return ManyObjects(bucket, prefix, files)
 
 
 # --- end object storage fixtures ---

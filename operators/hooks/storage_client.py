@@ -24,7 +24,8 @@ log = logging.getLogger("operators.hooks.object_storage")
 _AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
 
 # botocore defaults that keep an unreachable endpoint from hanging a task for minutes while still riding
-# out a flaky network (standard mode: 3 attempts with jittered exponential backoff).
+# out a flaky network (standard mode; botocore's `max_attempts` counts retries: 3 retries, 4 attempts in all, with
+# jittered exponential backoff).
 def _utc():
     """botocore's UTC tzinfo (dateutil's tzutc), so our datetimes are the ones botocore would have made."""
     from dateutil.tz import tzutc

@@ -47,6 +47,24 @@ AUTH_CODES = {
 DENIED_CODES = {"AccessDenied", "AllAccessDisabled", "Forbidden", "403"}
 NO_OBJECT_CODES = {"NoSuchKey", "404", "NotFound"}
 REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException", "301"}
+# What stores answer when they shed load: S3 and COS/OSS/OBS "SlowDown" (503), MinIO "SlowDownRead/Write" (503)
+# and "TooManyRequests" (429), AWS APIs "Throttling"/"RequestLimitExceeded". botocore's standard mode has already
+# retried these with backoff when we see them.
+THROTTLE_CODES = {
+    "SlowDown",
+    "SlowDownRead",
+    "SlowDownWrite",
+    "TooManyRequests",
+    "TooManyRequestsException",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "RequestThrottled",
+    "BandwidthLimitExceeded",
+    "ServiceUnavailable",
+    "503",
+    "429",
+}
 
 
 def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLike | None) -> StorageError:
@@ -117,6 +135,12 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
             return StorageError(f"no such object {uri} {via}; check the URI")
         if code in ("PreconditionFailed", "412") or status == 412:
             return StorageError(f"{uri} changed while it was being downloaded {via}; retry the task")
+        if code in THROTTLE_CODES or status in (429, 503):
+            return StorageError(
+                f"cannot {action} {uri} {via} (endpoint {endpoint}): the store is throttling requests "
+                f"({code or 'HTTP'} {status}) and still was after {_attempts(err)}; retry later, or lower "
+                "transfer_concurrency in the [training] section so fewer requests run at once"
+            )
         if code in REGION_CODES or status == 301:
             return StorageError(
                 f"cannot {action} {uri} {via}: wrong region or endpoint ({code}); "
@@ -135,6 +159,12 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
             "check the destination path, free space and permissions"
         )
     return StorageError(f"cannot {action} {uri} {via}: {type(err).__name__}: {err}")
+
+
+def _attempts(err) -> str:
+    """'3 attempts' from the response's retry count (botocore records the retries it made)."""
+    retries = ((err.response.get("ResponseMetadata") or {}).get("RetryAttempts")) or 0
+    return f"{retries + 1} attempt{'s' if retries else ''}"
 
 
 def is_not_found(err: BaseException) -> bool:

@@ -226,15 +226,29 @@ def download_objects(
         from s3transfer.manager import TransferManager
 
         part_size = tuning.download_part_size(max(info.size for info, _ in large))
-        with TransferManager(remote.client, tuning.transfer_config(part_size=part_size)) as manager:
-            pending = _submit_large(manager, remote, loc, large, progress, errors)
-            _download_small(remote, loc, small, progress, tuning, errors)
-            if errors.error is not None:
-                manager.shutdown(cancel=True)
-        pending.finish(errors)
+        pending: _PendingLarge | None = None
+        try:
+            with TransferManager(remote.client, tuning.transfer_config(part_size=part_size)) as manager:
+                pending = _submit_large(manager, remote, loc, large, progress, errors)
+                _download_small(remote, loc, small, progress, tuning, errors)
+                if errors.error is not None:
+                    # Leaving the block by an exception makes the manager cancel what is in flight. Not
+                    # manager.shutdown(cancel=True): s3transfer passes its arguments shifted there (cancel as the
+                    # message, the message as the exception class), and the TypeError "'str' object is not
+                    # callable" it raises would replace the real error.
+                    raise _Cancelled()
+        except _Cancelled:
+            pass
+        finally:
+            if pending is not None:
+                pending.finish(errors)
     else:
         _download_small(remote, loc, small, progress, tuning, errors)
     errors.raise_if_set()
+
+
+class _Cancelled(Exception):
+    """Internal: another object failed; the TransferManager is to cancel its transfers (see download_objects)."""
 
 
 def _download_small(

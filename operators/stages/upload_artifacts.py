@@ -25,8 +25,6 @@ class UploadArtifactsOperator(JobStageOperator):
     def execute(self, context) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from operators.safe_tar import pack_directory
-
         if not self.job:
             raise AirflowSkipException("the job spec was not validated: nothing to upload")
         spec, layout = self.spec, self.layout
@@ -41,33 +39,40 @@ class UploadArtifactsOperator(JobStageOperator):
         succeeded = os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file)
         uploaded: dict[str, str] = {}
 
+        def remember(name: str, local: Path) -> None:
+            uri = out + name
+            st = local.stat()
+            marker[uri] = [st.st_size, st.st_mtime_ns]
+            tmp = marker_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(marker))
+            os.replace(tmp, marker_path)
+            self.log.info("Uploaded %s (%d bytes)", uri, st.st_size)
+            uploaded[name] = uri
+
         def upload_once(local: Path, name: str) -> None:
             uri = out + name
             st = local.stat()
-            stamp = [st.st_size, st.st_mtime_ns]
-            if marker.get(uri) == stamp and self.storage.exists(uri):
+            if marker.get(uri) == [st.st_size, st.st_mtime_ns] and self.storage.exists(uri):
                 self.log.info("%s already uploaded (retry): skipped", uri)
-            else:
-                self.storage.upload_file(str(local), uri)
-                marker[uri] = stamp
-                tmp = marker_path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(marker))
-                os.replace(tmp, marker_path)
-                self.log.info("Uploaded %s (%d bytes)", uri, st.st_size)
-            uploaded[name] = uri
+                uploaded[name] = uri
+                return
+            self.storage.upload_file(str(local), uri)
+            remember(name, local)
 
-        def packed(src: str, name: str) -> Path:
+        def pack_and_upload_once(src: str, name: str) -> None:
             target = artifacts / name
-            newest_input = os.path.getmtime(layout.success_file)
-            if not target.is_file() or target.stat().st_mtime < newest_input:
-                pack_directory(src, str(target))
-            return target
+            if target.is_file() and target.stat().st_mtime >= os.path.getmtime(layout.success_file):
+                upload_once(target, name)  # packed by an earlier attempt of this task
+                return
+            # Packed and uploaded at once: each part goes up while the next is being compressed.
+            self.storage.upload_packed_directory(src, str(target), out + name)
+            remember(name, target)
 
         metrics = Path(layout.output_dir, "metrics.json")
         if succeeded:
-            upload_once(packed(layout.model_dir, "model.tar.gz"), "model.tar.gz")
+            pack_and_upload_once(layout.model_dir, "model.tar.gz")
             if any(Path(layout.output_data_dir).iterdir()) if os.path.isdir(layout.output_data_dir) else False:
-                upload_once(packed(layout.output_data_dir, "output.tar.gz"), "output.tar.gz")
+                pack_and_upload_once(layout.output_data_dir, "output.tar.gz")
             if metrics.is_file():
                 upload_once(metrics, "metrics.json")
             if self.storage.exists(out + "failure"):

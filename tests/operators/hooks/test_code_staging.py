@@ -1,4 +1,4 @@
-"""stage_code from a prefix, a .tar.gz object, a local directory and a local .tar.gz (real moto endpoint)."""
+"""stage_code from a prefix, a .tar.gz object, a local directory and a local .tar.gz (real S3 server: MinIO)."""
 
 from __future__ import annotations
 

@@ -259,3 +259,21 @@ def test_cos_and_local_channels_and_connection_in_key(settings, storage_connecti
 
     with pytest.raises(StorageError, match="nothing to prefetch"):
         new_cache(settings).prefetch(f"s3://{bucket}/empty/", user="job")
+
+
+def test_channel_of_1100_objects_lists_in_parallel_ranges_when_warm(settings, storage_connections, many_objects, s3_proxy):
+    cold = new_cache(settings).prefetch(many_objects.uri, user="job-a")
+
+    assert read_tree(cold.path) == many_objects.files
+    cold_lists = [r for r in s3_proxy.snapshot() if "list-type=2" in r["query"]]
+    assert len(cold_lists) == 2 and "continuation-token=" in cold_lists[1]["query"]  # 1,000 keys a page
+    s3_proxy.reset()
+
+    warm = new_cache(settings).prefetch(many_objects.uri, user="job-b")
+
+    assert warm.reused and warm.key == cold.key and warm.bytes_transferred == 0
+    warm_lists = [r for r in s3_proxy.snapshot() if "list-type=2" in r["query"]]
+    # Cut at the 1,000th key of the cold listing: two ranges listed at once, neither needs a continuation token.
+    assert len(warm_lists) == 2 and not any("continuation-token=" in r["query"] for r in warm_lists)
+    assert sum("start-after=" in r["query"] for r in warm_lists) == 1
+    assert s3_proxy.object_requests() == []
