@@ -72,6 +72,25 @@ def process_peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
+_DRIVE_PREFIX = "minio-test-"
+
+
+def _remove_orphaned_drives() -> None:
+    """Remove drives left in memory by test runs that were killed (their owner process is gone)."""
+    root = _memory_tmp() or tempfile.gettempdir()
+    for name in os.listdir(root):
+        if not name.startswith(_DRIVE_PREFIX):
+            continue
+        path = os.path.join(root, name)
+        try:
+            with open(os.path.join(path, "owner.pid")) as fh:
+                os.kill(int(fh.read().strip()), 0)  # raises if no such process
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, ValueError):
+            pass  # being created right now, or not ours to judge
+
+
 def _memory_tmp() -> str | None:
     """/dev/shm if it is a writable directory (tmpfs on Linux), else None (the default temp directory)."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -110,7 +129,12 @@ class MinioServer:
         self.url = ""
         self.process: subprocess.Popen | None = None
         self._own_dir = data_dir is None
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="minio-test-", dir=_memory_tmp())
+        if data_dir is None:
+            _remove_orphaned_drives()
+            data_dir = tempfile.mkdtemp(prefix=_DRIVE_PREFIX, dir=_memory_tmp())
+            with open(os.path.join(data_dir, "owner.pid"), "w") as fh:
+                fh.write(str(os.getpid()))
+        self.data_dir = data_dir
         self._log_path = log_path
         self._env = env or {}
 

@@ -65,7 +65,7 @@ class UploadArtifactsOperator(JobStageOperator):
                 upload_once(target, name)  # packed by an earlier attempt of this task
                 return
             # Packed and uploaded at once: each part goes up while the next is being compressed.
-            self.storage.upload_packed_directory(src, str(target), out + name)
+            self.storage.upload_packed_directory(src, out + name, str(target))
             remember(name, target)
 
         metrics = Path(layout.output_dir, "metrics.json")
