@@ -28,7 +28,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime
 
 install: $(VENV)/.installed
 
-# ~10 min on 2 cores the first time (module download + compile), niced: other work on the machine comes first.
+# Cold: 920 s here (module download + compile, 2 cores shared with other builds, load 8-14); niced, so other work
+# on the machine comes first. Then cached: a fresh clone on the same machine reuses the binary.
 $(MINIO_BIN):
 	@test -x $(GO) || { echo "Go not found at $(GO): install Go >= 1.24 or run make GO=/path/to/go"; exit 1; }
 	rm -rf $(@D).tmp.$$$$ && mkdir -p $(@D).tmp.$$$$ && \

@@ -23,9 +23,12 @@ def test_object_storage_artifacts_redirect_to_a_short_lived_presigned_url(object
     query = parse_qs(urlparse(url).query)
     assert query["X-Amz-Expires"] == ["900"] and "X-Amz-Signature" in query
     assert moto_server.secret_key not in url
-    # The URL is boto3's own presigning, aimed at the connection's endpoint. Following it is not checked here: the
-    # loopback moto server (IAM auth on) answers any presigned GET with a 500, even one signed by its own client.
+    # The URL is boto3's own presigning, aimed at the connection's endpoint, and the store serves it as it is.
     assert url.startswith(storage_connections["cos_default"] + f"/{bucket}/models/j1/output/model.tar.gz?")
+    from urllib.request import urlopen
+
+    with urlopen(url, timeout=30) as followed:
+        assert followed.read() == b"model bytes"
     assert query["X-Amz-Signature"][0] not in caplog.text  # the signed URL is never logged
 
 
