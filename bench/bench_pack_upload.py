@@ -138,9 +138,12 @@ def main() -> None:
             archive = os.path.join(out_dir, f"{name}.tar.gz")
 
             def run() -> dict:
-                pack = timed(lambda: run_quiet(["tar", *tar_args, "-cf", archive, "-C", model, "."]))
-                upload = timed(lambda: run_quiet([s5cmd, "--endpoint-url", server.url, "cp", archive, f"s3://{BUCKET}/{name}/model.tar.gz"], env))
-                return {"pack": pack, "upload": upload, "size": os.path.getsize(archive)}
+                peaks = []
+                pack = timed(lambda: peaks.append(run_quiet(["tar", *tar_args, "-cf", archive, "-C", model, "."])))
+                upload = timed(lambda: peaks.append(run_quiet(
+                    [s5cmd, "--endpoint-url", server.url, "cp", archive, f"s3://{BUCKET}/{name}/model.tar.gz"], env)))
+                return {"pack": pack, "upload": upload, "size": os.path.getsize(archive),
+                        "peak_mb": max(p["peak_mb"] for p in peaks)}
 
             return run
 
