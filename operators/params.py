@@ -18,7 +18,15 @@ _RUN_DEFAULTS = ("job_name", "backend", "layout")
 _SCALAR = {"type": ["string", "number", "integer", "boolean", "null"]}
 _OVERRIDES: dict[str, dict[str, Any]] = {
     "hyperparameters": {"additionalProperties": _SCALAR},
-    "environment": {"additionalProperties": {"type": ["string", "number", "integer", "boolean"]}},
+    # A value, or a secret by reference (operators/hooks/secret_refs.py).
+    "environment": {"additionalProperties": {"anyOf": [
+        {"type": ["string", "number", "integer", "boolean"]},
+        {"type": "object", "properties": {"variable": {"type": "string", "minLength": 1}},
+         "required": ["variable"], "additionalProperties": False},
+        {"type": "object", "properties": {"connection": {"type": "string", "minLength": 1},
+                                          "field": {"type": "string"}},
+         "required": ["connection"], "additionalProperties": False},
+    ]}},
     "inputs": {"additionalProperties": {"type": "string", "minLength": 1}},
     "connections": {"additionalProperties": {"type": "string", "minLength": 1}, "propertyNames":
                     {"enum": ["s3", "cos", "oss", "obs"]}},

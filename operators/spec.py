@@ -18,13 +18,17 @@ from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
 from training_runtime.layouts import CONTAINER_ROOTS
 
 from operators.spec_errors import SpecError, first_error
+from operators.container_env import looks_like_secret
 from operators.spec_parts import (
+    REFERENCE_FORMS,
+    ConnectionRef,
     Count,
     DockerOptions,
     KubernetesOptions,
     MetricDefinition,
     Resources,
     Strict,
+    VariableRef,
     json_text,
     spec_error,
 )
@@ -91,13 +95,26 @@ def _scalar(value: Any) -> Any:
 Scalar = Annotated[Any, AfterValidator(_scalar)]
 
 
-def _env_value(value: Any) -> str:
-    if isinstance(value, (dict, list)) or value is None:
-        raise spec_error("names must be shell variable names and values scalars")
+def _env_value(value: Any) -> Any:
+    if isinstance(value, dict):  # a secret by reference, resolved at launch (operators/hooks/secret_refs.py)
+        kind = VariableRef if "variable" in value else ConnectionRef if "connection" in value else None
+        if kind is None:
+            raise spec_error(f"is not a reference; give {REFERENCE_FORMS}")
+        try:
+            return kind.model_validate(value)
+        except ValidationError as err:
+            problem = err.errors(include_url=False)[0]
+            raise spec_error(f"{'.'.join(map(str, problem['loc'])) or 'reference'}: {problem['msg']}; give "
+                             f"{REFERENCE_FORMS}") from None
+    if isinstance(value, list) or value is None:
+        raise spec_error(f"names must be shell variable names and values scalars or references ({REFERENCE_FORMS})")
     text = str(value).lower() if isinstance(value, bool) else str(value)
     if len(text.encode()) > MAX_ENV_VALUE:
         raise spec_error(f"is {len(text.encode())} bytes; environment values are limited to {MAX_ENV_VALUE} bytes")
     return str(value)
+
+
+EnvValue = Annotated[Any, AfterValidator(_env_value)]
 
 
 class JobSpec(Strict):
@@ -144,8 +161,9 @@ class JobSpec(Strict):
                            json_schema_extra={"section": "Resources"})
     max_run_seconds: Count = Field(24 * 3600, ge=1, le=28 * 24 * 3600, description="Hard limit; the job is stopped "
                                    "and the task fails.", json_schema_extra={"section": "Resources"})
-    environment: dict[str, Annotated[Any, AfterValidator(_env_value)]] = Field(
-        default_factory=dict, description="Extra environment variables for the training script.",
+    environment: dict[str, EnvValue] = Field(
+        default_factory=dict, description="Extra environment variables for the training script: a value, or a secret "
+        'by reference, read at launch: {"variable": "<key>"} or {"connection": "<id>", "field": "password"}.',
         json_schema_extra={"section": "Resources"})
     metric_definitions: list[MetricDefinition] = Field(default_factory=list, max_length=64, description="Metrics "
                                                        "read from the log.", json_schema_extra={"section": "Job"})
@@ -214,11 +232,16 @@ class JobSpec(Strict):
 
     @field_validator("environment")
     @classmethod
-    def _environment(cls, env: dict[str, Any]) -> dict[str, str]:
-        for key in env:
+    def _environment(cls, env: dict[str, Any]) -> dict[str, Any]:
+        for key, value in env.items():
             if not ENV_NAME.match(key):
                 raise spec_error("names must be shell variable names and values scalars", f"environment.{key}")
-        return {k: str(v) for k, v in env.items()}
+            if isinstance(value, str) and looks_like_secret(key, value):
+                # Never echo the value: it is the secret.
+                raise spec_error(f"looks like a credential, and literal credentials would land in XCom, rendered "
+                                 f"fields and logs; store it in Airflow and pass it by reference: {REFERENCE_FORMS}",
+                                 f"environment.{key}")
+        return env
 
     @field_validator("connections")
     @classmethod
@@ -238,6 +261,11 @@ class JobSpec(Strict):
         if not self.entry_point and not self.command and not any(
                 k in self.hyperparameters for k in ("ti_program", "sagemaker_program")):
             raise spec_error("is required (a .py or .sh file in source_dir), or give a command", "entry_point")
+        refs = [k for k, v in self.environment.items() if not isinstance(v, str)]
+        if refs and self.backend == "kubernetes":
+            raise spec_error("references are delivered on the local and docker backends; on kubernetes keep the value "
+                             f'in a Kubernetes Secret and use kubernetes.secret_env {{"{refs[0]}": "<secret>/<key>"}}',
+                             f"environment.{refs[0]}")
         if "model" in self.inputs and self.resume_from:
             raise spec_error("the channel 'model' is reserved for resume_from; rename the channel", "inputs.model")
         if self.processes_per_host > 1 and self.distribution not in ("pytorch", "mpi"):
@@ -259,6 +287,12 @@ class JobSpec(Strict):
         sections = {"kubernetes": self.kubernetes, "docker": self.docker}
         return [name for name, options in sections.items()
                 if name != self.backend and options.model_dump(exclude_defaults=True)]
+
+    def literal_environment(self) -> dict[str, str]:
+        return {k: v for k, v in self.environment.items() if isinstance(v, str)}
+
+    def secret_references(self) -> dict[str, VariableRef | ConnectionRef]:
+        return {k: v for k, v in self.environment.items() if not isinstance(v, str)}
 
     def backend_options(self) -> dict[str, Any]:
         """The launcher's per-job options: the section of the job's backend."""

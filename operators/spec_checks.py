@@ -145,6 +145,9 @@ def _short(err: Any) -> str:
 
 def check_world(spec: JobSpec, local_roots: tuple[str, ...] = ()) -> None:
     """Every cheap check of the world, in the order a user would fix them."""
+    from operators.hooks.secret_refs import check_references
+
     check_local_paths(spec, local_roots)
     check_connections(spec)
+    check_references(spec.secret_references())
     check_backend(spec)

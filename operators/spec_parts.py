@@ -104,6 +104,26 @@ class MetricDefinition(Strict):
 SecretRef = str | dict[str, str]
 
 
+class VariableRef(Strict):
+    """An environment value read from an Airflow Variable at launch: {"variable": "wandb_api_key"}."""
+
+    variable: str = Field(min_length=1, max_length=250, description="Airflow Variable key.")
+
+
+CONNECTION_FIELDS = r"^(login|password|host|port|schema|uri|extra(\.[A-Za-z0-9_.-]+)?)$"
+
+
+class ConnectionRef(Strict):
+    """An environment value read from a field of an Airflow connection at launch:
+    {"connection": "warehouse", "field": "password"} (login, password, host, port, schema, uri, extra, extra.<key>)."""
+
+    connection: str = Field(min_length=1, max_length=250, description="Airflow connection id.")
+    field: str = Field("password", pattern=CONNECTION_FIELDS, description="The connection field to read.")
+
+
+REFERENCE_FORMS = '{"variable": "<Airflow Variable key>"} or {"connection": "<connection id>", "field": "password"}'
+
+
 class KubernetesOptions(Strict):
     """Per-job Kubernetes options; empty ones take airflow.cfg [training.kubernetes]."""
 

@@ -133,7 +133,8 @@ class DockerLauncherHook(BaseHook):
                 "write resourceconfig.json with the launcher's hosts(job_name, instance_count)"
             )
         options = self._options(request)
-        secrets = access.secret_values(options["secret_variables"])  # a missing one fails before anything is made
+        # The docker option's Variables and the spec's references (resolved at launch): one read-only file.
+        secrets = {**access.secret_values(options["secret_variables"]), **request.secret_env}
         started_at = time.monotonic()
         failure = self._start(request, options, secrets, on_line)
         if failure is not None:

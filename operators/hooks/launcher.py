@@ -82,9 +82,13 @@ class LaunchRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # backend-specific per-job options
     metric_definitions: tuple = ()  # [{"Name", "Regex"}]: for backends whose logs stream outside the worker
+    # Secrets by reference, resolved at launch (operators/hooks/secret_refs.py): never serialized (to_dict is what
+    # a deferred task stores in the metadata DB), never printed (repr).
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("secret_env")
         data["hosts"] = list(self.hosts)
         data["channel_entries"] = dict(self.channel_entries)
         data["resources"] = dict(self.resources)
@@ -98,6 +102,7 @@ class LaunchRequest:
         values = dict(data)
         values["hosts"] = tuple(values.get("hosts") or ())
         values["metric_definitions"] = tuple(values.get("metric_definitions") or ())
+        values.pop("secret_env", None)
         return cls(**values)
 
 

@@ -146,7 +146,7 @@ class LocalLauncherHook:
 
     # -- internals ------------------------------------------------------------------------------------
     def _start(self, request: LaunchRequest, lines: queue.Queue) -> None:
-        env = {**user_environment(os.environ), **request.env, "PYTHONUNBUFFERED": "1",
+        env = {**user_environment(os.environ), **request.env, **request.secret_env, "PYTHONUNBUFFERED": "1",
                "TRAINING_ROOT": request.job_root, "TRAINING_JOB_VENV": "1"}
         multi = len(request.hosts) > 1
         for host in request.hosts:

@@ -48,13 +48,13 @@ class LaunchTrainingOperator(JobStageOperator):
             self._launcher = launcher_for(self.spec.backend)
         return self._launcher
 
-    def launch_request(self):
+    def launch_request(self, with_secrets: bool = False):
         from operators.hooks.launcher import LaunchRequest
         from operators.metrics import METRICS_FILE
 
         spec = self.spec
         options = spec.backend_options()  # the section of the job's backend
-        env = dict(spec.environment)
+        env = spec.literal_environment()  # secrets by reference: resolved in execute only (with_secrets)
         env["TRAINING_METRICS_FILE"] = os.path.join(self.layout.root, METRICS_FILE)
         return LaunchRequest(
             job_name=spec.job_name,
@@ -70,7 +70,21 @@ class LaunchTrainingOperator(JobStageOperator):
             env=env,
             options=options,
             metric_definitions=tuple(m.model_dump() for m in spec.metric_definitions),
+            secret_env=self._secret_values() if with_secrets else {},
         )
+
+    def _secret_values(self) -> dict[str, str]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from operators.hooks.secret_refs import resolve_references
+        from operators.spec_errors import SpecError
+
+        try:
+            values = resolve_references(self.spec.secret_references())
+        except SpecError as err:  # removed since the first task checked it: fix it, retrying will not help
+            raise AirflowFailException(f"invalid job spec: {err}") from None
+        self._secrets = [v for v in values.values() if len(v) >= 4]  # shorter ones would mask ordinary words
+        return values
 
     def _metrics(self):
         from operators.metrics import MetricCollector
@@ -90,7 +104,7 @@ class LaunchTrainingOperator(JobStageOperator):
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> dict:
         self._stop_reason = None
-        request = self.launch_request()
+        request = self.launch_request(with_secrets=True)
         context["ti"].xcom_push(key="job_root", value=request.job_root)
         use_defer = self.launcher.capabilities.deferrable and (
             self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)
@@ -142,7 +156,14 @@ class LaunchTrainingOperator(JobStageOperator):
         live = os.path.join(self.layout.output_dir, "metrics.json")
         last_write = [0.0]
 
+        secrets = sorted(getattr(self, "_secrets", ()), key=len, reverse=True)
+
         def on_line(line: str) -> None:
+            # Airflow's masker redacts registered secrets in real task runs; masking here too keeps the user's
+            # output clean wherever the task logs to (dag.test() logs in-process without the redactor).
+            for secret in secrets:
+                if secret in line:
+                    line = line.replace(secret, "***")
             self.log.info("%s", line)
             metrics.feed(line)
             if metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:

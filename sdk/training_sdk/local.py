@@ -201,7 +201,7 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     artifacts.mkdir(exist_ok=True)
     metric_definitions = [m.model_dump() for m in spec.metric_definitions]
     metrics = p["MetricCollector"](metric_definitions)
-    env = {**spec.environment, "TRAINING_METRICS_FILE": os.path.join(layout.root, p["METRICS_FILE"])}
+    env = {**spec.literal_environment(), "TRAINING_METRICS_FILE": os.path.join(layout.root, p["METRICS_FILE"])}
     request = p["LaunchRequest"](
         job_name=spec.job_name, job_root=layout.root, workspace=str(workspace), layout=spec.layout,
         instance_count=spec.instance_count, hosts=tuple(hosts), max_run_seconds=spec.max_run_seconds, env=env,

@@ -145,3 +145,29 @@ def test_backend_option_models_cover_what_the_launchers_read():
 
     assert set(KubernetesOptions.model_fields) == set(KUBERNETES_OPTION_KEYS)
     assert set(DockerOptions.model_fields) == set(DOCKER_OPTION_KEYS)
+
+
+def test_literal_credentials_are_refused_with_the_reference_form_on_every_backend():
+    for backend in ("local", "docker", "kubernetes"):
+        for name, value in (("AWS_SECRET_ACCESS_KEY", "abc"), ("DB_URL", "postgres://u:pw@db/x")):
+            with pytest.raises(SpecError) as err:
+                validate_spec({**BASE, "backend": backend, "environment": {name: value}})
+            assert err.value.field == f"environment.{name}"
+            assert '{"variable": "<Airflow Variable key>"}' in str(err.value) and value not in str(err.value)
+
+
+def test_references_travel_as_references():
+    spec = validate_spec({**BASE, "environment": {"WANDB_API_KEY": {"variable": "wandb"}, "N": 3,
+                                                  "DB_PASSWORD": {"connection": "db"}}})
+    assert spec.to_dict()["environment"] == {"WANDB_API_KEY": {"variable": "wandb"}, "N": "3",
+                                             "DB_PASSWORD": {"connection": "db", "field": "password"}}
+    assert spec.literal_environment() == {"N": "3"} and set(spec.secret_references()) == {"WANDB_API_KEY",
+                                                                                          "DB_PASSWORD"}
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    for bad, words in (({"variable": ""}, "at least 1"), ({"vault": "x"}, "is not a reference"),
+                       ({"connection": "c", "field": "passwd"}, "field")):
+        with pytest.raises(SpecError, match=words):
+            validate_spec({**BASE, "environment": {"K": bad}})
+    with pytest.raises(SpecError, match="kubernetes.secret_env") as err:
+        validate_spec({**BASE, "backend": "kubernetes", "environment": {"K": {"variable": "v"}}})
+    assert err.value.field == "environment.K"

@@ -118,3 +118,10 @@ def test_world_checks_run_paths_first(tmp_path, monkeypatch):
     spec = validate_spec({**BASE, "backend": "docker", "source_dir": str(tmp_path / "nope")})
     assert fails(check_world, spec).field == "source_dir"
     assert os.listdir(tmp_path) == []  # nothing was created
+
+
+def test_a_reference_that_cannot_be_read_fails_the_first_task(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_VAR_ABSENT_KEY", raising=False)
+    spec = validate_spec({**BASE, "environment": {"WANDB_API_KEY": {"variable": "absent_key"}}})
+    err = fails(check_world, spec)
+    assert err.field == "environment.WANDB_API_KEY" and "'absent_key' cannot be read" in str(err)
