@@ -112,6 +112,8 @@ bench: install minio
 	@command -v pigz >/dev/null || apt-get install -y -qq pigz >/dev/null 2>&1 \
 		|| (apt-get update -qq && apt-get install -y -qq pigz) >/dev/null 2>&1 \
 		|| echo "note: pigz could not be installed; the pigz rows of bench/results/latest.md are skipped"
+	@test -x /usr/bin/time || apt-get install -y -qq time >/dev/null 2>&1 \
+		|| echo "note: GNU time could not be installed; the tools' peak memory is not measured"
 	$(PY) bench/run_all.py
 
 clean:
