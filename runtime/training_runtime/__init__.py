@@ -23,6 +23,8 @@ Exit codes of ``train``
       ``output/failure``)
 4     platform/internal error of the runtime itself, or a host of a
       multi-host job that never resolved (retryable)
+5     the job ran past ``--max-run-seconds`` and ``train`` stopped it
+      (SIGTERM, then SIGKILL): the timeout class
 137   the user code was killed by SIGKILL (the OOM killer), or failed after
       the OOM killer killed one of its processes: the OOM class
 128+n ``train`` was stopped by signal n (SIGTERM/SIGINT are forwarded to the

@@ -33,7 +33,7 @@ def parse_args(argv=None):
         description="Run one host's share of a training job from a job root "
         "(TI-ONE / PAI / SageMaker / ModelArts contract).",
         epilog="Exit codes: 0 success, 1 user code failed, 2 invalid job, "
-        "3 requirements.txt install failed, 4 platform error (retryable), "
+        "3 requirements.txt install failed, 4 platform error (retryable), 5 ran past --max-run-seconds, "
         "137 the user code was killed by SIGKILL (out of memory), 128+n stopped by signal n.",
     )
     parser.add_argument(
@@ -57,6 +57,18 @@ def parse_args(argv=None):
         "code starts (default: $TRAINING_HOST_WAIT_SECONDS, else 120; 0: do not wait)",
     )
     parser.add_argument(
+        "--max-run-seconds",
+        metavar="SECONDS",
+        help="stop the user code (SIGTERM, then SIGKILL) when the job has run this long, counted from "
+        "train's start; exit code 5 (default: $TRAINING_MAX_RUN_SECONDS, else no limit)",
+    )
+    parser.add_argument(
+        "--die-with-parent",
+        action="store_true",
+        help="stop the training when the process that started train dies (Linux parent-death signal; "
+        "also $TRAINING_DIE_WITH_PARENT=1): for launchers that run train as a child process",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="validate the job root and print what would run; install and run nothing",
@@ -76,4 +88,6 @@ def main(argv=None):
         layout_name=args.layout,
         check_only=args.check,
         host_wait=args.host_wait,
+        max_run_seconds=args.max_run_seconds,
+        die_with_parent=args.die_with_parent,
     )

@@ -10,6 +10,8 @@ USER_CODE_FAILED = 1
 INVALID_JOB = 2
 REQUIREMENTS_FAILED = 3
 PLATFORM_ERROR = 4
+#: The user code ran longer than max_run_seconds (--max-run-seconds) and was stopped.
+MAX_RUN_EXCEEDED = 5
 #: The user code was killed by SIGKILL (128 + 9), almost always the kernel's OOM
 #: killer; the code Docker and Kubernetes report for an OOM-killed container.
 OUT_OF_MEMORY = 137
@@ -19,6 +21,7 @@ USER_ERROR_CLASS = "user_error"
 PLATFORM_ERROR_CLASS = "platform_error"
 OOM_CLASS = "oom_killed"
 STOPPED_CLASS = "stopped"
+TIMEOUT_CLASS = "timeout"
 
 #: exit code -> failure class; 128+n other than 137 is ``stopped`` (the launcher decides).
 EXIT_CLASSES = {
@@ -26,6 +29,7 @@ EXIT_CLASSES = {
     INVALID_JOB: USER_ERROR_CLASS,
     REQUIREMENTS_FAILED: USER_ERROR_CLASS,
     PLATFORM_ERROR: PLATFORM_ERROR_CLASS,
+    MAX_RUN_EXCEEDED: TIMEOUT_CLASS,
     OUT_OF_MEMORY: OOM_CLASS,
 }
 
@@ -34,7 +38,7 @@ def failure_class(exit_code):
     """The failure class of a ``train`` exit code (None for success).
 
     ``user_error`` (1-3: retrying will not help), ``platform_error`` (4:
-    retryable), ``oom_killed`` (137: needs more memory or a smaller batch),
+    retryable), ``timeout`` (5: max_run_seconds reached), ``oom_killed`` (137: needs more memory or a smaller batch),
     ``stopped`` (other 128+n: train was stopped by signal n), else
     ``platform_error`` (not a code train exits with: the container died).
     """
@@ -101,6 +105,14 @@ class OutOfMemoryError(TrainingError):
     def __init__(self, message, details="", child_exit_code=137):
         super().__init__(message, details)
         self.child_exit_code = child_exit_code
+
+
+class MaxRunExceededError(TrainingError):
+    """The job ran past its max_run_seconds; ``train`` stopped the user code itself, so the limit holds even when
+    whatever launched ``train`` is gone."""
+
+    exit_code = MAX_RUN_EXCEEDED
+    user_error = False
 
 
 class StoppedError(TrainingError):

@@ -28,6 +28,8 @@ MAX_LINE_BYTES = 64 * 1024
 #: processes in its group are stopped.
 DRAIN_SECONDS = 1.0
 LEFTOVER_GRACE_SECONDS = 3.0
+#: Between SIGTERM and SIGKILL when the deadline passes (time to save a checkpoint).
+DEADLINE_GRACE_SECONDS = 10.0
 
 
 @dataclass
@@ -38,14 +40,18 @@ class Result:
     tail: list[str]
     #: The signal ``train`` received and forwarded while the child ran, if any.
     stopped_by: Optional[int] = None
+    #: The child ran past ``deadline`` and was stopped (SIGTERM to its group, SIGKILL after the grace).
+    timed_out: bool = False
 
 
-def run(argv, cwd=None, env=None, merge_output=False, output=None, tail_lines=50):
+def run(argv, cwd=None, env=None, merge_output=False, output=None, tail_lines=50, deadline=None,
+        preexec_fn=None):
     """Run ``argv`` (never through a shell unless argv itself starts one).
 
     ``merge_output`` sends the child's stderr into its stdout stream; ``output``
     (a binary stream, default our stdout) receives that stream. The child's own
-    stderr always goes to our stderr. Raises ``OSError`` when it cannot start.
+    stderr always goes to our stderr. ``deadline`` (a ``time.monotonic()`` value)
+    stops the child's group when it passes. Raises ``OSError`` when it cannot start.
     """
     out = output if output is not None else _binary(sys.stdout)
     # Handlers first: a signal that arrives while the child starts is held and
@@ -63,14 +69,16 @@ def run(argv, cwd=None, env=None, merge_output=False, output=None, tail_lines=50
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=preexec_fn,
         )
         tail = collections.deque(maxlen=tail_lines)
         readers = [_start_reader(proc.stdout, out, tail if merge_output else None)]
         if not merge_output:
             readers.append(_start_reader(proc.stderr, _binary(sys.stderr), tail))
         forwarder.attach(proc.pid)
+        timed_out = False
         try:
-            returncode = proc.wait()
+            returncode, timed_out = _wait(proc, deadline)
         finally:
             if proc.poll() is None:  # we are leaving early (an exception): take the child down
                 _signal_group(proc.pid, signal.SIGKILL)
@@ -79,7 +87,25 @@ def run(argv, cwd=None, env=None, merge_output=False, output=None, tail_lines=50
     finally:
         forwarder.uninstall()
     exit_code = 128 - returncode if returncode < 0 else returncode
-    return Result(exit_code=exit_code, tail=list(tail), stopped_by=forwarder.received)
+    return Result(exit_code=exit_code, tail=list(tail), stopped_by=forwarder.received, timed_out=timed_out)
+
+
+def _wait(proc, deadline):
+    """(return code, whether the deadline stopped it)."""
+    if deadline is None:
+        return proc.wait(), False
+    try:
+        return proc.wait(max(0.0, deadline - time.monotonic())), False
+    except subprocess.TimeoutExpired:
+        pass
+    log.error("the user code ran past max_run_seconds: stopping it (SIGTERM, SIGKILL after %.0f s)",
+              DEADLINE_GRACE_SECONDS)
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(DEADLINE_GRACE_SECONDS), True
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.wait(), True
 
 
 def _binary(stream):

@@ -22,6 +22,7 @@ from training_runtime import (
     entrypoint,
     environment,
     hosts,
+    lifetime,
     memory,
     outcome,
     process,
@@ -33,6 +34,7 @@ from training_runtime import (
 from training_runtime.errors import (
     SUCCESS,
     InvalidJobError,
+    MaxRunExceededError,
     OutOfMemoryError,
     PlatformError,
     StoppedError,
@@ -44,24 +46,33 @@ from training_runtime.layouts import DEFAULT_LAYOUT, layout_for
 log = logging.getLogger(__name__)
 
 
-def train(root=None, current_host=None, layout_name=None, check_only=False, environ=None, host_wait=None):
+def train(root=None, current_host=None, layout_name=None, check_only=False, environ=None, host_wait=None,
+          max_run_seconds=None, die_with_parent=False):
     """Run the job at ``root`` as ``current_host``; returns the exit code.
 
     ``check_only`` validates the job root and logs the argv without installing
     or running anything (nor writing output files). ``host_wait`` bounds the
     wait for the hosts of a multi-host job to resolve (see :mod:`training_runtime.hosts`).
+    ``max_run_seconds`` and ``die_with_parent``: see :mod:`training_runtime.lifetime`.
     """
     started_at = time.time()
+    started = time.monotonic()
     environ = dict(os.environ if environ is None else environ)
+    watch_parent = lifetime.wants_die_with_parent(die_with_parent, environ) and not check_only
     root = config.resolve_root(root, environ, layout_name)
     # output/ is at the same place in every layout, so failures can be recorded
     # even when the layout itself is what is wrong.
     outputs = layout_for(DEFAULT_LAYOUT, root)
     previous_handlers = _stop_on_signals()
     try:
+        if watch_parent:  # after the handlers: the parent-death SIGTERM ends in output/failure like any stop
+            lifetime.die_with_parent()
+        limit = lifetime.max_run_seconds(max_run_seconds, environ)
+        deadline = started + limit if limit and not check_only else None
         if os.path.isdir(root) and not check_only:
             outcome.clear_stale(outputs, started_at)
-        layout = _run(root, current_host, layout_name, check_only, environ, host_wait)
+        layout = _run(root, current_host, layout_name, check_only, environ, host_wait, deadline, limit,
+                      watch_parent)
         if not check_only:
             outcome.write_success(outputs, layout.name)
             log.info("training succeeded")
@@ -110,7 +121,8 @@ def _restore(previous_handlers):
         signal.signal(signum, handler)
 
 
-def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
+def _run(root, current_host, layout_name, check_only, environ, host_wait=None, deadline=None, limit=None,
+         watch_parent=False):
     wait_seconds = hosts.wait_seconds(host_wait, environ)
     layout, job = config.load_job(root, layout_name, current_host, environ)
     if layout.name == "sagemaker" and not check_only:
@@ -142,8 +154,11 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
         hosts.wait_for_hosts([job.address_of(host) for host in job.hosts], wait_seconds)
     log.info("running %s in %s: %s", what, layout.code_dir, shlex.join(argv))
     oom_kills_before = memory.oom_kill_count()
+    if deadline is not None and time.monotonic() >= deadline:
+        raise MaxRunExceededError(_over_limit(limit, "before the user code started (installing requirements)"))
     try:
-        result = process.run(argv, cwd=layout.code_dir, env=env)
+        result = process.run(argv, cwd=layout.code_dir, env=env, deadline=deadline,
+                             preexec_fn=lifetime.kill_child_with_us() if watch_parent else None)
     except OSError as error:
         if error.errno in (errno.ENOEXEC, errno.EACCES) and script and argv[0] == script:
             raise InvalidJobError(
@@ -158,6 +173,9 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
         raise PlatformError("could not start the user code (%s): %s" % (argv[0], error)) from None
 
     stderr_tail = "Last lines of its stderr:\n" + "\n".join(result.tail) if result.tail else ""
+    if result.timed_out:
+        raise MaxRunExceededError(_over_limit(limit, "and was stopped (exit code %d)" % result.exit_code),
+                                  details=stderr_tail)
     if result.stopped_by is not None:
         name = signal.Signals(result.stopped_by).name
         raise StoppedError(
@@ -175,6 +193,11 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None):
             child_exit_code=result.exit_code,
         )
     return layout
+
+
+def _over_limit(limit, what):
+    return ("the training ran past max_run_seconds=%g %s; raise max_run_seconds or make it faster "
+            "(save checkpoints to resume)" % (limit, what))
 
 
 def _raise_if_out_of_memory(what, result, oom_kills_before, stderr_tail):
