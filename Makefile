@@ -16,7 +16,7 @@ MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_BIN := $(TOOLS_CACHE)/minio-$(MINIO_VERSION)/minio
 export MINIO_BIN
 
-.PHONY: install db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio
+.PHONY: install sandbox-deps db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml sdk/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,7 +26,15 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime
 	$(PY) -m pip install -q --no-deps -e sdk
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed sandbox-deps
+
+# The local backend runs user code in a bubblewrap sandbox ([training] local_sandbox, docs/operations.md):
+# Debian's bubblewrap, installed as root when bwrap is missing.
+sandbox-deps:
+	@command -v bwrap >/dev/null || (test "$$(id -u)" = 0 && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
+		echo "note: bwrap is missing and could not be installed (run as root: apt-get install bubblewrap);" \
+			"the local backend refuses to run user code until it is, or [training] local_sandbox = none"
 
 # Cold: 920 s here (module download + compile, 2 cores shared with other builds, load 8-14); niced, so other work
 # on the machine comes first. Then cached: a fresh clone on the same machine reuses the binary.

@@ -46,6 +46,28 @@ def _get_bool(section: str, key: str, fallback: bool) -> bool:
     return _conf().getboolean(section, key, fallback=fallback)
 
 
+def _get_list(section: str, key: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in _get(section, key, "").split(",") if x.strip())
+
+
+def _get_float(section: str, key: str, fallback: float) -> float:
+    raw = _get(section, key, "").strip()
+    try:
+        value = float(raw) if raw else fallback
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ValueError(f"airflow.cfg [{section}] {key} must be a number >= 0, got {raw!r}")
+    return value
+
+
+def _choice(section: str, key: str, fallback: str, choices: tuple[str, ...]) -> str:
+    value = _get(section, key, fallback).strip() or fallback
+    if value not in choices:
+        raise ValueError(f"airflow.cfg [{section}] {key} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     workspace: str
@@ -61,6 +83,9 @@ class TrainingSettings:
     max_concurrent_trials: int = 2  # hyperparameter search: trials of one search training at once
     trials_pool: str = ""  # an Airflow pool shared by all searches ("" = none)
     local_roots: tuple[str, ...] = ()  # local paths a spec may use; () = anywhere the worker can reach
+    local_sandbox: str = "bubblewrap"  # the local backend's sandbox: bubblewrap | none
+    local_environment: tuple[str, ...] = ()  # more names of the worker's environment that reach local user code
+    retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
 
     @property
     def jobs_dir(self) -> str:
@@ -115,6 +140,9 @@ def training_settings() -> TrainingSettings:
         max_concurrent_trials=_get_int(s, "max_concurrent_trials", 2, minimum=1),
         trials_pool=_get(s, "trials_pool", "").strip(),
         local_roots=tuple(os.path.abspath(r.strip()) for r in _get(s, "local_roots", "").split(",") if r.strip()),
+        local_sandbox=_choice(s, "local_sandbox", "bubblewrap", ("bubblewrap", "none")),
+        local_environment=_get_list(s, "local_environment"),
+        retention_days=_get_float(s, "retention_days", 0.0),
     )
 
 

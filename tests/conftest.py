@@ -21,6 +21,8 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__TRAINING__WORKSPACE"] = str(_AIRFLOW_HOME / "workspace")
+# Tests stage from and write to pytest's temporary directories (Airflow's own files there are refused regardless).
+os.environ.setdefault("AIRFLOW__TRAINING__LOCAL_ROOTS", os.path.realpath(tempfile.gettempdir()))
 os.environ.setdefault("NO_PROXY", "*")
 for _var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
     os.environ.pop(_var, None)

@@ -403,6 +403,37 @@ class DataCacheHook:
             released.append(key)
         return released
 
+    def pin_age(self, key: str, user: str, now: float) -> float | None:
+        """Seconds since `user` pinned entry `key` (None when it does not)."""
+        try:
+            return now - os.stat(os.path.join(self._entry_dir(key), USERS_DIR, _user_file_name(user))).st_mtime
+        except OSError:
+            return None
+
+    def release_pin(self, key: str, user: str) -> bool:
+        """Drop one pin (a dead job's: see retention.py); True when there was one."""
+        try:
+            os.unlink(os.path.join(self._entry_dir(key), USERS_DIR, _user_file_name(user)))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def expire(self, max_age: float, now: float) -> list[str]:
+        """Discard entries nobody pins that were not used for `max_age` seconds (the retention setting)."""
+        expired = []
+        for info in self.entries():
+            if info.users or now - info.last_used <= max_age:
+                continue
+            with self._locked(info.key, wait=False) as got:
+                current = self._info(info.key) if got else None
+                if current is None or current.users or now - current.last_used <= max_age:
+                    continue
+                self._discard(info.entry_dir)
+            expired.append(info.key)
+            log.info("cache: expired %s (%s, %d bytes, unused for %.1f days)", info.key[:16], info.uri, info.bytes,
+                     (now - info.last_used) / 86400)
+        return expired
+
     # -- inspection and eviction --------------------------------------------------------------------------------
 
     def _keys(self) -> list[str]:

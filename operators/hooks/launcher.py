@@ -35,6 +35,7 @@ _EXIT_MEANINGS = {
     runtime_errors.INVALID_JOB: "the job was refused as invalid",
     runtime_errors.REQUIREMENTS_FAILED: "installing code/requirements.txt failed",
     runtime_errors.PLATFORM_ERROR: "the training runtime failed (platform error)",
+    runtime_errors.MAX_RUN_EXCEEDED: "the training ran past max_run_seconds",
     runtime_errors.OUT_OF_MEMORY: "the training was killed (SIGKILL: out of memory, as a rule)",
 }
 DEFAULT_MASTER_PORT = 29500
@@ -50,7 +51,7 @@ def exit_failure_class(code: int | None) -> str:
     """The failure class of a non-zero exit code, as the runtime classifies it. "stopped" (train ended by a
     signal) is ours to judge: the launcher stopped it (timeout, early stop, a failed peer) or the platform did."""
     cls = runtime_errors.failure_class(code)
-    return cls if cls in (USER_ERROR, OOM) else PLATFORM_ERROR
+    return cls if cls in (USER_ERROR, OOM, TIMEOUT) else PLATFORM_ERROR
 
 
 def describe_exit(code: int | None, otherwise: str = "the container was killed or crashed") -> str:

@@ -5,6 +5,10 @@ maps to 127.0.0.1 through trainingjobconfig.json host_addresses, so the runtime'
 TF_CONFIG, ...) is the real one. Each process starts its own session, so the whole tree (the runtime, the user script
 and anything it spawned) is found with psutil and killed together. The pids are recorded in the job root: a retry (or a
 restarted worker) first kills what an earlier attempt left running, so two trainings of one job never run at once.
+
+No training outlives its launcher: `train` gets --max-run-seconds and --die-with-parent (it enforces both itself),
+and by default runs in a bubblewrap sandbox whose PID namespace dies with the worker (local_sandbox.py), with an
+allowlisted environment and only its job root and channels visible.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 from pathlib import Path
 
 from operators.hooks.launcher import (
+    PLATFORM_ERROR,
     TIMEOUT,
     USER_ERROR,
     Capabilities,
@@ -29,6 +34,13 @@ from operators.hooks.launcher import (
     LineCallback,
     exit_failure_class,
 )
+from operators.hooks.local_sandbox import (
+    SandboxUnavailable,
+    bwrap_command,
+    check_available,
+    runtime_path,
+    user_environment,
+)
 from operators.hooks.outcome import read_failure_reason
 
 log = logging.getLogger(__name__)
@@ -36,6 +48,8 @@ log = logging.getLogger(__name__)
 PIDS_FILE = ".launch-pids.json"
 KILL_GRACE_SECONDS = 10.0
 PEER_FAILURE_GRACE_SECONDS = 15.0
+# `train` enforces max_run_seconds itself (SIGTERM, SIGKILL 10 s later); ours is the safety net behind it.
+DEADLINE_SLACK_SECONDS = 30.0
 
 
 def _process_tree(pid: int, create_time: float | None = None):
@@ -104,8 +118,17 @@ class LocalLauncherHook:
     # Blocking only (the processes are children of this worker); input/data/<channel> is a link into the cache.
     capabilities = Capabilities(deferrable=False, mounts_channels=False)
 
-    def __init__(self, python: str | None = None):
+    def __init__(self, python: str | None = None, sandbox: str | None = None,
+                 environment_names: tuple[str, ...] | None = None):
+        if sandbox is None or environment_names is None:
+            from operators.settings import training_settings
+
+            settings = training_settings()
+            sandbox = settings.local_sandbox if sandbox is None else sandbox
+            environment_names = settings.local_environment if environment_names is None else environment_names
         self.python = python or sys.executable
+        self.sandbox = sandbox
+        self.environment_names = tuple(environment_names)
         self._procs: list[subprocess.Popen] = []
 
     # -- the launcher protocol -------------------------------------------------------------------------
@@ -136,6 +159,11 @@ class LocalLauncherHook:
         if leftovers and kill_trees(leftovers):
             log.warning("Killed a training of %s left running by an earlier attempt", request.job_name)
         lines: queue.Queue = queue.Queue()
+        if self.sandbox == "bubblewrap":
+            try:
+                check_available()
+            except SandboxUnavailable as err:
+                return LaunchResult(False, None, str(err), PLATFORM_ERROR)
         self._start(request, lines)
         try:
             return self._wait(request, lines, on_line)
@@ -145,14 +173,30 @@ class LocalLauncherHook:
             self._forget_pids(request.job_root)
 
     # -- internals ------------------------------------------------------------------------------------
+    def _environment(self, request: LaunchRequest) -> dict[str, str]:
+        # HOME is private: the worker's home (its ~/.aws, ~/.netrc, ...) is not the training's.
+        home = "/tmp" if self.sandbox == "bubblewrap" else os.path.join(request.job_root, ".home")
+        os.makedirs(home, exist_ok=True)
+        return {**user_environment(os.environ, self.environment_names), "HOME": home, **request.env,
+                **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1", "TRAINING_ROOT": request.job_root,
+                "TRAINING_JOB_VENV": "1"}
+
+    def _command(self, request: LaunchRequest, host: str) -> list[str]:
+        cmd = [self.python, "-m", "training_runtime", "--root", request.job_root, "--current-host", host,
+               "--die-with-parent"]
+        if request.max_run_seconds:
+            cmd += ["--max-run-seconds", str(request.max_run_seconds)]
+        if self.sandbox != "bubblewrap":
+            return cmd
+        return bwrap_command(cmd, request.job_root, readonly=sorted(set(request.channel_entries.values())),
+                             hide=os.environ.get("AIRFLOW_HOME"))
+
     def _start(self, request: LaunchRequest, lines: queue.Queue) -> None:
-        env = {**user_environment(os.environ), **request.env, **request.secret_env, "PYTHONUNBUFFERED": "1",
-               "TRAINING_ROOT": request.job_root, "TRAINING_JOB_VENV": "1"}
+        env = self._environment(request)
         multi = len(request.hosts) > 1
         for host in request.hosts:
-            cmd = [self.python, "-m", "training_runtime", "--root", request.job_root, "--current-host", host]
             proc = subprocess.Popen(
-                cmd,
+                self._command(request, host),
                 cwd=request.job_root,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -175,7 +219,8 @@ class LocalLauncherHook:
         lines.put(None)
 
     def _wait(self, request: LaunchRequest, lines: queue.Queue, on_line: LineCallback) -> LaunchResult:
-        deadline = time.monotonic() + request.max_run_seconds if request.max_run_seconds else None
+        deadline = (time.monotonic() + request.max_run_seconds + DEADLINE_SLACK_SECONDS
+                    if request.max_run_seconds else None)
         open_streams = len(self._procs)
         first_failure_at: float | None = None
         timed_out = False
@@ -252,13 +297,3 @@ class LocalLauncherHook:
     @staticmethod
     def _forget_pids(job_root: str) -> None:
         Path(job_root, PIDS_FILE).unlink(missing_ok=True)
-
-
-# Airflow's own secrets and config (connections, variables, the DB URL, fernet key) and the worker's cloud
-# credentials must not reach user code; a job passes what it needs through its spec's `environment`.
-_PRIVATE_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW", "AWS_", "TRAINING_")
-_PRIVATE_NAMES = {"AIRFLOW_HOME", "AIRFLOW_CONFIG", "JOB_COMPLETION_INDEX"}
-
-
-def user_environment(environ) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if not k.startswith(_PRIVATE_PREFIXES) and k not in _PRIVATE_NAMES}

@@ -36,6 +36,18 @@ class JobStageOperator(BaseOperator):
 
         return layout_for(self.spec.layout, self.settings.job_root(self.spec.job_name))
 
+    def claim_job(self, context) -> None:
+        """Fail fast unless this DAG run owns the job's root (one run per job_name; see operators/job_lease.py)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from operators.job_lease import JobNameTaken, claim
+
+        try:
+            if claim(self.layout.root, self.spec.job_name, self.dag_id, context["run_id"]):
+                self.log.info("Job %s is run %s's", self.spec.job_name, context["run_id"])
+        except JobNameTaken as err:
+            raise AirflowFailException(str(err)) from None  # retrying cannot help while the other run holds it
+
     @cached_property
     def storage(self):
         from operators.hooks.object_storage import ObjectStorageHook

@@ -104,6 +104,7 @@ class LaunchTrainingOperator(JobStageOperator):
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> dict:
         self._stop_reason = None
+        self.claim_job(context)
         request = self.launch_request(with_secrets=True)
         context["ti"].xcom_push(key="job_root", value=request.job_root)
         use_defer = self.launcher.capabilities.deferrable and (

@@ -19,6 +19,7 @@ class PrefetchDataOperator(JobStageOperator):
         from operators.hooks.launcher_registry import launcher_for
 
         cache = DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes)
+        self._collect_garbage(cache)
         mounts = launcher_for(self.spec.backend).capabilities.mounts_channels
         channels = {}
         for channel, uri in self.spec.inputs.items():
@@ -36,3 +37,16 @@ class PrefetchDataOperator(JobStageOperator):
             channels[channel] = {"entry": str(entry.path), "is_file": entry.is_file, "uri": uri,
                                  "file_name": entry.file_name}
         return channels
+
+    def _collect_garbage(self, cache) -> None:
+        """Release dead jobs' pins, apply [training] retention_days: best effort, never fails the job."""
+        from operators.hooks.retention import collect_garbage
+
+        try:
+            done = collect_garbage(self.settings.jobs_dir, cache, self.settings.retention_days)
+        except Exception as err:  # noqa: BLE001 - garbage collection must never fail a training
+            self.log.warning("Workspace garbage collection failed (the job goes on): %s", err)
+            return
+        if done.released_pins or done.removed_job_roots or done.removed_entries:
+            self.log.info("Workspace garbage collection: released %d dead pins, removed %d job roots and %d cache "
+                          "entries", len(done.released_pins), len(done.removed_job_roots), len(done.removed_entries))

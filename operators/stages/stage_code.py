@@ -13,6 +13,7 @@ class StageCodeOperator(JobStageOperator):
 
         from operators.hooks.code_staging import stage_code
 
+        self.claim_job(context)
         create_directories(self.layout, channels=list(self.spec.inputs))
         stats = stage_code(self.storage, self.spec.source_dir, self.layout.code_dir)
         self.log.info("Code from %s staged into %s: %d files, %d bytes", self.spec.source_dir, self.layout.code_dir,

@@ -23,11 +23,14 @@ class UploadArtifactsOperator(JobStageOperator):
     ui_color = "#e1bee7"
 
     def execute(self, context) -> dict:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         if not self.job:
             raise AirflowSkipException("the job spec was not validated: nothing to upload")
         spec, layout = self.spec, self.layout
+        if not os.path.isdir(layout.root):
+            raise AirflowSkipException("the job root was never created (an earlier stage failed): nothing to upload")
+        self.claim_job(context)  # another run's job root: never upload over its artifacts
         self._release_cache_entries()
         if not os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file):
             raise AirflowSkipException("training did not run (an earlier stage failed): nothing to upload")
@@ -49,6 +52,20 @@ class UploadArtifactsOperator(JobStageOperator):
             self.log.info("Uploaded %s (%d bytes)", uri, st.st_size)
             uploaded[name] = uri
 
+        def claim_remote(name: str) -> None:
+            """A model.tar.gz there that this run did not upload belongs to another run: never overwrite it."""
+            uri = out + name
+            if uri in marker:
+                return
+            if name == "model.tar.gz" and self.storage.exists(uri):
+                raise AirflowFailException(
+                    f"{uri} exists and was not uploaded by this run of job {spec.job_name}: a published model is "
+                    f"never overwritten; give this run another job_name")
+            marker[uri] = "pending"  # ours from now on, even if we die before the upload is recorded
+            tmp = marker_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(marker))
+            os.replace(tmp, marker_path)
+
         def upload_once(local: Path, name: str) -> None:
             uri = out + name
             st = local.stat()
@@ -56,6 +73,7 @@ class UploadArtifactsOperator(JobStageOperator):
                 self.log.info("%s already uploaded (retry): skipped", uri)
                 uploaded[name] = uri
                 return
+            claim_remote(name)
             self.storage.upload_file(str(local), uri)
             remember(name, local)
 
@@ -65,6 +83,7 @@ class UploadArtifactsOperator(JobStageOperator):
                 upload_once(target, name)  # packed by an earlier attempt of this task
                 return
             # Packed and uploaded at once: each part goes up while the next is being compressed.
+            claim_remote(name)
             self.storage.upload_packed_directory(src, out + name, str(target))
             remember(name, target)
 

@@ -25,6 +25,7 @@ class ValidateSpecOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from operators.local_paths import airflow_private_paths, check_private_paths
         from operators.settings import training_settings
         from operators.spec import SpecError, base_name_from, job_name_from, validate_spec
         from operators.spec_checks import check_world
@@ -46,6 +47,7 @@ class ValidateSpecOperator(BaseOperator):
                 default_layout=settings.default_layout,
             )
             check_world(spec, settings.local_roots)
+            check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace))
         except SpecError as err:
             for line in getattr(err, "details", ()):  # every problem pydantic found, for the log only
                 self.log.info("spec problem: %s", line)

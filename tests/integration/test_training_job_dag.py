@@ -245,3 +245,27 @@ def test_two_host_pytorch_ddp_all_reduce(training_dag, storage_connections, obje
     model = model_json(object_store, bucket, "models/ddp-2/output/model.tar.gz")
     assert model == {"sum": 3.0, "world": 2, "master": "127.0.0.1", "hosts": ["algo-1", "algo-2"]}
     assert values["launch_training"]["metrics"] == {"allreduce": 3.0}
+
+
+def test_a_second_run_of_a_job_name_fails_fast_and_never_overwrites_the_model(training_dag, storage_connections,
+                                                                               object_store, capfd):
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": "import os\nopen(os.environ['TM_MODEL_DIR'] + '/w', 'w').write('1')\n"})
+    conf = {"job_name": "once", "source_dir": f"s3://{bucket}/code/", "entry_point": "train.py",
+            "output_path": f"s3://{bucket}/models"}
+    first = run_dag(training_dag, conf)
+    assert first[0] == "success", first[1]
+    etag = object_store.head(bucket, "models/once/output/model.tar.gz")["ETag"]
+    capfd.readouterr()
+    second = run_dag(load_dag("training_job.py", "training_job"), conf)
+    assert second[0] == "failed" and second[1]["stage_code"] == "failed"
+    assert second[1]["launch_training"] == "upstream_failed"
+    assert f"job once belongs to run {first.run_id} of DAG training_job" in capfd.readouterr().out
+    assert object_store.head(bucket, "models/once/output/model.tar.gz")["ETag"] == etag
+
+
+def test_airflow_cfg_as_a_local_input_is_refused_in_the_first_task(training_dag, airflow_home, capfd):
+    state, states, _ = run_dag(training_dag, {"source_dir": "/tmp/x", "entry_point": "train.py",
+                                              "output_path": "/tmp/y", "inputs": {"x": str(airflow_home / "airflow.cfg")}})
+    assert state == "failed" and states["validate_spec"] == "failed" and states["stage_code"] == "upstream_failed"
+    assert "inputs.x: local path" in capfd.readouterr().out

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -60,12 +63,31 @@ def test_user_failure_carries_the_reason_and_is_not_retryable(tmp_path):
     assert "bad learning rate" in result.failure_reason and not result.retryable
 
 
+def _processes_with(token: str) -> list:
+    """Live processes whose command line holds `token` (pids inside the sandbox are not the host's)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if token in " ".join(proc.info["cmdline"] or ()) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def _live(procs) -> list:
+    alive = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
 def test_max_run_seconds_stops_the_whole_process_tree(tmp_path):
-    marker = tmp_path / "grandchild.pid"
+    token = f"grandchild-{tmp_path.name}"
     request = make_job(tmp_path, f"""
         import subprocess, sys, time
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        open({str(marker)!r}, "w").write(str(child.pid))
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", {token!r}])
         print("sleeping", flush=True)
         time.sleep(600)
     """, max_run_seconds=3)
@@ -73,8 +95,8 @@ def test_max_run_seconds_stops_the_whole_process_tree(tmp_path):
     result = LocalLauncherHook().run(request, lambda line: None)
     assert time.monotonic() - started < 30
     assert result.failure_class == TIMEOUT and "max_run_seconds=3" in result.failure_reason
-    grandchild = int(marker.read_text())
-    assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+    assert result.exit_code == 5  # train stopped it itself, not the launcher's safety net
+    assert not _processes_with(token)
 
 
 def test_stop_from_another_thread_kills_everything(tmp_path):
@@ -128,3 +150,78 @@ def test_airflow_secrets_do_not_reach_user_code(tmp_path, monkeypatch):
     lines: list[str] = []
     assert LocalLauncherHook().run(request, lines.append).succeeded
     assert "[]" in lines and not any("hunter2" in line for line in lines)
+
+
+HOSTILE = """
+    import glob, os
+    found = []
+    targets = [os.path.join(os.environ.get("AIRFLOW_HOME_GUESS", "/nonexistent"), name)
+               for name in ("airflow.cfg", "airflow.db", "airflow-secrets.env")]
+    targets += [os.path.join("../" * depth, name) for depth in range(1, 8)
+                for name in ("airflow.cfg", "airflow.db", "airflow-secrets.env")]
+    targets += glob.glob("/proc/*/environ")  # the worker's environment, if its pid is visible
+    for path in targets:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as err:
+            continue
+        if b"hunter2" in data:
+            found.append(path)
+    for key, value in os.environ.items():
+        if "hunter2" in value:
+            found.append("env:" + key)
+    print("LEAKED", found, flush=True)
+"""
+
+
+def test_a_hostile_script_cannot_read_airflow_secrets(tmp_path, monkeypatch):
+    home = tmp_path / "airflow-home"
+    home.mkdir()
+    for name in ("airflow.cfg", "airflow.db", "airflow-secrets.env"):
+        (home / name).write_text("password = hunter2\n")
+    monkeypatch.setenv("AIRFLOW_HOME", str(home))
+    for name in ("AIRFLOW_CONN_SECRET_DB", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "AZURE_CLIENT_SECRET", "SOME_NEW_KEY"):
+        monkeypatch.setenv(name, "hunter2")
+    # The job root where the default workspace puts it: inside AIRFLOW_HOME.
+    request = make_job(home / "workspace", HOSTILE)
+    request = LaunchRequest(**{**request.__dict__, "env": {"AIRFLOW_HOME_GUESS": str(home)}})
+    lines: list[str] = []
+    assert LocalLauncherHook(sandbox="bubblewrap").run(request, lines.append).succeeded, lines
+    assert "LEAKED []" in lines, lines
+    # The same script unsandboxed proves it would find them: the test can fail.
+    lines.clear()
+    assert LocalLauncherHook(sandbox="none").run(request, lines.append).succeeded
+    leaked = next(line for line in lines if line.startswith("LEAKED"))
+    assert "airflow.db" in leaked and "env:" not in leaked  # the environment is allowlisted either way
+
+
+def test_kill_9_of_the_worker_leaves_no_training_running(tmp_path):
+    request = make_job(tmp_path, """
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print("up", flush=True)
+        time.sleep(600)
+    """, max_run_seconds=600)
+    worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import json, sys
+        from operators.hooks.launcher import LaunchRequest
+        from operators.hooks.local_launcher import LocalLauncherHook
+        request = LaunchRequest.from_dict(json.loads(sys.argv[1]))
+        LocalLauncherHook().run(request, lambda line: print(line, flush=True))
+    """), json.dumps(request.to_dict())], stdout=subprocess.PIPE, text=True)
+    try:
+        for line in worker.stdout:  # the launcher's own log lines come first
+            if line.strip() == "up":
+                break
+        tree = psutil.Process(worker.pid).children(recursive=True)
+        assert len(tree) >= 3  # (bwrap,) train, the script, its child
+        worker.kill()  # kill -9 of the Airflow worker
+        worker.wait(10)
+        deadline = time.monotonic() + 20
+        while _live(tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _live(tree), "the training outlived its worker"
+    finally:
+        if worker.poll() is None:
+            worker.kill()

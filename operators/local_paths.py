@@ -1,0 +1,60 @@
+"""Local-path URIs of a job spec never name Airflow's own files or the training workspace.
+
+spec_checks.check_local_paths keeps local paths under [training] local_roots. A root set wide (/tmp, /, or left
+empty = anywhere) must not reopen the hole the local backend had: `inputs: {"x": "<AIRFLOW_HOME>/airflow.cfg"}`
+handed Airflow's config (or its DB, or another job's root) to user code as a channel. So whatever the roots, a local
+path that is, lies inside or holds Airflow's config, SQLite DB, secrets file or the workspace is refused in the first
+task. Symlinks are resolved first.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping
+
+from operators.spec_errors import SpecError
+
+URI_FIELDS = ("source_dir", "output_path", "checkpoint_path", "resume_from")
+
+
+def _local_path(uri: str) -> str | None:
+    from operators.hooks.storage_location import parse_uri
+
+    loc = parse_uri(uri)
+    return os.path.realpath(loc.local_path) if loc.is_local and loc.local_path else None
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def airflow_private_paths(workspace: str) -> list[str]:
+    """Airflow's own files on this worker, and the workspace (job roots and the cache)."""
+    home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
+    paths = [os.environ.get("AIRFLOW_CONFIG") or os.path.join(home, "airflow.cfg"),
+             os.path.join(home, "airflow.db"), os.path.join(home, "airflow-secrets.env"),
+             os.path.join(home, "webserver_config.py"), workspace]
+    return [os.path.realpath(p) for p in paths]
+
+
+def spec_local_uris(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
+    """(field, uri) of every storage URI of a validated spec (as JobSpec.to_dict())."""
+    for name in URI_FIELDS:
+        value = spec.get(name)
+        if value and value != "latest":
+            yield name, value
+    for channel, uri in (spec.get("inputs") or {}).items():
+        yield f"inputs.{channel}", uri
+
+
+def check_private_paths(spec: Mapping[str, Any], private: Iterable[str]) -> None:
+    """Raise SpecError (one line naming the field) for a local path that is, is in or holds one of `private`."""
+    private = tuple(private)
+    for name, uri in spec_local_uris(spec):
+        path = _local_path(uri)
+        if path is None:
+            continue
+        for own in private:
+            if _under(path, own) or _under(own, path):
+                raise SpecError(name, f"local path {uri} is or holds Airflow's own files or the training workspace "
+                                      f"({own}); use a directory of its own under [training] local_roots")
