@@ -264,8 +264,11 @@ def test_a_second_run_of_a_job_name_fails_fast_and_never_overwrites_the_model(tr
     assert object_store.head(bucket, "models/once/output/model.tar.gz")["ETag"] == etag
 
 
-def test_airflow_cfg_as_a_local_input_is_refused_in_the_first_task(training_dag, airflow_home, capfd):
-    state, states, _ = run_dag(training_dag, {"source_dir": "/tmp/x", "entry_point": "train.py",
-                                              "output_path": "/tmp/y", "inputs": {"x": str(airflow_home / "airflow.cfg")}})
+def test_airflow_cfg_as_a_local_input_is_refused_in_the_first_task(training_dag, airflow_home, tmp_path, capfd):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    state, states, _ = run_dag(training_dag, {"source_dir": str(tmp_path / "code"), "entry_point": "train.py",
+                                              "output_path": str(tmp_path / "out"),
+                                              "inputs": {"x": str(airflow_home / "airflow.cfg")}})
     assert state == "failed" and states["validate_spec"] == "failed" and states["stage_code"] == "upstream_failed"
-    assert "inputs.x: local path" in capfd.readouterr().out
+    assert "invalid job spec: inputs.x: local path" in capfd.readouterr().out
