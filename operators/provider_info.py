@@ -44,7 +44,15 @@ TRAINING = {
     "default_image": _option("Training image used when a kubernetes/docker job does not name one.",
                              "training-base:latest"),
     "local_roots": _option("Local paths (plain or file://) a job spec may read or write, comma-separated; empty = "
-                           "any path the worker can reach.", "", example="/srv/datasets,/srv/models"),
+                           "any path the worker can reach. Airflow's own files and the workspace are refused "
+                           "regardless.", "", example="/srv/datasets,/srv/models"),
+    "local_sandbox": _option("The local backend's sandbox for user code: bubblewrap (a mount and PID namespace "
+                             "showing only the job root, its channels and the system read-only) or none.",
+                             "bubblewrap"),
+    "local_environment": _option("More names of the worker's environment that reach local user code, "
+                                 "comma-separated, beyond the built-in allowlist.", "", example="WANDB_API_KEY"),
+    "retention_days": _option("Job roots and cache entries unused for this many days are removed; dead jobs' "
+                              "cache pins released (0 = keep them).", "0", "float"),
 }
 
 KUBERNETES = {
