@@ -60,7 +60,9 @@ class TransferTuning:
             max_request_concurrency=self.concurrency,
             # 1 MiB reads from the response body instead of 256 KiB: a quarter of the Python calls per byte.
             io_chunksize=IO_CHUNK,
-            max_io_queue_size=256,  # at most 256 MiB waiting for the disk, as with the defaults
+            # At most 32 MiB of downloaded chunks waiting for the disk: with 256 (~the defaults) a 2 GiB download
+            # peaked at +370 MB over the process when the disk was slower than the network (bench/README.md).
+            max_io_queue_size=32,
         )
 
     def download_part_size(self, largest: int) -> int:
