@@ -251,7 +251,7 @@ async function jobPage(key, section) {
   const job = await api(apiJob(key));
   document.getElementById("where").innerHTML = `<span class="muted">/</span> <a href="#/?dag_id=${encodeURIComponent(job.dag_id)}">${esc(job.dag_id)}</a> <span class="muted">/</span> ${esc(job.job_name || job.run_id)}`;
   const failure = job.status === "failed" || job.failure ? `<section id="failure"><h2>Failure</h2>
-      ${kvTable([["stage", esc(STAGE_LABELS[job.failed_stage] || job.failed_stage || "")], ["class", esc(job.failure_class || "")]])}
+      ${kvTable([["stage", esc(STAGE_LABELS[job.failed_stage] || job.failed_stage || "")], ...(job.failure_class ? [["class", esc(job.failure_class)]] : [])])}
       <pre id="failure-reason">${esc(job.failure || "No reason recorded: see the failed task's log.")}</pre></section>` : "";
   const stageRows = job.stages.filter((s) => s.state).map((s) => {
     const secs = s.start ? ((s.end ? new Date(s.end) : new Date()) - new Date(s.start)) / 1000 : null;
