@@ -107,6 +107,10 @@ def training_job_params(defaults: Mapping[str, Any] | None = None) -> dict[str, 
             if "enum" in schema and None not in schema["enum"]:
                 schema["enum"] = [None, *schema["enum"]]
             default = None
+        if default in ({}, []) and isinstance(schema.get("type"), str):
+            # Airflow's form stars (and demands) every field whose type excludes null: an empty object or list is
+            # optional. Null (a cleared editor) is dropped by validate_spec like any empty field.
+            schema["type"] = [schema["type"], "null"]
         default = given.get(name, default)
         if name in required and default is None:
             params[name] = Param(description=description, section=section, minLength=1, **schema)  # no default

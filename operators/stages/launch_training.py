@@ -195,10 +195,21 @@ class LaunchTrainingOperator(JobStageOperator):
             return summary
         # The runtime's own reason stays; else (timeout, eviction, ...) the launcher's.
         record_failure(self.layout.root, str(result.failure_reason))
+        self._record_outcome(summary)
         message = f"training job {self.spec.job_name} failed ({result.failure_class}): {result.failure_reason}"
         if result.retryable:
             raise AirflowException(message)
         raise AirflowFailException(message)
+
+    def _record_outcome(self, summary: dict) -> None:
+        """A failed task returns no XCom: the summary (failure class, metrics so far) goes under key "outcome",
+        where the training-jobs view reads it."""
+        from airflow.sdk import get_current_context
+
+        try:
+            get_current_context()["ti"].xcom_push(key="outcome", value=summary)
+        except Exception as err:  # noqa: BLE001 - the UI's detail must never hide the training's own failure
+            self.log.warning("Could not record the outcome of %s for the UI: %s", self.spec.job_name, err)
 
     # -- early stopping (optional: hyperparameter search trials) ------------------------------------------
     def _trial_monitor(self):

@@ -170,17 +170,18 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
     run_info = {(d, r): (s, after, conf) for d, r, s, after, conf in runs}
     xcom_filter = or_(*(XComModel.task_id.like(f"%{s}") for s in XCOM_STAGES))
     xcoms = session.execute(scoped(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
-                                          XComModel.value)
-                                   .where(XComModel.key == "return_value", XComModel.dag_id.in_(job_dags), xcom_filter),
+                                          XComModel.value, XComModel.key)
+                                   .where(XComModel.key.in_(("return_value", "outcome")),
+                                          XComModel.dag_id.in_(job_dags), xcom_filter),
                                    XComModel)).all()
     for (dag_id, rid, prefix, map_index), job in jobs.items():
         state, after, conf = run_info.get((dag_id, rid), (None, None, None))
         job.run_state, job.run_after = state, after
         job.conf = _decode(conf) or {}
-    for dag_id, rid, task_id, map_index, value in xcoms:
+    for dag_id, rid, task_id, map_index, value, key in xcoms:
         split = _split(task_id)
         job = jobs.get((dag_id, rid, split[0], map_index)) if split else None
-        if job is not None:
+        if job is not None and (key == "return_value" or split[1] not in job.xcoms):  # "outcome": a failed launch
             job.xcoms[split[1]] = _decode(value)
     return list(jobs.values())
 

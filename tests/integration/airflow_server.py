@@ -51,14 +51,14 @@ class Api:
         self.base = base
         self.token: str | None = None
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> tuple[int, dict]:
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
         status, raw, _ = self.raw(method, path, body, timeout)
         try:
             return status, json.loads(raw or b"{}")
         except ValueError:
             return status, {"raw": raw.decode(errors="replace")}
 
-    def raw(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> tuple[int, bytes, dict]:
+    def raw(self, method: str, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, bytes, dict]:
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"

@@ -29,8 +29,8 @@ def job_conf(tmp_path, name: str, **extra) -> dict:
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
     (code / "train.py").write_text(TRAIN)
-    return {"job_name": name, "source_dir": str(code), "entry_point": "train.py",
-            "output_path": str(tmp_path / "models"), "hyperparameters": {"lr": 0.25, "epochs": 4},
+    extra.setdefault("hyperparameters", {"lr": 0.25, "epochs": 4})
+    return {"job_name": name, "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "models"),
             "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"},
                                    {"Name": "accuracy", "Regex": "accuracy=([0-9.]+)"}], **extra}
 
@@ -50,6 +50,25 @@ def test_rest_triggered_training_job_succeeds_through_the_scheduler(airflow_serv
         "GET", "/api/v2/dags/training_job/dagRuns/rest-ui-job/taskInstances/launch_training/logs/1?full_content=true")
     assert status == 200 and "loss=0.3000" in json.dumps(log), log
 
+
+
+def test_a_failed_job_shows_its_stage_class_and_reason_and_the_links_serve_them(airflow_server, tmp_path):
+    conf = job_conf(tmp_path, "ui-failing-job", hyperparameters={"lr": "not-a-number", "epochs": 2})
+    airflow_server.trigger("training_job", conf, run_id="ui-failing-job")
+    assert airflow_server.wait_for_run("training_job", "ui-failing-job")["state"] == "failed"
+    api = airflow_server.api
+    status, job = api.call("GET", "/training-jobs/api/jobs/training_job/ui-failing-job/-1")
+    assert status == 200, job
+    assert (job["status"], job["failed_stage"], job["failure_class"]) == ("failed", "launch_training", "user_error")
+    assert "invalid float value: 'not-a-number'" in job["failure"]
+    _, links = api.call("GET", "/api/v2/dags/training_job/dagRuns/ui-failing-job/taskInstances/upload_artifacts/links")
+    reason = links["extra_links"]["Failure reason"]
+    assert reason == f"{airflow_server.base_url}/training-jobs/api/jobs/training_job/ui-failing-job/-1/artifacts/failure"
+    status, body, headers = api.raw("GET", reason.removeprefix(airflow_server.base_url))
+    assert status == 200 and b"not-a-number" in body and headers["content-type"].startswith("text/plain")
+    assert links["extra_links"]["Host logs"].endswith("/training-jobs/ui/#/job/training_job/ui-failing-job/-1/logs")
+    status, body, _ = api.raw("GET", "/training-jobs/api/jobs/training_job/ui-failing-job/-1/artifacts/model.tar.gz")
+    assert status == 404 and b"does not exist" in body  # no model after a failure, and the reply says so
 
 def clone_run(db: Path, dag_id: str, run_id: str, copies: int) -> None:
     """Copy one finished run (dag_run, task_instance, xcom rows) `copies` times, straight in the SQLite metadata DB:

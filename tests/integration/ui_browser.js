@@ -20,8 +20,10 @@ async function shot(page, name, options = {}) { await page.screenshot({ path: pa
 async function waitForRun(page, dagId, runId, timeoutMs) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const response = await page.request.get(`${BASE}/api/v2/dags/${dagId}/dagRuns/${encodeURIComponent(runId)}`);
-    const run = await response.json();
+    let run = {};
+    try {  // a busy machine can stall one poll: poll again
+      run = await (await page.request.get(`${BASE}/api/v2/dags/${dagId}/dagRuns/${encodeURIComponent(runId)}`, { timeout: 60000 })).json();
+    } catch (err) { console.log(`[ui] poll of ${runId}: ${err.message.split("\n")[0]}`); }
     if (run.state === "success" || run.state === "failed") return run;
     assert.ok(Date.now() < deadline, `run ${runId} still ${run.state} after ${timeoutMs / 1000} s`);
     await page.waitForTimeout(1000);
@@ -31,13 +33,13 @@ async function waitForRun(page, dagId, runId, timeoutMs) {
 // The form groups Params in sections (accordion items); open the one holding a field.
 async function openSectionOf(page, selector) {
   for (const trigger of await page.locator("[role=dialog] button[id*=':trigger:']").all()) {
-    if (await page.locator(selector).isVisible()) return;
+    if (await page.locator(selector).first().isVisible()) return;
     const id = await trigger.getAttribute("id");
     if (id.endsWith(":advancedOptions") || (await trigger.getAttribute("aria-expanded")) === "true") continue;
     await trigger.click();
     await page.waitForTimeout(300);
   }
-  assert.ok(await page.locator(selector).isVisible(), `${selector} not found in the trigger form`);
+  assert.ok(await page.locator(selector).first().isVisible(), `${selector} not found in the trigger form`);
 }
 
 async function setMonaco(page, editor, text) {
@@ -58,7 +60,7 @@ async function setMonaco(page, editor, text) {
   });
   const context = await browser.newContext({ viewport: { width: 1440, height: 960 }, acceptDownloads: true });
   const page = await context.newPage();
-  page.setDefaultTimeout(30000);
+  page.setDefaultTimeout(90000);  // two shared cores under a whole test suite: slow, not broken
   try {
     // 1. log in (simple auth manager)
     await page.goto(`${BASE}/`);
@@ -76,6 +78,17 @@ async function setMonaco(page, editor, text) {
       await openSectionOf(page, `#element_${field}`);
       await page.fill(`#element_${field}`, DEMO[field]);
     }
+    // the form generated from the spec model: empty objects are optional (no required star), enums are dropdowns
+    const label = (field) => `[role=dialog] label:text-matches("^${field}\\b")`;
+    for (const field of ["hyperparameters", "inputs", "metric_definitions", "resources", "environment"]) {
+      await openSectionOf(page, label(field));
+      const text = (await page.locator(label(field)).first().textContent()).trim();
+      assert.ok(!text.includes("*"), `${field} is optional but the form marks it required: ${text}`);
+    }
+    await openSectionOf(page, label("layout"));
+    await page.locator("[name=element_layout]").locator("xpath=preceding::input[1]").click();
+    assert.ok(await page.locator("text=PAI (/ml)").first().isVisible(), "layout is a dropdown with labelled choices");
+    await page.keyboard.press("Escape");
     // object fields (hyperparameters, inputs, metric_definitions) through the form's JSON editor
     await page.click("button[id$=':trigger:advancedOptions']");
     const confEditor = page.locator(".monaco-editor").last();
