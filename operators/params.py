@@ -111,6 +111,9 @@ def training_job_params(defaults: Mapping[str, Any] | None = None) -> dict[str, 
             # Airflow's form stars (and demands) every field whose type excludes null: an empty object or list is
             # optional. Null (a cleared editor) is dropped by validate_spec like any empty field.
             schema["type"] = [schema["type"], "null"]
+        if None in schema.get("enum", ()) and "values_display" in schema:
+            # the form labels the empty choice with its value ("null") unless told otherwise
+            schema["values_display"] = {"null": "(empty: the default)", **schema["values_display"]}
         default = given.get(name, default)
         if name in required and default is None:
             params[name] = Param(description=description, section=section, minLength=1, **schema)  # no default

@@ -51,6 +51,7 @@ def test_enums_are_dropdowns_with_labels_and_run_defaults_may_stay_empty():
     backend = params["backend"].schema
     assert backend["enum"] == [None, "local", "kubernetes", "docker"]
     assert backend["values_display"]["kubernetes"] == "Kubernetes Job"
+    assert backend["values_display"]["null"] == "(empty: the default)"  # not a bare "null" in the dropdown
     assert params["layout"].schema["values_display"]["pai"].startswith("PAI")
     assert params["distribution"].schema["enum"][0] is None
     assert params["backend"].value is None and params["job_name"].value is None
