@@ -32,7 +32,7 @@ import (
 var commands = map[string]func() *cobra.Command{
 	"kube-apiserver":          apiserver.NewAPIServerCommand,
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
-	"kube-scheduler":          scheduler.NewSchedulerCommand,
+	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
 }
 
 func main() {

@@ -6,8 +6,8 @@ import (
 	"context"
 
 	"github.com/spf13/cobra"
-	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 // Built with `go build -tags nodes` (make K8S_TAGS=nodes k8s-tools): real
