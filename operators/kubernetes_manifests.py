@@ -55,7 +55,9 @@ WORKSPACE_VOLUME = "workspace"
 SHM_VOLUME = "dshm"
 
 # The runtime's user exit codes (1-3) fail the Job at once through the pod failure policy instead of spending
-# the backoff limit on them; 4 (platform error) counts against backoffLimit (retried by Kubernetes).
+# the backoff limit on them; on one host 4 (platform error) counts against backoffLimit (retried by Kubernetes).
+# Several hosts are one static torch rendezvous: a replacement rank cannot join it late, so any pod failure or
+# disruption fails the whole Job (backoffLimit 0) and Airflow's task retry starts the whole job again.
 _CHANNEL = CHANNEL_NAME
 _RESERVED_ENV = RESERVED_ENV
 
@@ -99,12 +101,18 @@ def resource_requirements(resources: Mapping[str, Any], gpu_resource: str = "nvi
     return result
 
 
-def pod_security_context(options: KubernetesJobOptions) -> dict[str, Any]:
+def pod_security_context(options: KubernetesJobOptions, workspace_gid: int | None = None) -> dict[str, Any]:
     context: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": options.run_as_user,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    if workspace_gid is not None:
+        # The pod runs as another uid than the Airflow workers that write the job roots: it writes through the
+        # workspace's group (the launcher makes job roots group-writable). OnRootMismatch: volumes with
+        # ownership management are not re-chowned recursively at every pod start.
+        context["fsGroup"] = workspace_gid
+        context["fsGroupChangePolicy"] = "OnRootMismatch"
     context.update(options.security_context)
     return context
 
@@ -188,7 +196,7 @@ def volumes_and_mounts(request: Any, options: KubernetesJobOptions) -> tuple[lis
     return volumes, mounts
 
 
-def pod_failure_policy() -> dict[str, Any]:
+def pod_failure_policy(instance_count: int = 1) -> dict[str, Any]:
     return {
         "rules": [
             # The user's code failed or the job is invalid: retrying the pod cannot help.
@@ -196,11 +204,18 @@ def pod_failure_policy() -> dict[str, Any]:
                 "action": "FailJob",
                 "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": list(USER_EXIT_CODES)},
             },
-            # Evicted, preempted, node drained: not the job's fault; the replacement pod resumes from the
-            # checkpoint and the disruption is not counted against backoffLimit.
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            # Evicted, preempted, node drained: not the job's fault. One host: the replacement pod resumes from
+            # the checkpoint and the disruption is not counted against backoffLimit. Several hosts: a lone
+            # replacement rank cannot join the running rendezvous; fail the Job, Airflow retries it whole.
+            {"action": "Ignore" if instance_count == 1 else "FailJob",
+             "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         ]
     }
+
+
+def backoff_limit(options: KubernetesJobOptions, instance_count: int) -> int:
+    """Pod retries inside the cluster: the option for one host, none for several (see pod_failure_policy)."""
+    return options.backoff_limit if instance_count == 1 else 0
 
 
 def spec_hash(manifest: Mapping[str, Any]) -> str:
@@ -209,8 +224,11 @@ def spec_hash(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def job_manifest(request: Any, options: KubernetesJobOptions, image: str) -> dict[str, Any]:
-    """The Indexed Job of a LaunchRequest (`request` has LaunchRequest's attributes)."""
+def job_manifest(
+    request: Any, options: KubernetesJobOptions, image: str, workspace_gid: int | None = None
+) -> dict[str, Any]:
+    """The Indexed Job of a LaunchRequest (`request` has LaunchRequest's attributes); `workspace_gid`: the group
+    owning the workspace as the Airflow side sees it (the pod's fsGroup)."""
     name = kube_name(request.job_name)
     if request.instance_count < 1:
         raise ValueError(f"instance_count is {request.instance_count}; give at least 1 host")
@@ -239,7 +257,7 @@ def job_manifest(request: Any, options: KubernetesJobOptions, image: str) -> dic
         "subdomain": name,  # with completionMode Indexed: hostname <name>-<index>, DNS <name>-<index>.<name>
         "containers": [container],
         "volumes": volumes,
-        "securityContext": pod_security_context(options),
+        "securityContext": pod_security_context(options, workspace_gid),
         "automountServiceAccountToken": bool(options.service_account),
         "enableServiceLinks": False,  # hundreds of *_SERVICE_HOST variables only clutter the training env
     }
@@ -262,8 +280,8 @@ def job_manifest(request: Any, options: KubernetesJobOptions, image: str) -> dic
         "completionMode": "Indexed",
         "completions": request.instance_count,
         "parallelism": request.instance_count,
-        "backoffLimit": options.backoff_limit,
-        "podFailurePolicy": pod_failure_policy(),
+        "backoffLimit": backoff_limit(options, request.instance_count),
+        "podFailurePolicy": pod_failure_policy(request.instance_count),
         # Never two pods of one index at once (two ranks with one name break distributed training).
         "podReplacementPolicy": "Failed",
         "template": {

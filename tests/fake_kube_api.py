@@ -8,6 +8,7 @@ clients talk to it unchanged):
   GET/DELETE      /api/v1/namespaces/{ns}/pods?labelSelector=...     (list, delete collection)
   GET/DELETE      /api/v1/namespaces/{ns}/pods/{name}
   GET             /api/v1/namespaces/{ns}/pods/{name}/log?follow&timestamps&sinceSeconds&container
+  GET             /api/v1/namespaces/{ns}/events                    (always empty)
 
 and plays a minimal Job controller: creating an Indexed Job creates one Pending pod per index (named
 `<job>-<index>-<suffix>`, with the completion-index annotation/label and the Job as owner); a failed pod
@@ -447,6 +448,9 @@ class FakeKubeApi:
             (r"^/api/v1/namespaces/([^/]+)/services/([^/]+)$", self._service),
             (r"^/api/v1/namespaces/([^/]+)/pods$", self._pods),
             (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", self._pod),
+            # No controller here emits events: the list is empty (the real cluster's are tested in
+            # tests/integration/test_kubernetes_local_cluster.py).
+            (r"^/api/v1/namespaces/([^/]+)/events$", lambda method, ns, **_: (200, self._list("EventList", []))),
         ]
         for pattern, route in routes:
             match = re.match(pattern, path)

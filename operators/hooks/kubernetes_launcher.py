@@ -30,6 +30,7 @@ Secret), result_from_event() deletes it so nothing keeps retrying in the cluster
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from functools import cached_property
 from typing import Any, Mapping
@@ -38,6 +39,12 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from operators.hooks.kubernetes_api import KubernetesLaunchError, api_error, delete_job, finished_state
 from operators.hooks.kubernetes_watch import JobWatch
+from operators.hooks.kubernetes_workspace import (
+    prepare_job_root,
+    succeeded_since_launch,
+    workspace_group,
+    write_launch_record,
+)
 from operators.hooks.launcher import (
     DEFAULT_MASTER_PORT,
     Capabilities,
@@ -131,7 +138,7 @@ class KubernetesLauncherHook(BaseHook):
         return training_settings().default_image
 
     def job_manifest(self, request: LaunchRequest) -> dict[str, Any]:
-        return job_manifest(request, self.options(request), self.image(request))
+        return job_manifest(request, self.options(request), self.image(request), workspace_group(request.job_root))
 
     # ---- the protocol ---------------------------------------------------------------------------------
     def hosts(self, job_name: str, instance_count: int) -> list[str]:
@@ -149,8 +156,16 @@ class KubernetesLauncherHook(BaseHook):
 
         _check_hosts(request, self.hosts(request.job_name, request.instance_count))
         options = self.options(request)
-        manifest = job_manifest(request, options, self.image(request))
+        manifest = self.job_manifest(request)
         name, namespace = manifest["metadata"]["name"], options.namespace
+        if succeeded_since_launch(request.job_root) and self._read_job(name, namespace) is None:
+            self.log.info(
+                "Job %s/%s is gone (ttlSecondsAfterFinished) but the job root's success marker is newer than its "
+                "creation: it succeeded; reporting that instead of training again", namespace, name)
+            return
+        # Mount points the kubelet would otherwise create as root, and a job root the pods' uid can write.
+        prepare_job_root(request.job_root, [
+            os.path.join(request.job_root, "input", "data", channel) for channel in request.channel_entries])
         problems = restricted_profile_violations(manifest["spec"]["template"]["spec"])
         if problems:
             self.log.warning(
@@ -168,6 +183,7 @@ class KubernetesLauncherHook(BaseHook):
                     raise api_error(f"create Job {name}", namespace, err) from None
             else:
                 clear_outcome_markers(request.job_root)
+                write_launch_record(request.job_root, created.metadata.uid)
                 self.log.info(
                     "Created Job %s/%s: %d host(s) %s, image %s",
                     namespace,
@@ -243,8 +259,12 @@ class KubernetesLauncherHook(BaseHook):
     ) -> LaunchResult:
         if not isinstance(event, Mapping) or event.get("status") not in ("success", "failed"):
             raise KubernetesLaunchError(f"unexpected trigger event {event!r} for job {request.job_name}")
-        self._catch_up_logs(request, event, on_line)
         name = kube_name(request.job_name)
+        if event.get("job_missing") and succeeded_since_launch(request.job_root):
+            on_line(f"[kubernetes] Job {name} finished and was removed after ttlSecondsAfterFinished; "
+                    "its success marker says it succeeded")
+            return LaunchResult(succeeded=True, exit_code=0)
+        self._catch_up_logs(request, event, on_line)
         if event["status"] == "success":
             on_line(f"[kubernetes] Job {name} completed on {request.instance_count} host(s)")
             return LaunchResult(succeeded=True, exit_code=0)

@@ -12,8 +12,14 @@ policy) and ``detect_pod_terminate_early_issues`` (which image-pull errors are p
 
   {"status": "success" | "failed", "name", "namespace", "failure_class", "message", "exit_code", "host",
    "job_finished": bool,           # False: we gave up early (image error, OOM): the Job must be stopped
+   "job_missing": bool,            # the Job is gone (deleted, or removed by ttlSecondsAfterFinished)
    "pods": {pod name: index},      # every pod seen, for the final log catch-up
    "log_cursors": {pod name: [last timestamp ns, lines seen at it]}}
+
+Pods are the Job's by its uid (label batch.kubernetes.io/controller-uid), never by name: the terminating pods of
+an earlier try's Job of the same name must not decide this one. Warning events of the Job and its pods are
+passed on once each; FailedCreate on the Job (Pod Security admission, a ResourceQuota, a missing ServiceAccount
+or PriorityClass refused the pod) fails at once with the API's message: the Job itself would only wait.
 
 Logs: each running pod's log is followed (follow=true, timestamps=true, operators/hooks/log_stream.py); the
 consumer of the event fetches each pod's log once more at the end and passes on only the lines after the cursor.
@@ -50,7 +56,8 @@ from operators.hooks.kubernetes_pods import (
 )
 from operators.hooks.log_stream import Emit, LogCursor, deliver_line, since_seconds
 from operators.kubernetes_manifests import CONTAINER_NAME
-from operators.kubernetes_names import JOB_LABEL
+
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 # Reconnecting a follow stream asks for a little more than the time since the last line seen, so a clock
 # difference between this machine and the node loses nothing (the cursor drops what was seen already).
@@ -88,6 +95,7 @@ class JobWatch:
         self.disruptions: dict[str, str] = {}  # pod -> why
         self.throttled_since: dict[str, float] = {}
         self.said: set[str] = set()
+        self.job_uid: str | None = None
         self.started = time.monotonic()
         self.last_heartbeat = self.started
 
@@ -336,7 +344,27 @@ class JobWatch:
             return result
         return self.failure(PLATFORM_ERROR, f"Kubernetes failed the Job: {reason}: {condition.message or ''}".strip())
 
-    def verdict(self, job: Any, pods: list[Any]) -> dict[str, Any] | None:
+    def warnings(self, events: list[Any], pods: list[Any]) -> dict[str, Any] | None:
+        """Pass on the Warning events of the Job and its pods once each; fail on the Job's FailedCreate."""
+        pod_uids = {pod.metadata.uid: pod.metadata.name for pod in pods}
+        for event in events:
+            involved = event.involved_object
+            uid = involved.uid if involved else None
+            message = (event.message or "").strip()
+            if uid == self.job_uid and event.reason == "FailedCreate" and len(pods) < self.instance_count:
+                return self.failure(
+                    USER_ERROR,
+                    f"Kubernetes refuses to create the pods of Job {self.name}: {short_text(message, 1500)}; fix the "
+                    "job's options or the namespace (Pod Security, ResourceQuota, ServiceAccount, PriorityClass)",
+                    finished=False,
+                )
+            if uid == self.job_uid or uid in pod_uids:
+                where = f"Job {self.name}" if uid == self.job_uid else self.host(pod_uids[uid])
+                self.say(f"{where}: {event.reason}: {short_text(message, 500)}",
+                         f"event:{uid}:{event.reason}:{message[:200]}")
+        return None
+
+    def verdict(self, job: Any, pods: list[Any], events: list[Any] = ()) -> dict[str, Any] | None:
         self.observe(pods)
         conditions = {c.type: c for c in (job.status and job.status.conditions) or [] if c.status == "True"}
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
@@ -352,7 +380,7 @@ class JobWatch:
         failed = conditions.get("Failed") or conditions.get("FailureTarget")
         if failed is not None:
             return self.job_failure(failed, pods)
-        early = self.fail_fast(pods)
+        early = self.warnings(events, pods) or self.fail_fast(pods)
         if early is not None:
             return early
         now = time.monotonic()
@@ -370,8 +398,13 @@ class JobWatch:
 
     # ---- the loop -------------------------------------------------------------------------------------
     async def list_pods(self, core: Any) -> list[Any]:
-        result = await core.list_namespaced_pod(namespace=self.namespace, label_selector=f"{JOB_LABEL}={self.name}")
+        result = await core.list_namespaced_pod(
+            namespace=self.namespace, label_selector=f"{CONTROLLER_UID_LABEL}={self.job_uid}")
         return list(result.items or [])
+
+    async def list_warnings(self, core: Any) -> list[Any]:
+        result = await core.list_namespaced_event(namespace=self.namespace, field_selector="type=Warning")
+        return sorted(result.items or [], key=lambda e: str(e.last_timestamp or e.event_time or ""))
 
     async def run(self) -> dict[str, Any]:
         from kubernetes_asyncio.client import CoreV1Api
@@ -385,7 +418,9 @@ class JobWatch:
                 while result is None:
                     try:
                         job = await self.hook.get_job_status(name=self.name, namespace=self.namespace)
+                        self.job_uid = job.metadata.uid
                         pods = await self.list_pods(core)
+                        events = await self.list_warnings(core)
                         errors = 0
                     except ApiException as err:
                         if err.status == 404:
@@ -394,6 +429,7 @@ class JobWatch:
                                 f"Job {self.namespace}/{self.name} no longer exists (deleted outside Airflow?); "
                                 "retry to start it again",
                             )
+                            result["job_missing"] = True
                             break
                         errors += 1
                         if errors >= 10:
@@ -402,7 +438,7 @@ class JobWatch:
                         await asyncio.sleep(self.poll_interval)
                         continue
                     self.start_followers(core, pods)
-                    result = self.verdict(job, pods)
+                    result = self.verdict(job, pods, events)
                     if result is None:
                         await asyncio.sleep(self.poll_interval)
                 # Give the follow streams a moment to end on their own (containers have exited).

@@ -68,7 +68,7 @@ def test_one_host_succeeds_with_every_log_line_once(kube_namespace, kube_admin, 
     assert state == "success", (states, output[-4000:])
     lines = log_lines(output)
     expected = [f"line {i:04d}/500" for i in range(1, 501)]
-    assert [line[:14] for line in lines] == expected, "a pod log line was lost or repeated"
+    assert [line[:13] for line in lines] == expected, "a pod log line was lost or repeated"
     assert "naïve ✓ " + "x" * 4000 in output  # the long, multi-byte line arrives whole
     assert values["launch_training"]["metrics"] == {"loss": pytest.approx(0.002)}
     job = kube_admin["batch"].read_namespaced_job("kwok-one", kube_namespace)

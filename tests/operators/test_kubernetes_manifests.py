@@ -95,7 +95,7 @@ def test_restricted_profile_by_default_and_what_breaks_it():
 
 
 def test_lifecycle_fields_failure_policy_deadline_and_cleanup():
-    job, _ = build(make_request(hosts=4, max_run_seconds=3600))
+    job, _ = build(make_request(hosts=1, max_run_seconds=3600))
     spec = job["spec"]
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["ttlSecondsAfterFinished"] == 600
@@ -106,6 +106,12 @@ def test_lifecycle_fields_failure_policy_deadline_and_cleanup():
         {"action": "FailJob", "onExitCodes": {"containerName": "train", "operator": "In", "values": [1, 2, 3]}},
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
+    # Several hosts share one static rendezvous: no replacement rank; any failure fails the Job (retried whole).
+    multi, _ = build(make_request(hosts=4, options={"backoff_limit": 5}))
+    assert multi["spec"]["backoffLimit"] == 0
+    assert multi["spec"]["podFailurePolicy"]["rules"][1] == {
+        "action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    validate(multi)
     kept, _ = build(make_request(max_run_seconds=None, options={"keep_finished_jobs": True, "backoff_limit": 0}))
     assert "ttlSecondsAfterFinished" not in kept["spec"] and "activeDeadlineSeconds" not in kept["spec"]
     assert kept["spec"]["backoffLimit"] == 0

@@ -270,6 +270,9 @@ class LocalCluster:
             return conditions.get("Ready") == "True" and claim.status.phase == "Bound" and bool(accounts)
 
         self._wait("the node, the workspace claim and the default service account", ready, 60)
+        # The TaintNodesByCondition admission gave the new node the not-ready taint; the node-lifecycle controller
+        # that would lift it is not run (it would taint the node again whenever kwok renews a lease late).
+        core.patch_node(NODE, {"spec": {"taints": None}})
         api.close()
 
     # -- helpers
@@ -313,7 +316,8 @@ def write_pod_log(path: Path) -> None:
         text = f"line {i:04d}/{LOG_LINES} epoch={i // 100} loss={1 / i:.6f}"
         if i == 250:
             text += " naïve ✓ " + "x" * 4000
-        lines.append(f"2026-01-01T00:00:{i % 60:02d}.{i:09d}Z stdout F {text}\n")
+        # one line a millisecond, strictly increasing: log cursors compare timestamps
+        lines.append(f"2026-01-01T00:00:{i // 1000:02d}.{(i % 1000) * 1_000_000:09d}Z stdout F {text}\n")
     path.write_text("".join(lines))
 
 

@@ -286,7 +286,7 @@ def test_platform_error_is_retryable(kube, workspace):
 
 def test_oom_fails_fast_and_stops_the_job(kube, workspace):
     hook = KubernetesLauncherHook()
-    request = make_request(workspace, hosts=2)
+    request = make_request(workspace, hosts=1)  # one host: backoffLimit would have Kubernetes retry the pod
     name = kube_name(request.job_name)
     hook.start(request)
     pods = kube.pod_names(name)
@@ -294,13 +294,13 @@ def test_oom_fails_fast_and_stops_the_job(kube, workspace):
     async def drive():
         for pod in pods:
             kube.set_running(pod)
-        kube.terminate(pods[1], 137, reason="OOMKilled")
+        kube.terminate(pods[0], 137, reason="OOMKilled")
 
     event = run_trigger(rebuilt(hook.trigger(request)), drive)
     assert event["job_finished"] is False  # the Job controller would retry it: we do not wait for that
     result = hook.result_from_event(request, event, lambda line: None)
     assert (result.failure_class, result.exit_code) == (OOM, 137)
-    assert f"{name}-1 ran out of memory" in result.failure_reason and "resources.memory" in result.failure_reason
+    assert f"{name}-0 ran out of memory" in result.failure_reason and "resources.memory" in result.failure_reason
     assert not kube.jobs and not kube.services and not kube.pod_names(name)  # nothing left running
 
 
