@@ -236,7 +236,17 @@ class KubernetesLauncherHook(BaseHook):
             image_pull_grace_seconds=options.image_pull_grace_seconds,
             propagation_policy=options.propagation_policy,
             metric_definitions=[dict(m) for m in request.metric_definitions],
+            **self._kubeconfig_file(),
         )
+
+    def _kubeconfig_file(self) -> dict[str, str]:
+        """The connection's kubeconfig path and context, when that is how it connects (see the trigger)."""
+        extras = self.kube.conn_extras or {}
+        path = extras.get("kube_config_path") or extras.get("extra__kubernetes__kube_config_path")
+        if not path or extras.get("kube_config") or extras.get("in_cluster"):
+            return {}
+        context = extras.get("cluster_context") or extras.get("extra__kubernetes__cluster_context")
+        return {"kube_config_path": str(path), "cluster_context": str(context) if context else None}
 
     def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:
         """Blocking: start or reattach, stream the pods' logs into on_line, wait, return the result."""

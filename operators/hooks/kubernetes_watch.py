@@ -17,9 +17,7 @@ policy) and ``detect_pod_terminate_early_issues`` (which image-pull errors are p
    "log_cursors": {pod name: [last timestamp ns, lines seen at it]}}
 
 Pods are the Job's by its uid (label batch.kubernetes.io/controller-uid), never by name: the terminating pods of
-an earlier try's Job of the same name must not decide this one. Warning events of the Job and its pods are
-passed on once each; FailedCreate on the Job (Pod Security admission, a ResourceQuota, a missing ServiceAccount
-or PriorityClass refused the pod) fails at once with the API's message: the Job itself would only wait.
+an earlier try's Job of the same name must not decide this one. Warning events: operators/hooks/kubernetes_events.py.
 
 Logs: each running pod's log is followed (follow=true, timestamps=true, operators/hooks/log_stream.py); the
 consumer of the event fetches each pod's log once more at the end and passes on only the lines after the cursor.
@@ -43,6 +41,7 @@ from operators.hooks.launcher import (
     is_rate_limited,
     is_runtime_exit_code,
 )
+from operators.hooks.kubernetes_events import list_warnings, read_warnings
 from operators.hooks.kubernetes_pods import (
     DEFINITE_PULL_ERROR,
     FATAL_WAITING_REASONS,
@@ -276,24 +275,10 @@ class JobWatch:
             finished=False,
         )
 
-    def failure(
-        self,
-        failure_class: str,
-        message: str,
-        *,
-        exit_code: int | None = None,
-        host: str | None = None,
-        finished: bool = True,
-    ) -> dict[str, Any]:
-        return {
-            "status": "failed",
-            "failure_class": failure_class,
-            "message": message,
-            "detail": None,
-            "exit_code": exit_code,
-            "host": host,
-            "job_finished": finished,
-        }
+    def failure(self, failure_class: str | None, message: str, *, exit_code: int | None = None,
+                host: str | None = None, finished: bool = True, status: str = "failed") -> dict[str, Any]:
+        return {"status": status, "failure_class": failure_class, "message": message, "detail": None,
+                "exit_code": exit_code, "host": host, "job_finished": finished}
 
     def job_failure(self, condition: Any, pods: list[Any]) -> dict[str, Any]:
         reason = condition.reason or "Failed"
@@ -345,38 +330,16 @@ class JobWatch:
         return self.failure(PLATFORM_ERROR, f"Kubernetes failed the Job: {reason}: {condition.message or ''}".strip())
 
     def warnings(self, events: list[Any], pods: list[Any]) -> dict[str, Any] | None:
-        """Pass on the Warning events of the Job and its pods once each; fail on the Job's FailedCreate."""
-        pod_uids = {pod.metadata.uid: pod.metadata.name for pod in pods}
-        for event in events:
-            involved = event.involved_object
-            uid = involved.uid if involved else None
-            message = (event.message or "").strip()
-            if uid == self.job_uid and event.reason == "FailedCreate" and len(pods) < self.instance_count:
-                return self.failure(
-                    USER_ERROR,
-                    f"Kubernetes refuses to create the pods of Job {self.name}: {short_text(message, 1500)}; fix the "
-                    "job's options or the namespace (Pod Security, ResourceQuota, ServiceAccount, PriorityClass)",
-                    finished=False,
-                )
-            if uid == self.job_uid or uid in pod_uids:
-                where = f"Job {self.name}" if uid == self.job_uid else self.host(pod_uids[uid])
-                self.say(f"{where}: {event.reason}: {short_text(message, 500)}",
-                         f"event:{uid}:{event.reason}:{message[:200]}")
-        return None
+        refused, notes = read_warnings(events, self.job_uid, pods, self.instance_count, self.host, self.name)
+        for key, line in notes:
+            self.say(line, key)
+        return self.failure(USER_ERROR, refused, finished=False) if refused else None
 
     def verdict(self, job: Any, pods: list[Any], events: list[Any] = ()) -> dict[str, Any] | None:
         self.observe(pods)
         conditions = {c.type: c for c in (job.status and job.status.conditions) or [] if c.status == "True"}
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-            return {
-                "status": "success",
-                "failure_class": None,
-                "message": "completed",
-                "detail": None,
-                "exit_code": 0,
-                "host": None,
-                "job_finished": True,
-            }
+            return self.failure(None, "completed", exit_code=0, status="success")
         failed = conditions.get("Failed") or conditions.get("FailureTarget")
         if failed is not None:
             return self.job_failure(failed, pods)
@@ -402,9 +365,6 @@ class JobWatch:
             namespace=self.namespace, label_selector=f"{CONTROLLER_UID_LABEL}={self.job_uid}")
         return list(result.items or [])
 
-    async def list_warnings(self, core: Any) -> list[Any]:
-        result = await core.list_namespaced_event(namespace=self.namespace, field_selector="type=Warning")
-        return sorted(result.items or [], key=lambda e: str(e.last_timestamp or e.event_time or ""))
 
     async def run(self) -> dict[str, Any]:
         from kubernetes_asyncio.client import CoreV1Api
@@ -420,7 +380,7 @@ class JobWatch:
                         job = await self.hook.get_job_status(name=self.name, namespace=self.namespace)
                         self.job_uid = job.metadata.uid
                         pods = await self.list_pods(core)
-                        events = await self.list_warnings(core)
+                        events = await list_warnings(core, self.namespace)
                         errors = 0
                     except ApiException as err:
                         if err.status == 404:

@@ -29,8 +29,15 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         image_pull_grace_seconds: float = 600,
         propagation_policy: str = "Foreground",
         metric_definitions: list[dict[str, str]] | None = None,
+        kube_config_path: str | None = None,
+        cluster_context: str | None = None,
     ):
         super().__init__()
+        # Where the connection names a kubeconfig file (a path: no secret), the trigger carries it: the
+        # connection cannot always be read in the triggerer (`airflow dags test` runs the trigger in-process,
+        # where the async connection lookup finds nothing and the provider falls back to ~/.kube/config).
+        self.kube_config_path = kube_config_path
+        self.cluster_context = cluster_context
         self.metric_definitions = list(metric_definitions or [])
         self.name = name
         self.namespace = namespace
@@ -52,12 +59,19 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "image_pull_grace_seconds": self.image_pull_grace_seconds,
                 "propagation_policy": self.propagation_policy,
                 "metric_definitions": self.metric_definitions,
+                "kube_config_path": self.kube_config_path,
+                "cluster_context": self.cluster_context,
             },
         )
 
     def _hook(self):
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
+        if self.kube_config_path:
+            extras = {"kube_config_path": self.kube_config_path}
+            if self.cluster_context:
+                extras["cluster_context"] = self.cluster_context
+            return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id or None, connection_extras=extras)
         return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id or None)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

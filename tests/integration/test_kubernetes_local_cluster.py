@@ -144,3 +144,150 @@ def test_single_host_eviction_through_the_eviction_api_is_replaced_and_finishes(
     assert result.succeeded, (result, lines[-20:])
     assert any("evicted" in line for line in lines), lines
     print(f"eviction, one host: {time.monotonic() - started:.1f}s")
+
+
+def test_pod_security_rejection_fails_fast_with_the_api_message(kube_namespace, kube_admin):
+    started = time.monotonic()
+    request = make_request("kwok-psa", container_security_context={"allowPrivilegeEscalation": True})
+    lines: list[str] = []
+    result = KubernetesLauncherHook().run(request, lines.append)
+    seconds = time.monotonic() - started
+    assert not result.succeeded and result.failure_class == USER_ERROR, result
+    assert 'violates PodSecurity "restricted:latest"' in result.failure_reason
+    assert "allowPrivilegeEscalation" in result.failure_reason
+    assert seconds < 30, f"took {seconds:.0f}s"
+    wait_for("the refused Job deleted", lambda: gone(kube_admin, kube_namespace, "kwok-psa"), 30)
+    print(f"Pod Security rejection: {seconds:.1f}s")
+
+
+def test_missing_priority_class_fails_fast_with_the_api_message(kube_namespace):
+    started = time.monotonic()
+    result = KubernetesLauncherHook().run(make_request("kwok-priority", priority_class="no-such-priority"), [].append)
+    seconds = time.monotonic() - started
+    assert not result.succeeded and result.failure_class == USER_ERROR, result
+    assert "no PriorityClass with name no-such-priority was found" in result.failure_reason
+    assert seconds < 30, f"took {seconds:.0f}s"
+    print(f"missing PriorityClass: {seconds:.1f}s")
+
+
+def test_multi_host_platform_error_fails_the_whole_job_and_a_retry_restarts_it(kube_namespace, kube_admin):
+    """Static rendezvous: no lone replacement rank. The Job fails at once; Airflow's retry starts all hosts anew."""
+    started = time.monotonic()
+    core, batch = kube_admin["core"], kube_admin["batch"]
+    request = make_request("kwok-multi", hosts=2, annotations={
+        PLAY + "exit-code": "4", PLAY + "index": "1", PLAY + "message": "NCCL error: unhandled system error"})
+    result = KubernetesLauncherHook().run(request, [].append)
+    assert not result.succeeded and result.failure_class == PLATFORM_ERROR and result.retryable, result
+    assert "kwok-multi-1" in result.failure_reason and "exit code 4" in result.failure_reason
+    job = batch.read_namespaced_job("kwok-multi", kube_namespace)
+    pods = job_pods(core, kube_namespace, "kwok-multi")
+    indexes = [p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods]
+    assert indexes.count("1") == 1, "Kubernetes replaced the failed rank instead of failing the whole job"
+    assert job.status.failed >= 1 and not job.status.active
+    KubernetesLauncherHook().start(request)  # the Airflow retry: the failed Job is replaced whole
+    assert batch.read_namespaced_job("kwok-multi", kube_namespace).metadata.uid != job.metadata.uid
+    print(f"multi-host platform error + whole-job retry: {time.monotonic() - started:.1f}s")
+
+
+def test_multi_host_eviction_fails_the_job_as_evicted_for_a_whole_retry(kube_namespace, kube_admin):
+    started = time.monotonic()
+    core = kube_admin["core"]
+    hook = KubernetesLauncherHook()
+    request = make_request("kwok-evict-two", hosts=2, annotations={PLAY + "run": "1h"})
+    hook.start(request)
+    running = wait_for("two running pods", lambda: len([p for p in job_pods(core, kube_namespace, "kwok-evict-two")
+                                                        if p.status.phase == "Running"]) == 2)
+    assert running
+    pod = sorted(job_pods(core, kube_namespace, "kwok-evict-two"), key=lambda p: p.metadata.name)[0]
+    core.create_namespaced_pod_eviction(pod.metadata.name, kube_namespace, {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod.metadata.name}})
+    result = hook.run(request, [].append)
+    assert not result.succeeded and result.failure_class == EVICTED and result.retryable, result
+    assert len(job_pods(core, kube_namespace, "kwok-evict-two")) <= 2  # no replacement rank was started
+    print(f"eviction, two hosts: {time.monotonic() - started:.1f}s")
+
+
+def test_ttl_removes_everything_and_a_retry_reports_the_success(kube_namespace, kube_admin):
+    started = time.monotonic()
+    request = make_request("kwok-ttl", ttl_seconds_after_finished=3)
+    assert KubernetesLauncherHook().run(request, [].append).succeeded
+    # What `train` writes last in the shared job root (kwok runs no container, so the test writes it).
+    Path(request.job_root, "output", "success").write_text("")
+    wait_for("the TTL controller removing Job, pods and Service",
+             lambda: gone(kube_admin, kube_namespace, "kwok-ttl"), 30)
+    removed = time.monotonic() - started
+    lines: list[str] = []
+    again = KubernetesLauncherHook().run(request, lines.append)  # a task retry after the TTL
+    assert again.succeeded, (again, lines)
+    assert gone(kube_admin, kube_namespace, "kwok-ttl"), "the retry trained again"
+    print(f"TTL: removed after {removed:.1f}s, retry reported the success")
+
+
+def docs_role(namespace: str) -> dict:
+    """The Role of docs/kubernetes.md, as a user would copy it."""
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    block = re.search(r"```yaml\n(\s*apiVersion: rbac.authorization.k8s.io/v1\n.*?kind: Role\n.*?)```", text, re.S)
+    role = yaml.safe_load(textwrap_dedent(block.group(1)))
+    role["metadata"]["namespace"] = namespace
+    return role
+
+
+def textwrap_dedent(text: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(text)
+
+
+def test_the_whole_lifecycle_as_a_client_bound_only_to_the_documented_role(
+        kube_cluster, kube_namespace, kube_admin, monkeypatch):
+    started = time.monotonic()
+    role = docs_role(kube_namespace)
+    kube_admin["rbac"].create_namespaced_role(kube_namespace, role)
+    kube_admin["rbac"].create_namespaced_role_binding(kube_namespace, {
+        "metadata": {"name": "airflow-training-launcher"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "airflow-launcher"}]})
+    kubeconfig = kube_cluster.user_kubeconfig("airflow-launcher")
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    as_user = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    with pytest.raises(ApiException) as denied:  # the binding is all it has
+        as_user.list_namespaced_secret(kube_namespace)
+    assert denied.value.status == 403
+
+    lines: list[str] = []
+    hook = KubernetesLauncherHook()
+    request = make_request("kwok-rbac", hosts=2, annotations={PLAY + "run": "3s"})
+    hook.start(request)
+    KubernetesLauncherHook().start(request)  # reattach
+    event = asyncio_run_trigger(hook.trigger(request))  # the triggerer's watch, as this user
+    assert event["status"] == "success", event
+    result = hook.run(request, lines.append)  # reattaches to the complete Job and reads both logs in full
+    assert result.succeeded, (result, lines[-10:])
+    assert sum("/500 epoch=" in line for line in lines) == 1000, lines[-10:]  # both hosts' logs, via pods/log
+    refused = KubernetesLauncherHook().run(
+        make_request("kwok-rbac-psa", container_security_context={"allowPrivilegeEscalation": True}), [].append)
+    assert "violates PodSecurity" in refused.failure_reason  # events are readable
+    hook.stop(request)
+    wait_for("everything gone", lambda: gone(kube_admin, kube_namespace, "kwok-rbac"), 30)
+    print(f"RBAC lifecycle: {time.monotonic() - started:.1f}s")
+
+
+def asyncio_run_trigger(trigger) -> dict:
+    """Run the trigger as the triggerer does: from its serialized form, until its one event."""
+    import asyncio
+    import importlib
+
+    classpath, kwargs = trigger.serialize()
+    json.dumps(kwargs)  # primitives only
+    module, _, cls = classpath.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)
+
+    async def first():
+        async for event in rebuilt.run():
+            return event.payload
+
+    return asyncio.run(first())
