@@ -24,7 +24,9 @@ delete it and start afresh (a retry must run again, not report the old failure);
 wait until it is gone. The Service is owned by the Job, so ttlSecondsAfterFinished (or any deletion
 of the Job) removes it too. stop() deletes the Job (propagation Foreground by default), its pods and the
 Service. When the watch gives up before Kubernetes has finished the Job (image error, OOM, missing
-Secret), result_from_event() deletes it so nothing keeps retrying in the cluster.
+Secret), result_from_event() deletes it so nothing keeps retrying in the cluster. The job root side (group-
+writable tree, mount points, the launch record that lets a retry after ttlSecondsAfterFinished report a success
+instead of training again): operators/hooks/kubernetes_workspace.py.
 """
 
 from __future__ import annotations

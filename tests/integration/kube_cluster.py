@@ -7,7 +7,7 @@ kube-controller-manager, kube-scheduler from the pinned release; kwok plays the 
   PersistentVolume of this session's workspace and its claim `training-workspace`; Airflow's
   kubernetes_default connection and [training.kubernetes] namespace point at it.
 
-Import both into a test module: `from kube_cluster import kube_cluster, kube_namespace  # noqa: F401`.
+tests/integration/conftest.py makes them available to every integration test module.
 """
 
 from __future__ import annotations

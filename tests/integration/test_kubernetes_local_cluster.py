@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kube_cluster import PLAY, kube_admin, kube_cluster, kube_namespace  # noqa: F401
+from kube_cluster import PLAY
 from operators.hooks.launcher import EVICTED, IMAGE_ERROR, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
 from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
 from operators.kubernetes_names import JOB_LABEL, kube_name
@@ -158,6 +158,19 @@ def test_pod_security_rejection_fails_fast_with_the_api_message(kube_namespace, 
     assert seconds < 30, f"took {seconds:.0f}s"
     wait_for("the refused Job deleted", lambda: gone(kube_admin, kube_namespace, "kwok-psa"), 30)
     print(f"Pod Security rejection: {seconds:.1f}s")
+
+
+def test_image_pull_error_fails_fast_with_the_kubelets_message_and_stops_the_job(kube_namespace, kube_admin):
+    started = time.monotonic()
+    request = make_request("kwok-image", annotations={
+        PLAY + "image-pull-error": "pull access denied for training-base, repository does not exist"})
+    lines: list[str] = []
+    result = KubernetesLauncherHook().run(request, lines.append)
+    assert not result.succeeded and result.failure_class == IMAGE_ERROR, result
+    assert "repository does not exist" in result.failure_reason
+    assert any("Failed" in line and "pull" in line for line in lines), lines  # the kubelet's warning event
+    wait_for("the Job stopped", lambda: gone(kube_admin, kube_namespace, "kwok-image"), 30)
+    print(f"image pull error: {time.monotonic() - started:.1f}s")
 
 
 def test_missing_priority_class_fails_fast_with_the_api_message(kube_namespace):

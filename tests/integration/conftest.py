@@ -1,0 +1,4 @@
+"""Fixtures shared by the integration tests of several modules (defined once here, so a session-scoped one, like
+the local Kubernetes control plane, is started once per session)."""
+
+from kube_cluster import kube_admin, kube_cluster, kube_namespace  # noqa: F401
