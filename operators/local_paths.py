@@ -28,6 +28,13 @@ def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
+def in_platform_area(field: str, path: str, areas: Mapping[str, tuple[str, ...]]) -> bool:
+    """Whether `path` of `field` lies in a workspace area the platform itself fills for that field: the SDK's
+    uploaded code archives (source_dir) and its default models directory (output_path, resume_from)."""
+    real = os.path.realpath(path)
+    return any(field in fields and _under(real, os.path.realpath(top)) for top, fields in (areas or {}).items())
+
+
 def airflow_private_paths(workspace: str) -> list[str]:
     """Airflow's own files on this worker, and the workspace (job roots and the cache)."""
     home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
@@ -47,12 +54,14 @@ def spec_local_uris(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
         yield f"inputs.{channel}", uri
 
 
-def check_private_paths(spec: Mapping[str, Any], private: Iterable[str]) -> None:
-    """Raise SpecError (one line naming the field) for a local path that is, is in or holds one of `private`."""
+def check_private_paths(spec: Mapping[str, Any], private: Iterable[str],
+                        areas: Mapping[str, tuple[str, ...]] | None = None) -> None:
+    """Raise SpecError (one line naming the field) for a local path that is, is in or holds one of `private`,
+    except where `areas` (see in_platform_area) allow that field."""
     private = tuple(private)
     for name, uri in spec_local_uris(spec):
         path = _local_path(uri)
-        if path is None:
+        if path is None or in_platform_area(name, path, areas):
             continue
         for own in private:
             if _under(path, own) or _under(own, path):

@@ -95,6 +95,21 @@ class TrainingSettings:
     def cache_dir(self) -> str:
         return os.path.join(self.workspace, "cache")
 
+    @property
+    def code_staging_dir(self) -> str:
+        """Where the SDK's code uploads land (plugins/training_sdk_api.py): content-addressed archives."""
+        return os.path.join(self.workspace, "staging", "code")
+
+    @property
+    def models_dir(self) -> str:
+        """The SDK's default output_path when its code went through the workspace."""
+        return os.path.join(self.workspace, "models")
+
+    @property
+    def platform_areas(self) -> dict[str, tuple[str, ...]]:
+        """Workspace directories a spec may name, and for which fields (operators.local_paths)."""
+        return {self.code_staging_dir: ("source_dir",), self.models_dir: ("output_path", "resume_from")}
+
     def job_root(self, job_name: str) -> str:
         return os.path.join(self.jobs_dir, job_name)
 

@@ -63,11 +63,15 @@ def check_connections(spec: JobSpec) -> None:
                             "object storage needs a connection of type aws")
 
 
-def check_local_paths(spec: JobSpec, roots: tuple[str, ...]) -> None:
+def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None = None) -> None:
+    from operators.local_paths import in_platform_area
+
     for field, uri in spec_uris(spec):
         if _scheme(uri) != "file":
             continue
         path = _local_path(uri)
+        if in_platform_area(field, path, areas):
+            continue  # the SDK's uploaded code or its default models directory, in the workspace
         if roots and not any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
             raise SpecError(field, f"{path} is outside the local roots this Airflow allows ({', '.join(roots)}); "
                             "use a path under one of them or object storage ([training] local_roots)")
@@ -143,11 +147,11 @@ def _short(err: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def check_world(spec: JobSpec, local_roots: tuple[str, ...] = ()) -> None:
+def check_world(spec: JobSpec, local_roots: tuple[str, ...] = (), areas: dict | None = None) -> None:
     """Every cheap check of the world, in the order a user would fix them."""
     from operators.hooks.secret_refs import check_references
 
-    check_local_paths(spec, local_roots)
+    check_local_paths(spec, local_roots, areas)
     check_connections(spec)
     check_references(spec.secret_references())
     check_backend(spec)

@@ -55,7 +55,7 @@ def create_app():
             raise HTTPException(413, f"code archive of {int(declared)} bytes is over the {limit}-byte limit "
                                      f"([training] sdk_code_max_bytes); leave data out of source_dir")
         settings = training_settings()
-        staging = os.path.join(settings.workspace, "staging", "code")
+        staging = settings.code_staging_dir
         os.makedirs(staging, exist_ok=True)
         final = os.path.join(staging, name)
         digest, size = hashlib.sha256(), 0
@@ -78,7 +78,7 @@ def create_app():
             if os.path.exists(partial):
                 os.unlink(partial)
         return {"source_dir": final, "bytes": size, "sha256": sha,
-                "default_output_path": os.path.join(settings.workspace, "models")}
+                "default_output_path": settings.models_dir}
 
     return app
 

@@ -21,8 +21,10 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__TRAINING__WORKSPACE"] = str(_AIRFLOW_HOME / "workspace")
-# Tests stage from and write to pytest's temporary directories (Airflow's own files there are refused regardless).
-os.environ.setdefault("AIRFLOW__TRAINING__LOCAL_ROOTS", os.path.realpath(tempfile.gettempdir()))
+# Tests stage from and write to pytest's temporary directories (Airflow's own files there are refused regardless),
+# and the shipped examples (the retraining config's source_dir) as the shipped airflow.cfg allows.
+os.environ.setdefault("AIRFLOW__TRAINING__LOCAL_ROOTS",
+                      f"{os.path.realpath(tempfile.gettempdir())},{REPO / 'examples'}")
 os.environ.setdefault("NO_PROXY", "*")
 for _var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
     os.environ.pop(_var, None)

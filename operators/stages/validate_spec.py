@@ -46,8 +46,8 @@ class ValidateSpecOperator(BaseOperator):
                 default_backend=settings.default_backend,
                 default_layout=settings.default_layout,
             )
-            check_world(spec, settings.local_roots)
-            check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace))
+            check_world(spec, settings.local_roots, settings.platform_areas)
+            check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace), settings.platform_areas)
         except SpecError as err:
             for line in getattr(err, "details", ()):  # every problem pydantic found, for the log only
                 self.log.info("spec problem: %s", line)

@@ -192,7 +192,9 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     p["create_directories"](layout, channels=list(spec.inputs))
     files = _copy_code(source_dir, layout.code_dir)
     channels = _stage_inputs(layout, spec.inputs, workspace / "cache")
-    launcher = p["LocalLauncherHook"]()
+    # Local mode runs the user's own code on their own machine, where no Airflow secrets live, and must work
+    # without Airflow's config: no bubblewrap sandbox unless asked for, and the launcher's allowlisted environment.
+    launcher = p["LocalLauncherHook"](sandbox=os.environ.get("TRAINING_LOCAL_SANDBOX", "none"), environment_names=())
     hosts = p["write_job_configs"](spec, layout, launcher, channels)
     print(f"[training_sdk] local job {spec.job_name}: {files} code files, {len(channels)} channel(s), "
           f"{len(hosts)} host(s), job root {layout.root}", file=sys.stderr, flush=True)

@@ -128,6 +128,8 @@ class AirflowServer:
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__TRAINING__WORKSPACE": str(home / "workspace"),
+            # the suite's local roots (tests/conftest.py): the tests' inputs and outputs live in temp dirs
+            "AIRFLOW__TRAINING__LOCAL_ROOTS": os.environ.get("AIRFLOW__TRAINING__LOCAL_ROOTS", ""),
             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime"), os.environ.get("PYTHONPATH", "")]),
             "NO_PROXY": "*",
         })

@@ -50,3 +50,20 @@ def test_a_symlink_to_airflow_files_is_followed(home):
     os.symlink(home / "airflow.cfg", link)
     with pytest.raises(SpecError, match="inputs.x"):
         check_private_paths(spec(inputs={"x": str(link)}), private(home))
+
+
+def test_the_sdks_areas_of_the_workspace_are_the_only_exceptions(home):
+    # The SDK uploads a packed source_dir through the plugin into <workspace>/staging/code/ and defaults
+    # output_path to <workspace>/models: the platform fills those itself, for those fields only.
+    staging, models = home / "workspace" / "staging" / "code", home / "workspace" / "models"
+    staging.mkdir(parents=True)
+    areas = {str(staging): ("source_dir",), str(models): ("output_path", "resume_from")}
+    archive = str(staging / ("ab" * 32 + ".tar.gz"))
+    check_private_paths(spec(source_dir=archive, output_path=str(models), resume_from=str(models / "j/m.tar.gz")),
+                        private(home), areas)
+    with pytest.raises(SpecError, match="^inputs.x"):
+        check_private_paths(spec(inputs={"x": archive}), private(home), areas)
+    with pytest.raises(SpecError, match="^output_path"):
+        check_private_paths(spec(output_path=str(staging)), private(home), areas)
+    with pytest.raises(SpecError, match="^source_dir"):
+        check_private_paths(spec(source_dir=archive), private(home))
