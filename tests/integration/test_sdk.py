@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import socket
 import sys
 import tarfile
 import textwrap
@@ -36,19 +37,24 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 LOSS = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
 
-# Prints a line, then waits for the test to acknowledge it (a file the test creates when the line reaches the
-# client): the job can only finish if its log is streamed while it runs, not fetched at the end.
+# Prints a line, then waits for the test to acknowledge it (the test starts listening on a loopback port when the
+# line reaches the client; a file would not do: the local sandbox shows the script only its job root): the job can
+# only finish if its log is streamed while it runs, not fetched at the end.
 HANDSHAKE_SCRIPT = textwrap.dedent('''
-    import argparse, os, sys, time
+    import argparse, os, socket, sys, time
     p = argparse.ArgumentParser(); p.add_argument("--lr", type=float); p.add_argument("--epochs", type=int)
-    p.add_argument("--ack")
+    p.add_argument("--ack", type=int)
     a = p.parse_args()
     print("waiting-for-ack", flush=True)
     deadline = time.time() + 90
-    while not os.path.exists(a.ack):
-        if time.time() > deadline:
-            sys.exit("the client never saw waiting-for-ack while the job ran")
-        time.sleep(0.2)
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", a.ack), timeout=1).close()
+            break
+        except OSError:
+            if time.time() > deadline:
+                sys.exit("the client never saw waiting-for-ack while the job ran")
+            time.sleep(0.2)
     assert not os.path.exists("data"), "data/ should have been left out by .trainingignore"
     for epoch in range(a.epochs):
         print(f"epoch={epoch} loss={a.lr / (epoch + 1):.4f}", flush=True)
@@ -67,8 +73,7 @@ TRAIN_SCRIPT = textwrap.dedent('''
 FAILING_SCRIPT = 'print("loading data", flush=True)\nraise ValueError("learning rate must be positive")\n'
 
 SLOW_SCRIPT = textwrap.dedent('''
-    import os, time
-    open(os.path.join(os.environ["TRAINING_PID_DIR"], "pid"), "w").write(str(os.getpid()))
+    import time
     for step in range(600):
         print(f"step={step}", flush=True)
         time.sleep(0.5)
@@ -90,30 +95,36 @@ def session(airflow_server):
 
 
 class Acknowledger(io.TextIOBase):
-    """stdout while fit() streams: records every line and creates the ack file when the script's line arrives."""
+    """stdout while fit() streams: records every line and listens on the ack port when the script's line arrives."""
 
-    def __init__(self, ack: Path):
-        self.ack, self.lines = ack, []
+    def __init__(self, port: int):
+        self.port, self.lines, self.listener = port, [], None
 
     def write(self, text: str) -> int:
         for line in text.splitlines():
             self.lines.append(line)
-            if line == "waiting-for-ack":
-                self.ack.touch()
+            if line == "waiting-for-ack" and self.listener is None:
+                self.listener = socket.create_server(("127.0.0.1", self.port))
         return len(text)
 
 
 def test_fit_streams_the_log_while_the_job_runs_and_returns_the_model(session, tmp_path, monkeypatch):
-    ack = tmp_path / "ack"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, HANDSHAKE_SCRIPT)), layout="sagemaker",
-                    hyperparameters={"lr": 0.4, "epochs": 3, "ack": str(ack)}, metric_definitions=LOSS,
+                    hyperparameters={"lr": 0.4, "epochs": 3, "ack": port}, metric_definitions=LOSS,
                     base_job_name="sdk-fit", session=session)
-    out = Acknowledger(ack)
+    out = Acknowledger(port)
     monkeypatch.setattr(sys, "stdout", out)
-    job = est.fit()
-    monkeypatch.undo()
+    try:
+        job = est.fit()
+    finally:
+        monkeypatch.undo()
+        if out.listener is not None:
+            out.listener.close()
 
-    assert ack.exists()
+    assert out.listener is not None
     assert out.lines.index("waiting-for-ack") < out.lines.index("epoch=2 loss=0.1333")
     assert job.status == "Completed" and job.job_name.startswith("sdk-fit-")
     model = est.model_data()
@@ -152,15 +163,18 @@ def test_a_bad_spec_is_refused_on_the_client_before_anything_is_uploaded(session
 
 
 def test_attach_to_a_running_job_and_stop_it(session, tmp_path, airflow_server):
+    # The script's own pid means nothing here (the local sandbox gives it a PID namespace): find the training's
+    # processes by a marker in their environment, which /proc shows from outside the namespace.
+    marker = os.urandom(8).hex()
     est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, SLOW_SCRIPT)), session=session,
-                    environment={"TRAINING_PID_DIR": str(tmp_path)}, base_job_name="sdk-stop")
+                    environment={"SDK_STOP_MARKER": marker}, base_job_name="sdk-stop")
     job = est.fit(wait=False)
     for line in job.stream_logs(timeout=180):
         if line == "step=2":
             break
     attached = Estimator.attach(job.job_name, session=session)
     assert attached.latest_job.status == "InProgress"
-    assert attached.entry_point == "train.py" and attached.environment == {"TRAINING_PID_DIR": str(tmp_path)}
+    assert attached.entry_point == "train.py" and attached.environment == {"SDK_STOP_MARKER": marker}
 
     done = cli(airflow_server, "stop", job.job_name)
     assert done.returncode == 0 and "stop requested" in done.stdout
@@ -170,20 +184,23 @@ def test_attach_to_a_running_job_and_stop_it(session, tmp_path, airflow_server):
     assert stopped.status == "Stopped"
     states = stopped.task_states()
     assert states["launch_training"] == "failed" and states["publish_model"] == "upstream_failed"
-    pid = int((tmp_path / "pid").read_text())
     deadline = time.monotonic() + 60
-    while _alive(pid):  # Airflow kills the task; its on_kill stops the training's process tree
-        assert time.monotonic() < deadline, f"training process {pid} still running a minute after stop"
+    while _marked(marker):  # Airflow kills the task; its on_kill stops the training's process tree
+        assert time.monotonic() < deadline, f"training processes {_marked(marker)} still running a minute after stop"
         time.sleep(0.5)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+def _marked(marker: str) -> list[int]:
+    """Live (not zombie) processes whose environment holds SDK_STOP_MARKER=marker."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"SDK_STOP_MARKER={marker}".encode() in (proc / "environ").read_bytes() \
+                    and (proc / "stat").read_text().split(")")[-1].split()[0] != "Z":
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 def cli(server, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
