@@ -92,25 +92,33 @@ test-fast: install peers minio
 	$(PY) -m pytest -q -m "not slow"
 
 # The control plane's binaries (cold build ~40 min on 2 busy cores; a no-op once cached): see docs/kubernetes.md
+# K8S_TAGS=nodes: kubelet and kube-proxy are linked into the same binary (tools/k8s/nodes.go) for the real node.
 k8s-tools:
-	GO=$(GO) K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) tools/k8s/build.sh
+	GO=$(GO) K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) K8S_TAGS=nodes tools/k8s/build.sh
 
 # A local Kubernetes control plane (kwok plays the node) on loopback; idempotent. Airflow's
 # kubernetes_default connection then points at it, so backend "kubernetes" needs no further set-up.
-cluster: db k8s-tools
+# NODE=real adds a real node (containerd, kubelet, CoreDNS; tools/node/realnode.py) that takes the pods from kwok's,
+# with $(TRAINING_E2E_IMAGE) imported from the local Docker engine.
+NODE ?= kwok
+cluster: db k8s-tools $(if $(filter real,$(NODE)),node-tools images)
 	$(PY) tools/k8s/localcluster.py up --dir $(CLUSTER_DIR) --bin-dir $(K8S_BIN) --workspace $(CURDIR)/workspace
+	$(if $(filter real,$(NODE)),$(PY) tools/node/realnode.py up --dir $(CLUSTER_DIR)/node --k8s-bin $(K8S_BIN) \
+		--kubeconfig $(CLUSTER_DIR)/kubeconfig --pki $(CLUSTER_DIR)/pki --image $(TRAINING_E2E_IMAGE))
 	@$(VENV)/bin/airflow connections delete kubernetes_default >/dev/null 2>&1 || true
 	@$(VENV)/bin/airflow connections add kubernetes_default --conn-type kubernetes \
 		--conn-extra '{"kube_config_path": "$(CLUSTER_DIR)/kubeconfig"}' >/dev/null
 	@echo "connection kubernetes_default -> $(CLUSTER_DIR)/kubeconfig"
 
 cluster-down:
+	$(PY) tools/node/realnode.py down --dir $(CLUSTER_DIR)/node
 	$(PY) tools/k8s/localcluster.py down --dir $(CLUSTER_DIR)
 
 # The real-cluster tests, against the cluster of `make cluster` (make test starts a private one).
-test-cluster: install cluster
-	TRAINING_CLUSTER_DIR=$(CLUSTER_DIR) $(PY) -m pytest -v -s -m cluster tests/integration/test_kubernetes_local_cluster.py \
-		tests/integration/test_kubernetes_local_cluster_dag.py
+# With NODE=real only the real-node tests run (kwok's tests need kwok's node); with kwok they start a private real node.
+test-cluster: install cluster $(if $(filter real,$(NODE)),,node-tools)
+	TRAINING_CLUSTER_DIR=$(CLUSTER_DIR) $(PY) -m pytest -v -s -rs -m cluster tests/integration/test_kubernetes_real_node.py \
+		$(if $(filter real,$(NODE)),,tests/integration/test_kubernetes_local_cluster.py tests/integration/test_kubernetes_local_cluster_dag.py)
 
 test-docker: install images
 	$(PY) -m pytest -v -rs -m docker

@@ -1,0 +1,154 @@
+"""`airflow dags test training_job` with backend kubernetes on a real node (tools/node/realnode.py): the training
+image runs in containerd under the restricted profile, as its own user, with the job root mounted from the
+workspace claim, the cluster's DNS for the headless Service, real cgroup memory limits and logs through the API
+server. Each test is one CLI run, as a user types it; measurements are printed (pytest -s)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from real_node import IMAGE, real_admin, real_cluster, real_namespace  # noqa: F401
+from test_kubernetes_local_cluster_dag import dags_test
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
+
+TRAIN = """\
+import json, os, socket, sys, time
+print(f"first line at {time.time():.3f}", flush=True)
+print(f"host {socket.gethostname()} uid {os.getuid()} of {len(json.loads(os.environ['SM_HOSTS']))}", flush=True)
+for i in range(1, 201):
+    print(f"step {i:03d}/200 loss={1.0 / i:.4f}")
+os.makedirs(os.environ["SM_MODEL_DIR"], exist_ok=True)
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w") as f:
+    f.write("trained on a real node")
+"""
+
+
+@pytest.fixture
+def conf(tmp_path):
+    def make(job_name: str, script: str = TRAIN, **extra) -> dict:
+        code = tmp_path / job_name
+        code.mkdir()
+        (code / "train.py").write_text(script)
+        return {"job_name": job_name, "backend": "kubernetes", "image_uri": IMAGE, "source_dir": str(code),
+                "entry_point": "train.py", "output_path": str(tmp_path / "out"),
+                "resources": {"cpu": "1", "memory": "512Mi"},
+                "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}], **extra}
+
+    return make
+
+
+class PodClock:
+    """When the job's pods were created, started running and finished, seen by polling the API (0.1 s)."""
+
+    def __init__(self, core, namespace: str, job: str):
+        self.core, self.namespace, self.job = core, namespace, job
+        self.created = self.running = self.done = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"job-name={self.job}").items
+            except Exception:  # the namespace may be going away at the end
+                pods = []
+            now = time.time()
+            if pods and self.created is None:
+                self.created = now
+            if self.running is None and any(p.status.phase == "Running" for p in pods):
+                self.running = now
+            if self.done is None and pods and all(p.status.phase in ("Succeeded", "Failed") for p in pods):
+                self.done = now
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.timeout(600)  # also brings the control plane and the node up (image import included)
+def test_one_host_runs_the_image_as_its_user_with_every_line_and_the_model(real_namespace, real_admin, conf):
+    clock = PodClock(real_admin["core"], real_namespace, "real-one")
+    state, states, values, output, seconds = dags_test(conf("real-one"), timeout=300)
+    clock.stop()
+    assert state == "success", (states, output[-4000:])
+    assert "host real-one-0 uid 1000 of 1" in output  # the image's user, not root
+    steps = [line[line.index("step "):line.index("step ") + 12] for line in output.splitlines() if "step " in line
+             and "/200 loss=" in line]
+    assert steps == [f"step {i:03d}/200" for i in range(1, 201)], "a pod log line was lost or repeated"
+    assert values["launch_training"]["metrics"] == {"loss": pytest.approx(0.005)}
+    first = float(output.split("first line at ")[1].split()[0])
+    launch = launch_seconds()
+    local = conf("real-one-local")
+    local["backend"] = "local"
+    local_state, _, _, local_output, local_seconds = dags_test(local, timeout=300)
+    assert local_state == "success", local_output[-3000:]
+    print(f"\nreal node, one host: whole DAG {seconds:.1f}s (local backend: {local_seconds:.1f}s); launch_training "
+          f"{launch:.1f}s (local backend: {launch_seconds():.1f}s); pod created -> running "
+          f"{clock.running - clock.created:.1f}s, -> first user line {first - clock.created:.1f}s, -> finished "
+          f"{clock.done - clock.created:.1f}s; our launcher adds {launch - (clock.done - clock.created):.1f}s "
+          "beyond the pod's own life")
+
+
+def launch_seconds() -> float:
+    """How long the last run's launch_training task took (start to end, from Airflow's metadata DB)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ti = session.scalars(select(TaskInstance).where(TaskInstance.task_id == "launch_training")
+                             .order_by(TaskInstance.start_date.desc())).first()
+        return (ti.end_date - ti.start_date).total_seconds()
+
+
+def test_two_hosts_find_each_other_through_the_headless_service(real_namespace, conf):
+    # Each host opens a TCP server and connects to the other by the name the runtime gives it (cluster DNS).
+    script = """\
+import json, os, socket, threading, time
+me, hosts = os.environ["SM_CURRENT_HOST"], json.loads(os.environ["SM_HOSTS"])
+other = [h for h in hosts if h != me][0]
+server = socket.create_server(("0.0.0.0", 7077))
+def serve():
+    conn, _ = server.accept()
+    conn.sendall(me.encode()); conn.close()
+threading.Thread(target=serve, daemon=True).start()
+for _ in range(300):
+    try:
+        with socket.create_connection((other, 7077), timeout=2) as c:
+            print(f"{me} reached {other} at {c.getpeername()[0]}: it says {c.recv(100).decode()}", flush=True)
+            break
+    except OSError:
+        time.sleep(0.2)
+else:
+    raise SystemExit(f"{me} could not reach {other}")
+time.sleep(3)  # let the other host connect to us too
+"""
+    state, states, _, output, seconds = dags_test(conf("real-two", script, instance_count=2), timeout=300)
+    assert state == "success", (states, output[-4000:])
+    # The runtime names the hosts by their pod's name in the headless Service (`real-two-0.real-two`).
+    for me, other in (("real-two-0", "real-two-1"), ("real-two-1", "real-two-0")):
+        assert f"{me}.real-two reached {other}.real-two at 10.213." in output, output[-4000:]
+        assert f"it says {other}.real-two" in output
+    print(f"\nreal node, two hosts over DNS: {seconds:.1f}s")
+
+
+def test_user_failure_fails_with_its_message(real_namespace, conf):
+    script = "raise ValueError('learning rate must be positive')\n"
+    state, states, _, output, _ = dags_test(conf("real-user-error", script), timeout=300)
+    assert state == "failed" and states["launch_training"] == "failed", states
+    assert "ValueError: learning rate must be positive" in output
+    assert "exit code 1" in output
+
+
+def test_memory_limit_is_a_real_oom_kill(real_namespace, conf):
+    script = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024 * 1024))\n"
+    state, states, _, output, _ = dags_test(conf("real-oom", script, resources={"cpu": "1", "memory": "256Mi"}),
+                                            timeout=300)
+    assert state == "failed" and states["launch_training"] == "failed", states
+    assert "resources.memory" in output, output[-4000:]
