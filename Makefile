@@ -24,12 +24,20 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 
 .PHONY: install sandbox-deps db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools cluster cluster-down
 
+# Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
+# fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
+# does not help: the index answers no-cache).
+WHEELHOUSE := $(TOOLS_CACHE)/wheels
+REQUIREMENTS := -r requirements.txt -r requirements-dev.txt setuptools==84.2.1
+PIP_OFFLINE := $(PY) -m pip install -q --disable-pip-version-check --no-index --find-links $(WHEELHOUSE)
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime/pyproject.toml sdk/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
-	$(PY) -m pip install -q --no-deps -e runtime -e .
-	$(PY) -m pip install -q --no-deps -e sdk
+	mkdir -p $(WHEELHOUSE)
+	$(PIP_OFFLINE) $(REQUIREMENTS) 2>/dev/null || { \
+		echo "filling the wheelhouse $(WHEELHOUSE) from the index (the first time on a machine: several GB)"; \
+		$(PY) -m pip wheel -q --disable-pip-version-check --find-links $(WHEELHOUSE) -w $(WHEELHOUSE) $(REQUIREMENTS) \
+		&& $(PIP_OFFLINE) $(REQUIREMENTS); }
+	$(PIP_OFFLINE) --no-deps -e runtime -e . -e sdk
 	touch $@
 
 install: $(VENV)/.installed sandbox-deps
