@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import json
 import runpy
+import tarfile
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,3 +54,32 @@ def asset_events(asset_name: str, run_id: str | None = None) -> list[dict]:
         if run_id is not None:
             query = query.where(AssetEvent.source_run_id == run_id)
         return [dict(event.extra or {}) for event in session.scalars(query.order_by(AssetEvent.id))]
+
+
+def model_json(object_store, bucket, key) -> dict:
+    """model.json out of the model.tar.gz a run published."""
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, key))) as tar:
+        return json.load(tar.extractfile("model.json"))
+
+
+def put_code(object_store, bucket, files: dict[str, str], prefix="code/"):
+    for name, text in files.items():
+        object_store.put(bucket, prefix + name, text.encode())
+
+
+# Two or more hosts' PyTorch DDP over gloo, the same script on every backend: rank 0 writes the all-reduced sum.
+DDP_SCRIPT = textwrap.dedent('''
+    import json, os
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    print(f"rank={rank} world={world} allreduce={value.item()}", flush=True)
+    if rank == 0:
+        json.dump({"sum": value.item(), "world": world, "master": os.environ["MASTER_ADDR"],
+                   "hosts": json.loads(os.environ["TM_HOSTS"])},
+                  open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w"))
+    dist.destroy_process_group()
+''')

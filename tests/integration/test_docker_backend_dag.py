@@ -4,17 +4,15 @@ command, in a child process) and through dag.test(), the function that command r
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import textwrap
 
 import pytest
 
-from dag_runner import load_dag, run_dag
+from dag_runner import DDP_SCRIPT, load_dag, model_json, put_code, run_dag
 from docker_support import TORCH_IMAGE, TRAINING_IMAGE, engine, require_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("airflow_db")]
@@ -30,16 +28,6 @@ def docker_engine():
     client = engine()
     require_image(client, TRAINING_IMAGE)
     return client
-
-
-def model_json(object_store, bucket, key) -> dict:
-    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, key))) as tar:
-        return json.load(tar.extractfile("model.json"))
-
-
-def put_code(object_store, bucket, files: dict[str, str], prefix="code/"):
-    for name, text in files.items():
-        object_store.put(bucket, prefix + name, text.encode())
 
 
 def job_leftovers(client, job_name: str) -> list:
@@ -82,23 +70,6 @@ def test_one_host_with_an_s3_channel(docker_engine, training_dag, storage_connec
     assert model == {"rows": 4, "uid": 1000, "host": "docker-s3-0", "hostname": "docker-s3-0", "cwd": "/opt/ml/code"}
     assert values["launch_training"]["metrics"] == {"loss": pytest.approx(0.5)}
     assert job_leftovers(docker_engine, "docker-s3") == []
-
-
-DDP_SCRIPT = textwrap.dedent('''
-    import json, os
-    import torch
-    import torch.distributed as dist
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    value = torch.tensor([float(rank + 1)])
-    dist.all_reduce(value)
-    print(f"rank={rank} world={world} allreduce={value.item()}", flush=True)
-    if rank == 0:
-        json.dump({"sum": value.item(), "world": world, "master": os.environ["MASTER_ADDR"],
-                   "hosts": json.loads(os.environ["TM_HOSTS"])},
-                  open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w"))
-    dist.destroy_process_group()
-''')
 
 
 @pytest.mark.slow

@@ -3,14 +3,12 @@ loopback S3 server for every object-storage path."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import textwrap
 
 import pytest
 
-from dag_runner import asset_events, load_dag, run_dag
+from dag_runner import DDP_SCRIPT, asset_events, load_dag, model_json, put_code, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -31,16 +29,6 @@ TI_SCRIPT = textwrap.dedent('''
 @pytest.fixture
 def training_dag():  # a fresh DAG object per run: dag.test() keeps the previous run's conf in its params
     return load_dag("training_job.py", "training_job")
-
-
-def model_json(object_store, bucket, key) -> dict:
-    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, key))) as tar:
-        return json.load(tar.extractfile("model.json"))
-
-
-def put_code(object_store, bucket, files: dict[str, str], prefix="code/"):
-    for name, text in files.items():
-        object_store.put(bucket, prefix + name, text.encode())
 
 
 def test_ti_layout_single_host_from_s3(training_dag, storage_connections, object_store, s3_proxy):
@@ -213,23 +201,6 @@ def test_retried_upload_sends_nothing_twice(training_dag, storage_connections, o
     assert "already uploaded (retry): skipped" in rerun.stdout + rerun.stderr
     assert [r for r in s3_proxy.snapshot() if r["method"] in ("PUT", "POST")] == []
     assert object_store.head(bucket, "models/retried/output/model.tar.gz")["ETag"] == first_etag
-
-
-DDP_SCRIPT = textwrap.dedent('''
-    import json, os
-    import torch
-    import torch.distributed as dist
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    value = torch.tensor([float(rank + 1)])
-    dist.all_reduce(value)
-    print(f"rank={rank} world={world} allreduce={value.item()}", flush=True)
-    if rank == 0:
-        json.dump({"sum": value.item(), "world": world, "master": os.environ["MASTER_ADDR"],
-                   "hosts": json.loads(os.environ["TM_HOSTS"])},
-                  open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w"))
-    dist.destroy_process_group()
-''')
 
 
 @pytest.mark.slow
