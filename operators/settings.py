@@ -86,6 +86,8 @@ class TrainingSettings:
     local_sandbox: str = "bubblewrap"  # the local backend's sandbox: bubblewrap | none
     local_environment: tuple[str, ...] = ()  # more names of the worker's environment that reach local user code
     retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
+    artifact_links: str = "presigned"  # the UI's object-storage artifact links: presigned | console
+    presigned_url_seconds: int = 900
 
     @property
     def jobs_dir(self) -> str:
@@ -158,6 +160,8 @@ def training_settings() -> TrainingSettings:
         local_sandbox=_choice(s, "local_sandbox", "bubblewrap", ("bubblewrap", "none")),
         local_environment=_get_list(s, "local_environment"),
         retention_days=_get_float(s, "retention_days", 0.0),
+        artifact_links=_choice(s, "artifact_links", "presigned", ("presigned", "console")),
+        presigned_url_seconds=_get_int(s, "presigned_url_seconds", 900, minimum=1),
     )
 
 

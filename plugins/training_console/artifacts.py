@@ -118,7 +118,7 @@ def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
 
 def respond(spec: Mapping[str, Any], name: str) -> Response:
     """A local artifact is streamed; an object-storage one redirects (presigned URL or console)."""
-    from airflow.configuration import conf
+    from operators.settings import training_settings
 
     out = output_uri(spec)
     if not out:
@@ -136,17 +136,17 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
             raise HTTPException(404, f"{uri} does not exist (yet)")
         return FileResponse(local, media_type=MEDIA.get(name), filename=None if name in ("failure", "metrics.json")
                             else f"{spec['job_name']}-{name}")
-    mode = (conf.get("training", "artifact_links", fallback="presigned") or "presigned").strip()
-    if mode == "console":
+    settings = training_settings()
+    if settings.artifact_links == "console":
         from operators.links import console_url
 
         target = console_url(uri)
         if target:
             return RedirectResponse(target, status_code=307)
-    seconds = conf.getint("training", "presigned_url_seconds", fallback=900)
     try:
-        target = _storage(spec).presigned_url(uri, seconds)
+        target = _storage(spec).presigned_url(uri, settings.presigned_url_seconds)
     except Exception as err:  # noqa: BLE001 - one line, no credentials
         raise HTTPException(502, f"could not sign a URL for {uri}: {err}") from None
-    log.info("artifact %s of %s: redirect to a presigned URL valid %d s", name, spec.get("job_name"), seconds)
+    log.info("artifact %s of %s: redirect to a presigned URL valid %d s", name, spec.get("job_name"),
+             settings.presigned_url_seconds)
     return RedirectResponse(target, status_code=307)
