@@ -22,7 +22,7 @@ KWOK_VERSION := v0.7.0
 export K8S_BIN ?= $(TOOLS_CACHE)/k8s-$(K8S_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: install sandbox-deps db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools cluster cluster-down
+.PHONY: install lint sandbox-deps db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools cluster cluster-down
 
 # Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
 # fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
@@ -93,8 +93,12 @@ browser-deps:
 		PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install -q --no-save --no-audit --no-fund --prefix $(PLAYWRIGHT_CORE_DIR) \
 		playwright-core@$(PLAYWRIGHT_VERSION) >/dev/null)
 
-test: install peers images browser-deps node-tools minio k8s-tools
-	$(PY) -m pytest -q -rs
+# pyflakes' checks (ruff, [tool.ruff] in pyproject.toml): an undefined name fails here, not in a user's run.
+lint: install
+	$(VENV)/bin/ruff check --quiet .
+
+test: install lint peers images browser-deps node-tools minio k8s-tools
+	$(PY) -m pytest -q -rs --durations=15
 
 test-fast: install peers minio
 	$(PY) -m pytest -q -m "not slow"

@@ -123,7 +123,7 @@ def main() -> None:
         def ours() -> dict:
             archive = os.path.join(out_dir, "ours.tar.gz")
             hook = ObjectStorageHook(settings=settings)
-            total = timed(lambda: hook.upload_packed_directory(model, f"s3://{BUCKET}/ours/model.tar.gz", archive))
+            timed(lambda: hook.upload_packed_directory(model, f"s3://{BUCKET}/ours/model.tar.gz", archive))
             return {"pack": float("nan"), "upload": float("nan"), "size": os.path.getsize(archive)}
 
         def ours_apart() -> dict:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import re
 from typing import Any, Mapping
 
 from operators.container_env import (  # noqa: F401  (LAYOUT_ROOTS, layout_root: re-exported)

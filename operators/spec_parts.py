@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from operators.backend_options import DOCKER_OPTION_KEYS, KUBERNETES_OPTION_KEYS
 
 
 def spec_error(message: str, field: str | None = None) -> PydanticCustomError:

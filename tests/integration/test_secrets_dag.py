@@ -6,7 +6,6 @@ the real engine when one runs here (tests/integration/docker_support.py says why
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tarfile

@@ -259,7 +259,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         self._spawn(state, "kubelet", [
             str(self.k8s_bin / "kubelet"), f"--config={self.dir / 'kubelet.yaml'}", f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
             f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={pki}", f"--hostname-override={self.name}",
-            f"--node-ip={state['gateway']}", f"--node-labels=training.local/node=real", "--v=1"])
+            f"--node-ip={state['gateway']}", "--node-labels=training.local/node=real", "--v=1"])
 
     def _start_coredns(self, state: dict) -> None:
         ports = state["ports"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,11 +11,10 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 from training_runtime.config import write_config_files
 from training_runtime.layouts import create_directories, layout_for
 
-from operators.hooks.launcher import PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
+from operators.hooks.launcher import TIMEOUT, USER_ERROR, LaunchRequest
 from operators.hooks.local_launcher import PIDS_FILE, LocalLauncherHook
 
 
@@ -203,7 +201,7 @@ def test_kill_9_of_the_worker_leaves_no_training_running(tmp_path):
         print("up", flush=True)
         time.sleep(600)
     """, max_run_seconds=600)
-    worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import json, sys
         from operators.hooks.launcher import LaunchRequest
         from operators.hooks.local_launcher import LocalLauncherHook
