@@ -21,8 +21,9 @@ Errors are `StorageError`: one line naming the action, the URI, the connection i
 a secret and never a stack of botocore internals (the original exception is logged at DEBUG).
 
 The hook is the public face; the parts live next to it: storage_location (URIs, listings), storage_errors
-(the one-line errors), storage_client (clients from Airflow connections), storage_transfers (the download,
-upload and copy engines, and why small objects bypass s3transfer).
+(the one-line errors), storage_client (clients from Airflow connections), storage_listing (listing prefixes),
+storage_downloads, storage_uploads and storage_stream (the transfer engines; why small objects bypass s3transfer),
+storage_transfers (what the engines share, local copies).
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ import os
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from operators.hooks.storage_client import Remote, make_remote
+from operators.hooks.storage_downloads import download_objects
 from operators.hooks.storage_errors import StorageError, is_not_found, translate_error
+from operators.hooks.storage_listing import describe_local, describe_remote, list_prefix
 from operators.hooks.storage_location import (
     DEFAULT_CONNECTIONS,
     LOCAL_SCHEME,
@@ -47,23 +49,18 @@ from operators.hooks.storage_location import (
     ObjectListing,
     StorageLocation,
     TransferStats,
-    check_key,
-    check_no_file_dir_clash,
     is_md5_etag,
-    local_stamp,
     normalize_etag,
     parse_uri,
-    timestamp,
 )
 from operators.hooks.storage_transfers import (
     TransferTuning,
     copy_local_files,
-    download_objects,
     etag_is_not_md5,
     remove_quietly,
     temp_name,
-    upload_files,
 )
+from operators.hooks.storage_uploads import upload_files
 from operators.hooks.transfer_progress import DEFAULT_INTERVAL_SECONDS, TransferProgress
 
 if TYPE_CHECKING:
@@ -163,103 +160,10 @@ class ObjectStorageHook:
         """
         loc = parse_uri(uri)
         if loc.is_local:
-            return self._describe_local(loc)
+            return describe_local(loc)
         remote = self._remote(loc)
         with self._errors("list", loc.uri, remote):
-            if not loc.key or loc.key.endswith("/"):
-                return ObjectListing(loc, True, tuple(self._list_prefix(remote, loc, loc.key, split_after)))
-            objects = self._list_prefix(remote, loc, loc.key + "/", split_after)
-            if objects:
-                return ObjectListing(loc, True, tuple(objects))
-            # The exact key sorts first among keys sharing its prefix, so one key is enough to find it.
-            response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=loc.key, MaxKeys=1)
-            for item in response.get("Contents", []) or []:
-                if item["Key"] == loc.key:
-                    info = ObjectInfo(
-                        key=loc.key,
-                        relative_path=loc.key.rsplit("/", 1)[-1],
-                        size=int(item["Size"]),
-                        etag=normalize_etag(item.get("ETag")),
-                        last_modified=timestamp(item.get("LastModified")),
-                    )
-                    return ObjectListing(loc, False, (info,))
-            return ObjectListing(loc, True, ())
-
-    def _list_prefix(
-        self, remote: Remote, loc: StorageLocation, prefix: str, split_after: Sequence[str] = ()
-    ) -> list[ObjectInfo]:
-        # Range i holds the keys in (bounds[i-1], bounds[i]]: disjoint, and together every key under the prefix.
-        bounds = sorted({k for k in split_after if k.startswith(prefix) and k > prefix})
-        ranges = list(zip([None, *bounds], [*bounds, None]))
-        if len(ranges) == 1:
-            items = self._list_range(remote, loc.bucket, prefix, None, None)
-        else:
-            # A LIST page is a round trip plus ~1 ms of XML parsing per 10 keys on our side: ranges in parallel
-            # overlap both (the keys of page n+1 of one sequential listing are unknown until page n is parsed).
-            with ThreadPoolExecutor(max_workers=min(len(ranges), self.concurrency), thread_name_prefix="list") as pool:
-                parts = list(pool.map(lambda r: self._list_range(remote, loc.bucket, prefix, *r), ranges))
-            items = [item for part in parts for item in part]
-        objects: list[ObjectInfo] = []
-        for item in items:
-            key = item["Key"]
-            if key.endswith("/"):
-                continue  # "directory marker" objects created by consoles; nothing to download
-            relative = key[len(prefix) :]
-            check_key(relative, loc.uri, allow_trailing_slash=False, full_key=key)
-            objects.append(
-                ObjectInfo(
-                    key=key,
-                    relative_path=relative,
-                    size=int(item["Size"]),
-                    etag=normalize_etag(item.get("ETag")),
-                    last_modified=timestamp(item.get("LastModified")),
-                )
-            )
-        check_no_file_dir_clash(objects, loc.uri)
-        return objects
-
-    @staticmethod
-    def _list_range(remote: Remote, bucket: str, prefix: str, start_after: str | None, last: str | None) -> list[dict]:
-        """The listed items with start_after < key <= last (None: open end), in key order."""
-        kwargs = {"Bucket": bucket, "Prefix": prefix}
-        if start_after is not None:
-            kwargs["StartAfter"] = start_after
-        items: list[dict] = []
-        for page in remote.client.get_paginator("list_objects_v2").paginate(**kwargs):
-            contents = page.get("Contents", []) or []
-            if last is not None and contents and contents[-1]["Key"] >= last:
-                items.extend(item for item in contents if item["Key"] <= last)
-                break  # the range is complete: do not ask for the next page
-            items.extend(contents)
-        return items
-
-    def _describe_local(self, loc: StorageLocation) -> ObjectListing:
-        path = loc.local_path or ""
-        with self._errors("list", path, None):
-            if os.path.isfile(path):
-                st = os.stat(path)
-                info = ObjectInfo(path, os.path.basename(path), st.st_size, local_stamp(st), st.st_mtime)
-                return ObjectListing(loc, False, (info,))
-            if not os.path.isdir(path):
-                return ObjectListing(loc, True, ())
-            objects: list[ObjectInfo] = []
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                # Symlinked directories are not followed (loops, escapes); symlinked files are read through.
-                dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
-                for name in sorted(files):
-                    full = os.path.join(root, name)
-                    try:
-                        st = os.stat(full)
-                    except FileNotFoundError:
-                        log.warning("skipping dangling symlink %s", full)
-                        continue
-                    if not os.path.isfile(full):
-                        log.warning("skipping %s: not a regular file", full)
-                        continue
-                    rel = os.path.relpath(full, path).replace(os.sep, "/")
-                    objects.append(ObjectInfo(full, rel, st.st_size, local_stamp(st), st.st_mtime))
-            return ObjectListing(loc, True, tuple(objects))
+            return describe_remote(remote, self.concurrency, loc, split_after)
 
     def list_objects(self, uri: str) -> list[ObjectInfo]:
         """The objects under a prefix, or the single object `uri` names ([] when nothing is there)."""
@@ -380,7 +284,7 @@ class ObjectStorageHook:
         if not os.path.isdir(directory):
             raise StorageError(f"cannot upload {directory}: not a directory; check the path")
         base = parse_uri(uri_prefix)
-        listing = self._describe_local(StorageLocation(LOCAL_SCHEME, "", "", directory))
+        listing = describe_local(StorageLocation(LOCAL_SCHEME, "", "", directory))
         if not base.is_local and base.key and not base.key.endswith("/"):
             base = StorageLocation(base.scheme, base.bucket, base.key + "/")
         items = [(o.key, base.child(o.relative_path), o.size) for o in listing.objects]
@@ -400,7 +304,7 @@ class ObjectStorageHook:
         return TransferStats(files=len(items), bytes=total, seconds=time.monotonic() - started)
     def _upload_remote(self, items, base: StorageLocation, progress, *, verify_listing: bool) -> None:
         remote = self._remote(base)
-        list_landed = (lambda: self._list_prefix(remote, base, base.key)) if verify_listing else None
+        list_landed = (lambda: list_prefix(remote, self.concurrency, base, base.key)) if verify_listing else None
         with self._errors("upload", base.uri, remote):
             upload_files(remote, base, items, progress, self.tuning, list_landed)
 

@@ -1,0 +1,271 @@
+"""Downloads for ObjectStorageHook: the objects of a listing to files, in parallel, against one S3 client.
+
+Two download paths, chosen per object by the multipart threshold:
+- Objects below it (the many-small-files case: datasets of images, shards, CSV parts) are fetched by a pool of
+  worker threads, one GetObject each, streamed into a temp file while their MD5 is computed, then checked and
+  renamed. s3transfer's per-transfer machinery (a future, a submission task, an IO queue and its thread, up to
+  four subscriber callbacks, a second read of the file for the MD5) cost ~3.5 ms of CPU per object here, more
+  than botocore's request itself (~2 ms): with the GIL that capped us at ~170 objects/s, below `aws s3 sync`.
+  The requests still go through the same boto3 client (signing, standard-mode retries); body read errors,
+  which botocore does not retry, are retried here as s3transfer does.
+- Objects at or above it go through s3transfer's TransferManager: parallel ranged GETs within each object.
+Both run at the same time, so a channel of one huge file and many small ones keeps the connection pool busy.
+
+Whatever lands is verified (size always, MD5 where the ETag is a plain MD5) and renamed from a temp name to its
+final name only then: nothing partial or unverified is ever visible under a final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterable
+
+from operators.hooks.storage_client import MAX_ATTEMPTS, Remote
+from operators.hooks.storage_errors import StorageError, translate_error
+from operators.hooks.storage_location import ObjectInfo, StorageLocation, is_md5_etag
+from operators.hooks.storage_transfers import (
+    IO_CHUNK,
+    FirstError,
+    TransferTuning,
+    etag_is_not_md5,
+    join_workers,
+    make_parent_dirs,
+    md5_file,
+    remove_quietly,
+    run_workers,
+    subscriber_classes,
+    temp_name,
+)
+from operators.hooks.transfer_progress import TransferProgress
+
+log = logging.getLogger("operators.hooks.object_storage")
+
+
+
+
+def _retryable_body_errors() -> tuple[type[BaseException], ...]:
+    import botocore.exceptions as bx
+
+    return (
+        socket.timeout,
+        ConnectionError,
+        bx.ReadTimeoutError,
+        bx.IncompleteReadError,
+        bx.ResponseStreamingError,
+        bx.ConnectionClosedError,
+    )
+
+
+def download_objects(
+    remote: Remote,
+    loc: StorageLocation,
+    targets: list[tuple[ObjectInfo, str]],
+    progress: TransferProgress,
+    tuning: TransferTuning,
+) -> None:
+    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError."""
+    small = [t for t in targets if t[0].size < tuning.multipart_threshold]
+    large = [t for t in targets if t[0].size >= tuning.multipart_threshold]
+    make_parent_dirs(final for _, final in targets)
+    errors = FirstError()
+    if large:
+        from s3transfer.manager import TransferManager
+
+        part_size = tuning.download_part_size(max(info.size for info, _ in large))
+        pending: _PendingLarge | None = None
+        try:
+            with TransferManager(remote.client, tuning.transfer_config(part_size=part_size)) as manager:
+                pending = _submit_large(manager, remote, loc, large, progress, errors)
+                _download_small(remote, loc, small, progress, tuning, errors)
+                if errors.error is not None:
+                    # Leaving the block by an exception makes the manager cancel what is in flight. Not
+                    # manager.shutdown(cancel=True): s3transfer passes its arguments shifted there (cancel as the
+                    # message, the message as the exception class), and the TypeError "'str' object is not
+                    # callable" it raises would replace the real error.
+                    raise _Cancelled()
+        except _Cancelled:
+            pass
+        finally:
+            if pending is not None:
+                pending.finish(errors)
+    else:
+        _download_small(remote, loc, small, progress, tuning, errors)
+    errors.raise_if_set()
+
+
+class _Cancelled(Exception):
+    """Internal: another object failed; the TransferManager is to cancel its transfers (see download_objects)."""
+
+
+def _download_small(
+    remote: Remote,
+    loc: StorageLocation,
+    targets: list[tuple[ObjectInfo, str]],
+    progress: TransferProgress,
+    tuning: TransferTuning,
+    errors: FirstError,
+) -> None:
+    if not targets:
+        return
+    retryable = _retryable_body_errors()
+    queue = iter(targets)
+    queue_lock = threading.Lock()
+
+    def work() -> None:
+        while not errors.stop.is_set():
+            with queue_lock:
+                item = next(queue, None)
+            if item is None:
+                return
+            info, final = item
+            uri = f"{loc.scheme}://{loc.bucket}/{info.key}"
+            try:
+                _get_one(remote, loc.bucket, info, final, uri, progress, retryable)
+            except Exception as err:  # noqa: BLE001 - one line naming this object
+                log.debug("download %s failed", uri, exc_info=True)
+                raise translate_error(err, "download", uri, remote) from None
+
+    join_workers(run_workers(min(tuning.concurrency, len(targets)), work, "get", errors), errors)
+
+
+def _get_one(
+    remote: Remote,
+    bucket: str,
+    info: ObjectInfo,
+    final: str,
+    uri: str,
+    progress: TransferProgress,
+    retryable: tuple[type[BaseException], ...],
+) -> None:
+    """GetObject (If-Match the listed ETag) into a temp file with its MD5, verify, rename into place."""
+    extra = {"IfMatch": f'"{info.etag}"'} if info.etag else {}
+    check_md5 = is_md5_etag(info.etag)
+    temp = temp_name(final)
+    try:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            # botocore retries the request itself (standard mode); what breaks while reading the body is ours.
+            body = remote.client.get_object(Bucket=bucket, Key=info.key, **extra)["Body"]
+            written = 0
+            digest = hashlib.md5(usedforsecurity=False) if check_md5 else None
+            try:
+                with open(temp, "wb") as fh:
+                    if info.size <= IO_CHUNK:
+                        chunks: Iterable[bytes] = (body.read(),)  # one read; botocore checks the length
+                    else:
+                        chunks = iter(lambda: body.read(IO_CHUNK), b"")
+                    for chunk in chunks:
+                        fh.write(chunk)
+                        if digest is not None:
+                            digest.update(chunk)
+                        written += len(chunk)
+                        progress.add_bytes(len(chunk))
+                break
+            except retryable:
+                progress.add_bytes(-written)
+                if attempt == MAX_ATTEMPTS:
+                    raise
+                log.debug("reading %s was interrupted (attempt %d); retrying", uri, attempt)
+        if written != info.size:
+            raise StorageError(
+                f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
+                "transfer was cut short; retry the task"
+            )
+        if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+            raise StorageError(
+                f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
+                "corrupted or the object changed; retry the task"
+            )
+        os.replace(temp, final)
+    except BaseException:
+        remove_quietly(temp)
+        raise
+    progress.add_file()
+
+
+class _PendingLarge:
+    """Large downloads submitted to a TransferManager, and the checks that run as each one finishes."""
+
+    def __init__(self, verify_pool: ThreadPoolExecutor) -> None:
+        self.verify_pool = verify_pool
+        self.checks: list[Future] = []
+        self.temps: list[str] = []
+        self.lock = threading.Lock()
+
+    def finish(self, errors: FirstError) -> None:
+        """Wait for the verifications (the manager has finished its transfers); clean up temp files."""
+        try:
+            self.verify_pool.shutdown(wait=True)
+            for check in self.checks:
+                try:
+                    check.result()
+                except BaseException as err:  # noqa: BLE001 - the first one is raised by the caller
+                    errors.set(err)
+        finally:
+            self.verify_pool.shutdown(wait=True, cancel_futures=True)
+            for temp in self.temps:
+                remove_quietly(temp)
+
+
+def _submit_large(manager, remote: Remote, loc: StorageLocation, targets, progress, errors: FirstError) -> _PendingLarge:
+    KnownObject, Progress, OnDone = subscriber_classes()
+    # Checking MD5s must not run on s3transfer's single IO thread: a small pool of its own.
+    pending = _PendingLarge(ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="verify"))
+
+    def finish_one(info: ObjectInfo, temp: str, final: str, future) -> None:
+        uri = f"{loc.scheme}://{loc.bucket}/{info.key}"
+        try:
+            future.result()  # re-raises the transfer's error
+            _verify_file(temp, info, uri, remote, loc.bucket)
+            os.replace(temp, final)
+        except Exception as err:  # noqa: BLE001
+            log.debug("download %s failed", uri, exc_info=True)
+            raise translate_error(err, "download", uri, remote) from None
+        progress.add_file()
+
+    def on_done_for(info: ObjectInfo, temp: str, final: str):
+        def on_done(future) -> None:
+            try:
+                future.result()
+            except BaseException:  # noqa: BLE001 - reported by finish_one
+                errors.stop.set()
+            with pending.lock:
+                pending.checks.append(pending.verify_pool.submit(finish_one, info, temp, final, future))
+
+        return on_done
+
+    for info, final in targets:
+        if errors.stop.is_set():
+            break  # stop submitting; the first error is raised by the caller
+        temp = temp_name(final)
+        pending.temps.append(temp)
+        manager.download(
+            loc.bucket,
+            info.key,
+            temp,
+            subscribers=[KnownObject(info.size, info.etag), Progress(progress), OnDone(on_done_for(info, temp, final))],
+        )
+    return pending
+
+
+def _verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote | None, bucket: str) -> None:
+    size = os.path.getsize(path)
+    if size != info.size:
+        raise StorageError(
+            f"downloaded {uri} has {size} bytes but the listing said {info.size}; the object changed or the "
+            "transfer was cut short; retry the task"
+        )
+    if remote is not None and is_md5_etag(info.etag):
+        digest = md5_file(path)
+        if digest != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+            raise StorageError(
+                f"downloaded {uri} has MD5 {digest} but its ETag is {info.etag}; the transfer was corrupted "
+                "or the object changed; retry the task"
+            )
+
+
+__all__ = ["download_objects"]

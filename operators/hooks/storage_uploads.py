@@ -1,0 +1,95 @@
+"""Uploads for ObjectStorageHook: local files to objects through s3transfer (multipart above the threshold), then a
+check of what landed against what was sent."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from operators.hooks.storage_client import Remote
+from operators.hooks.storage_errors import StorageError, translate_error
+from operators.hooks.storage_location import (
+    ObjectInfo,
+    StorageLocation,
+    is_md5_etag,
+    normalize_etag,
+)
+from operators.hooks.storage_transfers import (
+    TransferTuning,
+    etag_is_not_md5,
+    md5_file,
+    subscriber_classes,
+)
+from operators.hooks.transfer_progress import TransferProgress
+
+log = logging.getLogger("operators.hooks.object_storage")
+
+
+
+
+def upload_files(
+    remote: Remote,
+    base: StorageLocation,
+    items: list[tuple[str, StorageLocation, int]],
+    progress: TransferProgress,
+    tuning: TransferTuning,
+    list_landed: Callable[[], list[ObjectInfo]] | None,
+) -> None:
+    """Upload (local path, location, size) triples through s3transfer, then verify what landed.
+
+    `list_landed` lists the destination prefix (one LIST instead of a HEAD per object when many were sent).
+    """
+    from s3transfer.manager import TransferManager
+
+    _, Progress, OnDone = subscriber_classes()
+    transfer_config = tuning.transfer_config()
+
+    def on_done(future) -> None:
+        try:
+            future.result()
+        except BaseException:  # noqa: BLE001 - the error is raised from result() below
+            return
+        progress.add_file()
+
+    futures = []
+    with TransferManager(remote.client, transfer_config) as manager:
+        for path, loc, _size in items:
+            futures.append(
+                (path, loc, manager.upload(path, loc.bucket, loc.key, subscribers=[Progress(progress), OnDone(on_done)]))
+            )
+        for path, loc, fut in futures:
+            try:
+                fut.result()
+            except Exception as err:  # noqa: BLE001 - raising here cancels (and aborts) the rest
+                log.debug("upload %s failed", loc.uri, exc_info=True)
+                raise translate_error(err, "upload", loc.uri, remote) from None
+    # Verify what landed: sizes always, MD5 for single-part uploads (their ETag is the MD5).
+    try:
+        if list_landed is not None and len(items) > 1:
+            landed = {o.key: o for o in list_landed()}
+        else:
+            landed = {}
+            for _path, loc, _size in items:
+                head = remote.client.head_object(Bucket=loc.bucket, Key=loc.key)
+                landed[loc.key] = ObjectInfo(loc.key, "", int(head["ContentLength"]), normalize_etag(head.get("ETag")))
+    except StorageError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        log.debug("verify upload to %s failed", base.uri, exc_info=True)
+        raise translate_error(err, "verify upload to", base.uri, remote) from None
+    for path, loc, size in items:
+        info = landed.get(loc.key)
+        if info is None or info.size != size:
+            raise StorageError(
+                f"uploaded {loc.uri} but it has {'no object' if info is None else f'{info.size} bytes'} "
+                f"instead of {size}; retry the task"
+            )
+        if size < transfer_config.multipart_threshold and is_md5_etag(info.etag):
+            digest = md5_file(path)
+            if digest != info.etag and not etag_is_not_md5(remote, loc.bucket, loc.key):
+                raise StorageError(
+                    f"uploaded {loc.uri} has ETag {info.etag} but the local file's MD5 is {digest}; retry the task"
+                )
+
+
+__all__ = ["upload_files"]
