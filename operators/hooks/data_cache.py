@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from typing import Iterator
 from urllib.parse import quote
 
+from operators.hooks.disk_space import cache_full, entry_space, fits, is_disk_full
 from operators.hooks.object_storage import (
     ObjectListing,
     ObjectStorageHook,
@@ -331,7 +332,17 @@ class DataCacheHook:
         self._remove_abandoned(key)
         if self.max_bytes:
             self.evict(reserve=listing.total_bytes)
-        tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key}-", dir=self.cache_dir)
+        # Fail before the first byte when the entry cannot fit (the listing gives every size), with the figures.
+        needed, files = entry_space((o.size for o in listing.objects), self.cache_dir)
+        self._make_room(needed, files)
+        if not fits(self.cache_dir, needed, files):
+            raise cache_full(listing.normalized_uri, self.cache_dir, needed, files)
+        try:
+            tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key}-", dir=self.cache_dir)
+        except OSError as err:
+            if is_disk_full(err):
+                raise cache_full(listing.normalized_uri, self.cache_dir, needed, files) from None
+            raise
         try:
             data = os.path.join(tmp, DATA_DIR)
             os.makedirs(data)
@@ -369,8 +380,10 @@ class DataCacheHook:
             os.chmod(tmp, 0o755)
             os.rename(tmp, entry_dir)
             _fsync_dir(self.cache_dir)
-        except BaseException:
+        except BaseException as err:
             self._discard(tmp)
+            if is_disk_full(err):  # filled while downloading (another writer, or the estimate was short)
+                raise cache_full(listing.normalized_uri, self.cache_dir, needed, files) from None
             raise
         log.info(
             "channel %s: cached as %s (%d files, %d bytes transferred)",
@@ -380,6 +393,25 @@ class DataCacheHook:
             stats.bytes,
         )
         return self._entry_from_manifest(key, manifest, transferred=stats.bytes, reused=False)
+
+    def _make_room(self, needed: int, files: int) -> None:
+        """On a disk too full for the next entry, evict unused entries (least recently used first) until it fits:
+        they are only a cache, whatever cache_max_bytes allows."""
+        if fits(self.cache_dir, needed, files):
+            return
+        self.sweep()
+        for info in self.entries():
+            if fits(self.cache_dir, needed, files):
+                return
+            if info.users:
+                continue
+            with self._locked(info.key, wait=False) as got:
+                current = self._info(info.key) if got else None
+                if current is None or current.users:
+                    continue
+                self._discard(info.entry_dir)
+            log.info("cache: evicted %s (%s, %d bytes, unused) to make room on a full disk", info.key[:16], info.uri,
+                     info.bytes)
 
     def _mark_used(self, key: str, user: str) -> None:
         entry_dir = self._entry_dir(key)

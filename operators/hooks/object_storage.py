@@ -313,11 +313,18 @@ class ObjectStorageHook:
         """Pack `src_dir` into a .tar.gz at `archive_path` and upload it to `uri`, the two overlapped: each
         multipart part goes up as soon as the packer has written it (storage_stream), so the whole takes about as
         long as the slower of the two, and memory stays bounded by the parts in flight whatever the size."""
+        from operators.hooks.disk_space import check_pack_space, is_disk_full, pack_full
         from operators.safe_tar import pack_directory
 
         loc = parse_uri(uri)
+        check_pack_space(src_dir, archive_path)  # before packing a byte: the archive is about the model's size
         if loc.is_local or not loc.key or loc.key.endswith("/"):
-            pack_directory(src_dir, archive_path)  # a copy is no slower than packing: nothing to overlap
+            try:
+                pack_directory(src_dir, archive_path)  # a copy is no slower than packing: nothing to overlap
+            except OSError as err:
+                if is_disk_full(err):
+                    raise pack_full(src_dir, archive_path) from None
+                raise
             return self.upload_file(archive_path, uri)
         from operators.hooks.storage_stream import upload_stream
 
@@ -326,9 +333,14 @@ class ObjectStorageHook:
                                     logger=log)
         progress.start()
         started = time.monotonic()
-        with self._errors("upload", loc.uri, remote):
-            size = upload_stream(remote, loc, lambda write: pack_directory(src_dir, archive_path, sink=write),
-                                 progress, self.tuning.transfer_config())
+        try:
+            with self._errors("upload", loc.uri, remote):
+                size = upload_stream(remote, loc, lambda write: pack_directory(src_dir, archive_path, sink=write),
+                                     progress, self.tuning.transfer_config())
+        except StorageError as err:
+            if is_disk_full(err):  # packing filled the job root's disk: the upload was aborted, nothing landed
+                raise pack_full(src_dir, archive_path) from None
+            raise
         progress.finish()
         return TransferStats(files=1, bytes=size, seconds=time.monotonic() - started)
 

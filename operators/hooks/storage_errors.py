@@ -7,6 +7,7 @@ log the original exception at DEBUG).
 
 from __future__ import annotations
 
+import errno
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -16,6 +17,17 @@ class StorageError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))
+
+
+class DiskFullError(StorageError):
+    """A local file system had no room (ENOSPC/EDQUOT); callers that know the figures say them (disk_space.py)."""
+
+    def __init__(self, message: str, *, path: str = "", needed: int | None = None, free: int | None = None) -> None:
+        super().__init__(message)
+        self.path, self.needed, self.free = path, needed, free
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class RemoteLike(Protocol):
@@ -76,6 +88,10 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
         return err
     if isinstance(err, RetriesExceededError) and err.last_exception is not None:
         err = err.last_exception
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:  # never "check the path": the disk is full
+        where = str(err.filename or uri)
+        return DiskFullError(f"disk full: cannot {action} {uri}: no space left on the file system of {where}; free "
+                             "space there and retry the task", path=where)
     if remote is None:  # local file system
         if isinstance(err, OSError):
             what = err.strerror or type(err).__name__
@@ -178,4 +194,4 @@ def is_not_found(err: BaseException) -> bool:
 
 
 
-__all__ = ["StorageError", "display_endpoint", "is_not_found", "translate_error"]
+__all__ = ["DiskFullError", "StorageError", "display_endpoint", "is_not_found", "translate_error"]

@@ -15,6 +15,19 @@ class PrefetchDataOperator(JobStageOperator):
     ui_color = "#e3f2e1"
 
     def execute(self, context) -> dict:
+        from operators.hooks.disk_space import CACHE_TODO, DiskFullError, disk_full_error, is_disk_full
+
+        try:
+            return self._prefetch()
+        except DiskFullError:
+            raise
+        except OSError as err:  # the cache's small files (pins, last-used stamps) or a job's views on a full disk
+            if not is_disk_full(err):
+                raise
+            raise disk_full_error("the data cache's records and the job's channel views", self.settings.workspace,
+                                  None, CACHE_TODO) from None
+
+    def _prefetch(self) -> dict:
         from operators.hooks.data_cache import DataCacheHook
         from operators.hooks.launcher_registry import launcher_for
 

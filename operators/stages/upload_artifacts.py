@@ -23,6 +23,18 @@ class UploadArtifactsOperator(JobStageOperator):
     ui_color = "#e1bee7"
 
     def execute(self, context) -> dict:
+        from operators.hooks.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
+
+        try:
+            return self._upload(context)
+        except DiskFullError:
+            raise
+        except OSError as err:  # the stage's own small files (records, the artifacts dir) on a full disk
+            if not is_disk_full(err):
+                raise
+            raise disk_full_error("the upload stage's records", self.layout.root, None, PACK_TODO) from None
+
+    def _upload(self, context) -> dict:
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         if not self.job:
