@@ -74,6 +74,12 @@ def host_names(name: str, instance_count: int) -> list[str]:
     return [f"{name}-{index}.{name}" for index in range(instance_count)]
 
 
+def secret_name(name: str) -> str:
+    """The Secret holding the job's secrets by reference (operators/hooks/kubernetes_secrets.py): `<name>-env`
+    (`name` is a DNS-1123 label of at most 63 characters; a Secret's name may have 253)."""
+    return f"{name}-env"
+
+
 def selector_labels(name: str) -> dict[str, str]:
     return {JOB_LABEL: name}
 

@@ -261,11 +261,9 @@ class JobSpec(Strict):
         if not self.entry_point and not self.command and not any(
                 k in self.hyperparameters for k in ("ti_program", "sagemaker_program")):
             raise spec_error("is required (a .py or .sh file in source_dir), or give a command", "entry_point")
-        refs = [k for k, v in self.environment.items() if not isinstance(v, str)]
-        if refs and self.backend == "kubernetes":
-            raise spec_error("references are delivered on the local and docker backends; on kubernetes keep the value "
-                             f'in a Kubernetes Secret and use kubernetes.secret_env {{"{refs[0]}": "<secret>/<key>"}}',
-                             f"environment.{refs[0]}")
+        clash = sorted(set(self.environment) & set(self.kubernetes.secret_env or {}))
+        if clash and self.backend == "kubernetes":
+            raise spec_error("is also set by kubernetes.secret_env; keep one of them", f"environment.{clash[0]}")
         if "model" in self.inputs and self.resume_from:
             raise spec_error("the channel 'model' is reserved for resume_from; rename the channel", "inputs.model")
         if self.processes_per_host > 1 and self.distribution not in ("pytorch", "mpi"):

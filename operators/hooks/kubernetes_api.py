@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operators.kubernetes_names import JOB_LABEL
+from operators.kubernetes_names import JOB_LABEL, secret_name
 
 
 class KubernetesLaunchError(RuntimeError):
@@ -26,7 +26,8 @@ def api_error(action: str, namespace: str, err: Any) -> KubernetesLaunchError:
     hint = {
         401: "check the credentials of the Kubernetes connection",
         403: (
-            "give the identity Airflow uses create/get/list/delete on jobs, pods, pods/log and services "
+            "give the identity Airflow uses the rights of the Role in docs/kubernetes.md (jobs, pods, pods/log, "
+            "services, secrets, events) "
             f"in namespace {namespace}"
         ),
         404: f"check that namespace {namespace} exists",
@@ -46,7 +47,7 @@ def finished_state(job: Any) -> str | None:
 
 
 def delete_job(core: Any, batch: Any, name: str, namespace: str, propagation_policy: str) -> None:
-    """Delete the Job, its pods and its Service (sync clients); what is gone already is fine."""
+    """Delete the Job, its pods, its Service and its Secret (sync clients); what is gone already is fine."""
     from kubernetes.client import V1DeleteOptions
     from kubernetes.client.rest import ApiException
 
@@ -59,6 +60,8 @@ def delete_job(core: Any, batch: Any, name: str, namespace: str, propagation_pol
             namespace=namespace, label_selector=f"{JOB_LABEL}={name}"
         )),
         ("delete Service", lambda: core.delete_namespaced_service(name=name, namespace=namespace)),
+        # Owned by the Job, so the garbage collector would delete it too: not waiting for that keeps it short-lived.
+        ("delete Secret", lambda: core.delete_namespaced_secret(name=secret_name(name), namespace=namespace)),
     )
     errors = []
     for action, call in steps:
@@ -72,7 +75,7 @@ def delete_job(core: Any, batch: Any, name: str, namespace: str, propagation_pol
 
 
 async def delete_job_async(hook: Any, name: str, namespace: str, propagation_policy: str = "Foreground") -> None:
-    """Delete the Job, its pods and its Service; what is gone already is fine."""
+    """Delete the Job, its pods, its Service and its Secret; what is gone already is fine."""
     from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, V1DeleteOptions
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -85,6 +88,7 @@ async def delete_job_async(hook: Any, name: str, namespace: str, propagation_pol
                 namespace=namespace, label_selector=f"{JOB_LABEL}={name}"
             ),
             lambda: CoreV1Api(api).delete_namespaced_service(name=name, namespace=namespace),
+            lambda: CoreV1Api(api).delete_namespaced_secret(name=secret_name(name), namespace=namespace),
         )
         for call in calls:
             try:

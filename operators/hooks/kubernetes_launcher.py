@@ -23,7 +23,7 @@ start(): create -> 409 -> read the Job there: running or complete -> reattach (n
 delete it and start afresh (a retry must run again, not report the old failure); being deleted ->
 wait until it is gone. The Service is owned by the Job, so ttlSecondsAfterFinished (or any deletion
 of the Job) removes it too. stop() deletes the Job (propagation Foreground by default), its pods and the
-Service. When the watch gives up before Kubernetes has finished the Job (image error, OOM, missing
+Service (and the Job's Secret, operators/hooks/kubernetes_secrets.py). When the watch gives up before Kubernetes has finished the Job (image error, OOM, missing
 Secret), result_from_event() deletes it so nothing keeps retrying in the cluster. The job root side (group-
 writable tree, mount points, the launch record that lets a retry after ttlSecondsAfterFinished report a success
 instead of training again): operators/hooks/kubernetes_workspace.py.
@@ -40,6 +40,7 @@ from typing import Any, Mapping
 from airflow.providers.common.compat.sdk import BaseHook
 
 from operators.hooks.kubernetes_api import KubernetesLaunchError, api_error, delete_job, finished_state
+from operators.hooks.kubernetes_secrets import JobSecret, with_secret_env
 from operators.hooks.kubernetes_watch import JobWatch
 from operators.hooks.kubernetes_workspace import (
     prepare_job_root,
@@ -140,7 +141,9 @@ class KubernetesLauncherHook(BaseHook):
         return training_settings().default_image
 
     def job_manifest(self, request: LaunchRequest) -> dict[str, Any]:
-        return job_manifest(request, self.options(request), self.image(request), workspace_group(request.job_root))
+        # Secrets by reference: only a secretKeyRef per variable, the values go into the Job's Secret.
+        options = with_secret_env(self.options(request), kube_name(request.job_name), request.secret_env)
+        return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
 
     # ---- the protocol ---------------------------------------------------------------------------------
     def hosts(self, job_name: str, instance_count: int) -> list[str]:
@@ -170,20 +173,24 @@ class KubernetesLauncherHook(BaseHook):
             os.path.join(request.job_root, "input", "data", channel) for channel in request.channel_entries])
         problems = restricted_profile_violations(manifest["spec"]["template"]["spec"])
         if problems:
-            self.log.warning(
-                "Job %s does not meet the restricted Pod Security profile (%s); namespaces enforcing it will "
-                "refuse its pods",
-                name,
-                "; ".join(problems),
-            )
+            self.log.warning("Job %s does not meet the restricted Pod Security profile (%s); namespaces enforcing "
+                             "it will refuse its pods", name, "; ".join(problems))
         batch = self.kube.batch_v1_client
+        # Secrets by reference: a Secret, then the Job, then the Job becomes its owner (see kubernetes_secrets.py).
+        secret = JobSecret(self.kube.core_v1_client, name, namespace, options.labels) if request.secret_env else None
         for _ in range(5):
+            if secret is not None and self._read_job(name, namespace) is None:
+                secret.put(request.secret_env)
             try:
                 created = batch.create_namespaced_job(namespace=namespace, body=manifest)
             except ApiException as err:
                 if err.status != 409:
                     raise api_error(f"create Job {name}", namespace, err) from None
             else:
+                if secret is not None:
+                    secret.adopt(created.metadata.uid, request.secret_env)
+                    self.log.info("Secrets %s: in Secret %s/%s, owned by the Job", ", ".join(sorted(
+                        request.secret_env)), namespace, secret.secret)
                 clear_outcome_markers(request.job_root)
                 write_launch_record(request.job_root, created.metadata.uid)
                 self.log.info(
@@ -206,9 +213,8 @@ class KubernetesLauncherHook(BaseHook):
                 continue
             state = finished_state(existing)
             if state == "Failed":
-                self.log.info(
-                    "Job %s/%s from an earlier try failed; deleting it to start the training afresh", namespace, name
-                )
+                self.log.info("Job %s/%s from an earlier try failed; deleting it to start the training afresh",
+                              namespace, name)
                 self._delete(name, namespace, "Foreground")
                 self._wait_deleted(name, namespace)
                 continue
@@ -219,6 +225,8 @@ class KubernetesLauncherHook(BaseHook):
                 existing.metadata.creation_timestamp,
                 "already complete" if state == "Complete" else "still running",
             )
+            if secret is not None:
+                secret.adopt(existing.metadata.uid, request.secret_env)  # the Secret there, never a second one
             self._ensure_service(name, namespace, options, existing.metadata.uid)
             return
         raise KubernetesLaunchError(
@@ -371,7 +379,7 @@ class KubernetesLauncherHook(BaseHook):
     def _delete(self, name: str, namespace: str, propagation_policy: str) -> None:
         delete_job(self.kube.core_v1_client, self.kube.batch_v1_client, name, namespace, propagation_policy)
         self.log.info(
-            "Deleted Job %s/%s (propagation %s), its pods and its Service", namespace, name, propagation_policy
+            "Deleted Job %s/%s (propagation %s), its pods, its Service and its Secret", namespace, name, propagation_policy
         )
 
     def _catch_up_logs(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> None:

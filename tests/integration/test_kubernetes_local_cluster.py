@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def make_request(job_name: str, hosts: int = 1, annotations: dict | None = None, max_run_seconds: int = 600,
-                 **options) -> LaunchRequest:
+                 secret_env: dict | None = None, **options) -> LaunchRequest:
     workspace = Path(os.environ["AIRFLOW__TRAINING__WORKSPACE"])
     job_root = workspace / "jobs" / job_name
     (job_root / "output").mkdir(parents=True, exist_ok=True)
@@ -35,7 +35,7 @@ def make_request(job_name: str, hosts: int = 1, annotations: dict | None = None,
         hosts=tuple(f"{name}-{i}.{name}" for i in range(hosts)),
         channel_entries={"train": str(workspace / "cache" / "c0ffee")}, image_uri="training-base:latest",
         resources={"cpu": "1", "memory": "1Gi"}, max_run_seconds=max_run_seconds, env={"TM_LOG_LEVEL": "INFO"},
-        options={"poll_interval": 0.5, "annotations": annotations or {}, **options})
+        options={"poll_interval": 0.5, "annotations": annotations or {}, **options}, secret_env=secret_env or {})
 
 
 def wait_for(what: str, check, timeout: float = 30.0, interval: float = 0.2):
@@ -106,6 +106,64 @@ def test_reattach_keeps_the_job_and_a_completed_job_is_reported_without_a_new_on
     again = KubernetesLauncherHook().run(request, [].append)  # complete: reported, no new Job
     assert again.succeeded and batch.read_namespaced_job("kwok-reattach", kube_namespace).metadata.uid == uid
     print(f"reattach: {time.monotonic() - started:.1f}s")
+
+
+def job_secrets(core, namespace: str, name: str) -> list:
+    return core.list_namespaced_secret(namespace, label_selector=f"{JOB_LABEL}={name}").items
+
+
+def test_secrets_by_reference_live_in_one_secret_owned_by_the_job(kube_namespace, kube_admin):
+    """Secret first, then the Job, then the Job owns the Secret: pods only see a secretKeyRef; a retry adopts the
+    Secret there (never a second one); stop() removes it; the garbage collector removes it with the Job."""
+    import base64
+    import uuid
+
+    started = time.monotonic()
+    core, batch, api = kube_admin["core"], kube_admin["batch"], kube_admin["api"]
+    token = f"tok-{uuid.uuid4().hex}"
+    request = make_request("kwok-secret", annotations={PLAY + "run": "1h"}, secret_env={"WANDB_API_KEY": token})
+    hook = KubernetesLauncherHook()
+    hook.start(request)
+    job = batch.read_namespaced_job("kwok-secret", kube_namespace)
+    [secret] = job_secrets(core, kube_namespace, "kwok-secret")
+    assert secret.metadata.name == "kwok-secret-env"
+    assert base64.b64decode(secret.data["WANDB_API_KEY"]).decode() == token
+    assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [("Job", job.metadata.uid)]
+    pods = wait_for("a pod", lambda: job_pods(core, kube_namespace, "kwok-secret"))
+    env = {e.name: e for e in pods[0].spec.containers[0].env}
+    ref = env["WANDB_API_KEY"].value_from.secret_key_ref
+    assert (ref.name, ref.key, env["WANDB_API_KEY"].value) == ("kwok-secret-env", "WANDB_API_KEY", None)
+    for obj in (job, *pods):  # the value is in the Secret only, never in the Job or Pod spec
+        assert token not in json.dumps(api.sanitize_for_serialization(obj))
+
+    # A retry / restarted worker reattaches: the same Secret, adopted, not a second one. Also after a try that died
+    # between creating the Secret and making the Job its owner.
+    core.patch_namespaced_secret("kwok-secret-env", kube_namespace, [
+        {"op": "remove", "path": "/metadata/ownerReferences"}])
+    KubernetesLauncherHook().start(request)
+    [again] = job_secrets(core, kube_namespace, "kwok-secret")
+    assert again.metadata.uid == secret.metadata.uid
+    assert [o.uid for o in again.metadata.owner_references] == [job.metadata.uid]
+    assert batch.read_namespaced_job("kwok-secret", kube_namespace).metadata.uid == job.metadata.uid
+
+    hook.stop(request)  # on_kill
+    assert not job_secrets(core, kube_namespace, "kwok-secret")
+    wait_for("the Job gone", lambda: gone(kube_admin, kube_namespace, "kwok-secret"), 30)
+
+    # A failed Job replaced by the retry: its Secret goes with it and the new Job owns a fresh one.
+    failing = make_request("kwok-secret-gc", annotations={PLAY + "exit-code": "1"}, secret_env={"WANDB_API_KEY": token})
+    assert not KubernetesLauncherHook().run(failing, [].append).succeeded
+    old = batch.read_namespaced_job("kwok-secret-gc", kube_namespace).metadata.uid
+    KubernetesLauncherHook().start(failing)
+    new = batch.read_namespaced_job("kwok-secret-gc", kube_namespace).metadata.uid
+    assert new != old
+    [fresh] = job_secrets(core, kube_namespace, "kwok-secret-gc")
+    assert [o.uid for o in fresh.metadata.owner_references] == [new]
+    # Whatever deletes the Job (TTL, kubectl) deletes the Secret: the control plane's garbage collector.
+    batch.delete_namespaced_job("kwok-secret-gc", kube_namespace, propagation_policy="Background")
+    wait_for("the garbage collector deleting the Secret", lambda: not job_secrets(core, kube_namespace,
+                                                                                  "kwok-secret-gc"), 30)
+    print(f"secrets by reference: {time.monotonic() - started:.1f}s")
 
 
 def test_a_failed_job_is_replaced_on_retry(kube_namespace, kube_admin):
@@ -273,7 +331,8 @@ def test_the_whole_lifecycle_as_a_client_bound_only_to_the_documented_role(
 
     lines: list[str] = []
     hook = KubernetesLauncherHook()
-    request = make_request("kwok-rbac", hosts=2, annotations={PLAY + "run": "3s"})
+    # with a secret by reference: the Role must let the launcher create, adopt and delete the job's Secret
+    request = make_request("kwok-rbac", hosts=2, annotations={PLAY + "run": "3s"}, secret_env={"TOKEN": "t0k3n-rbac"})
     hook.start(request)
     KubernetesLauncherHook().start(request)  # reattach
     event = asyncio_run_trigger(hook.trigger(request))  # the triggerer's watch, as this user
@@ -284,8 +343,10 @@ def test_the_whole_lifecycle_as_a_client_bound_only_to_the_documented_role(
     refused = KubernetesLauncherHook().run(
         make_request("kwok-rbac-psa", container_security_context={"allowPrivilegeEscalation": True}), [].append)
     assert "violates PodSecurity" in refused.failure_reason  # events are readable
+    assert len(job_secrets(kube_admin["core"], kube_namespace, "kwok-rbac")) == 1
     hook.stop(request)
     wait_for("everything gone", lambda: gone(kube_admin, kube_namespace, "kwok-rbac"), 30)
+    assert not job_secrets(kube_admin["core"], kube_namespace, "kwok-rbac")
     print(f"RBAC lifecycle: {time.monotonic() - started:.1f}s")
 
 

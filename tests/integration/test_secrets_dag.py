@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import tarfile
+import time
 import textwrap
 import uuid
 from pathlib import Path
@@ -97,3 +98,66 @@ def test_secrets_by_reference_reach_the_script_and_nothing_else(backend, tmp_pat
         assert secret not in stored
         assert secret not in task_log
         assert not [path for path, data in files.items() if secret.encode() in data]
+
+
+@pytest.mark.cluster
+def test_secrets_by_reference_on_kubernetes_live_only_in_the_jobs_secret(
+        tmp_path, monkeypatch, capfd, kube_namespace, kube_admin):
+    """kubernetes on the real control plane (kwok plays the kubelet, so no script runs: that the script sees the
+    values is shown on the real node, tests/integration/test_kubernetes_real_node_secrets.py). The values are in the
+    Secret owned by the Job and nowhere else: not XCom, rendered fields, task log, job root, nor the Job/Pod JSON."""
+    import base64
+
+    core, batch, api = kube_admin["core"], kube_admin["batch"], kube_admin["api"]
+    token, password = f"tok-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AIRFLOW_VAR_WANDB_KEY", token)
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", json.dumps(
+        {"conn_type": "postgres", "host": "db.internal", "login": "trainer", "password": password}))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(SCRIPT)
+    job_name = "secrets-kubernetes"
+    conf = {"job_name": job_name, "backend": "kubernetes", "image_uri": "training-base:latest",
+            "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "models"),
+            "resources": {"cpu": "1", "memory": "1Gi"}, "kubernetes": {"keep_finished_jobs": True},
+            "environment": {"WANDB_API_KEY": {"variable": "wandb_key"},
+                            "DB_PASSWORD": {"connection": "warehouse", "field": "password"}, "PLAIN": "visible"}}
+    result = run_dag(load_dag("training_job.py", "training_job"), conf)
+    state, states, _ = result
+    log = capfd.readouterr()
+    assert state == "success", (states, log.out[-3000:])
+
+    job = batch.read_namespaced_job(job_name, kube_namespace)
+    pods = core.list_namespaced_pod(kube_namespace, label_selector=f"job-name={job_name}").items
+    secret = core.read_namespaced_secret(f"{job_name}-env", kube_namespace)
+    assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {
+        "WANDB_API_KEY": token, "DB_PASSWORD": password}
+    assert [o.uid for o in secret.metadata.owner_references] == [job.metadata.uid]
+    env = {e.name: e for e in pods[0].spec.containers[0].env}
+    assert env["PLAIN"].value == "visible"
+    assert {n: (env[n].value_from.secret_key_ref.name, env[n].value_from.secret_key_ref.key)
+            for n in ("WANDB_API_KEY", "DB_PASSWORD")} == {
+        "WANDB_API_KEY": (f"{job_name}-env", "WANDB_API_KEY"), "DB_PASSWORD": (f"{job_name}-env", "DB_PASSWORD")}
+
+    stored = stored_run_data(result.run_id)
+    assert "wandb_key" in stored and "warehouse" in stored
+    workspace = Path(os.environ["AIRFLOW__TRAINING__WORKSPACE"])
+    files = files_under(workspace / "jobs" / job_name, tmp_path / "models")
+    assert files, "the job root was not found"
+    task_log = log.out + log.err
+    assert f"Secrets DB_PASSWORD, WANDB_API_KEY: in Secret {kube_namespace}/{job_name}-env" in task_log
+    kube_objects = json.dumps([api.sanitize_for_serialization(o) for o in (job, *pods)])
+    for secret_value in (token, password):
+        assert secret_value not in stored
+        assert secret_value not in task_log
+        assert secret_value not in kube_objects
+        assert not [path for path, data in files.items() if secret_value.encode() in data]
+
+    # Deleting the Job (as the TTL controller or kubectl would) deletes its Secret: the garbage collector.
+    batch.delete_namespaced_job(job_name, kube_namespace, propagation_policy="Background")
+    deadline = time.monotonic() + 30
+    from operators.kubernetes_names import JOB_LABEL
+
+    while core.list_namespaced_secret(kube_namespace, label_selector=f"{JOB_LABEL}={job_name}").items:
+        assert time.monotonic() < deadline, "the Secret outlived its Job"
+        time.sleep(0.2)

@@ -168,6 +168,10 @@ def test_references_travel_as_references():
                        ({"connection": "c", "field": "passwd"}, "field")):
         with pytest.raises(SpecError, match=words):
             validate_spec({**BASE, "environment": {"K": bad}})
+    # kubernetes delivers references too (a Secret owned by the Job); the same name twice is refused
+    assert set(validate_spec({**BASE, "backend": "kubernetes", "image_uri": "img",
+                              "environment": {"K": {"variable": "v"}}}).secret_references()) == {"K"}
     with pytest.raises(SpecError, match="kubernetes.secret_env") as err:
-        validate_spec({**BASE, "backend": "kubernetes", "environment": {"K": {"variable": "v"}}})
+        validate_spec({**BASE, "backend": "kubernetes", "image_uri": "img", "environment": {"K": {"variable": "v"}},
+                       "kubernetes": {"secret_env": {"K": "s/k"}}})
     assert err.value.field == "environment.K"
