@@ -246,6 +246,7 @@ class KubernetesLauncherHook(BaseHook):
             image_pull_grace_seconds=options.image_pull_grace_seconds,
             propagation_policy=options.propagation_policy,
             metric_definitions=[dict(m) for m in request.metric_definitions],
+            has_secret=bool(request.secret_env),
             **self._kubeconfig_file(),
         )
 

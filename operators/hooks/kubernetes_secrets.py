@@ -62,6 +62,22 @@ def secret_manifest(name: str, namespace: str, values: Mapping[str, str], labels
     }
 
 
+async def read_values_async(hook: Any, name: str, namespace: str) -> dict[str, str]:
+    """The values in the Job's Secret, through the provider's AsyncKubernetesHook (the trigger masks them in the pod
+    logs it streams: the triggerer never saw the worker's masker). {} when it is gone."""
+    from kubernetes_asyncio.client import CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    async with hook.get_conn() as api:
+        try:
+            secret = await CoreV1Api(api).read_namespaced_secret(name=secret_name(name), namespace=namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return {}
+            raise api_error(f"read Secret {secret_name(name)}", namespace, err) from None
+    return {key: base64.b64decode(value).decode(errors="replace") for key, value in (secret.data or {}).items()}
+
+
 class JobSecret:
     """The Secret of one training job, through the sync CoreV1Api `core`."""
 

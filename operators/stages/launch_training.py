@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -83,7 +84,7 @@ class LaunchTrainingOperator(JobStageOperator):
             values = resolve_references(self.spec.secret_references())
         except SpecError as err:  # removed since the first task checked it: fix it, retrying will not help
             raise AirflowFailException(f"invalid job spec: {err}") from None
-        self._secrets = [v for v in values.values() if len(v) >= 4]  # shorter ones would mask ordinary words
+        self._secrets = list(values.values())
         return values
 
     def _metrics(self):
@@ -143,6 +144,11 @@ class LaunchTrainingOperator(JobStageOperator):
         from operators.hooks.launcher import LaunchRequest
 
         req = LaunchRequest.from_dict(request) if request else self.launch_request()
+        if self.spec.secret_references():  # a new process after the deferral: mask the values in what follows
+            try:
+                self._secret_values()
+            except Exception as err:  # noqa: BLE001 - the training is over; its result matters more
+                self.log.warning("Could not read the secrets by reference again to mask them: %s", err)
         metrics = self._metrics()
         for name, points in (event.get("metrics") or {}).items():  # matched in the triggerer as the log streamed
             metrics.series[name] = list(points)
@@ -157,14 +163,14 @@ class LaunchTrainingOperator(JobStageOperator):
         live = os.path.join(self.layout.output_dir, "metrics.json")
         last_write = [0.0]
 
-        secrets = sorted(getattr(self, "_secrets", ()), key=len, reverse=True)
+        from operators.hooks.secret_refs import redactor
+
+        # Airflow's masker redacts registered secrets in real task runs; masking here too keeps the user's output
+        # clean wherever the task logs to (dag.test() logs in-process without the redactor).
+        redact = redactor(getattr(self, "_secrets", ()))
 
         def on_line(line: str) -> None:
-            # Airflow's masker redacts registered secrets in real task runs; masking here too keeps the user's
-            # output clean wherever the task logs to (dag.test() logs in-process without the redactor).
-            for secret in secrets:
-                if secret in line:
-                    line = line.replace(secret, "***")
+            line = redact(line)
             self.log.info("%s", line)
             metrics.feed(line)
             if metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
@@ -193,7 +199,12 @@ class LaunchTrainingOperator(JobStageOperator):
         if result.succeeded:
             self.log.info("Training %s succeeded; final metrics: %s", self.spec.job_name, metrics.final() or "none")
             return summary
-        # The runtime's own reason stays; else (timeout, eviction, ...) the launcher's.
+        # The runtime's own reason stays; else (timeout, eviction, ...) the launcher's (a pod's termination message
+        # is its last log lines: they may show a secret).
+        from operators.hooks.secret_refs import redactor
+
+        if result.failure_reason:
+            result = replace(result, failure_reason=redactor(getattr(self, "_secrets", ()))(result.failure_reason))
         record_failure(self.layout.root, str(result.failure_reason))
         self._record_outcome(summary)
         message = f"training job {self.spec.job_name} failed ({result.failure_class}): {result.failure_reason}"

@@ -31,6 +31,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         metric_definitions: list[dict[str, str]] | None = None,
         kube_config_path: str | None = None,
         cluster_context: str | None = None,
+        has_secret: bool = False,
     ):
         super().__init__()
         # Where the connection names a kubeconfig file (a path: no secret), the trigger carries it: the
@@ -46,6 +47,9 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.image_pull_grace_seconds = image_pull_grace_seconds
         self.propagation_policy = propagation_policy
+        # The Job has a Secret of secrets by reference (operators/hooks/kubernetes_secrets.py): its values are read
+        # here, in the triggerer, and masked in the lines streamed from the pods; only this flag is serialized.
+        self.has_secret = has_secret
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -61,6 +65,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "metric_definitions": self.metric_definitions,
                 "kube_config_path": self.kube_config_path,
                 "cluster_context": self.cluster_context,
+                "has_secret": self.has_secret,
             },
         )
 
@@ -79,8 +84,10 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
 
         # The log streams here, not in the worker: metrics are matched as lines pass and travel in the event.
         metrics = MetricCollector(self.metric_definitions)
+        redact = await self._redactor()
 
         def emit(line: str) -> None:
+            line = redact(line)
             self.log.info("%s", line)
             metrics.feed(line)
 
@@ -96,6 +103,24 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         event = dict(await watch.run())
         event["metrics"] = metrics.series
         yield TriggerEvent(event)
+
+    async def _redactor(self):
+        from operators.hooks.secret_refs import redactor
+
+        if not self.has_secret:
+            return redactor(())
+        from airflow.sdk.log import mask_secret
+
+        from operators.hooks.kubernetes_secrets import read_values_async
+
+        try:
+            values = await read_values_async(self._hook(), self.name, self.namespace)
+        except Exception as err:  # noqa: BLE001 - waiting matters more; say that lines may show the values
+            self.log.warning("Could not read the Job's Secret to mask its values in the pod logs: %s", err)
+            values = {}
+        for key, value in values.items():
+            mask_secret(value, key)
+        return redactor(values.values())
 
     async def on_kill(self) -> None:
         """The user marked the deferred task failed/success or cleared it: leave nothing running."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dag_runner import load_dag, run_dag
+from real_node import real_admin, real_cluster, real_namespace  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -100,15 +101,15 @@ def test_secrets_by_reference_reach_the_script_and_nothing_else(backend, tmp_pat
         assert not [path for path, data in files.items() if secret.encode() in data]
 
 
-@pytest.mark.cluster
-def test_secrets_by_reference_on_kubernetes_live_only_in_the_jobs_secret(
-        tmp_path, monkeypatch, capfd, kube_namespace, kube_admin):
-    """kubernetes on the real control plane (kwok plays the kubelet, so no script runs: that the script sees the
-    values is shown on the real node, tests/integration/test_kubernetes_real_node_secrets.py). The values are in the
-    Secret owned by the Job and nowhere else: not XCom, rendered fields, task log, job root, nor the Job/Pod JSON."""
+def kubernetes_case(tmp_path, monkeypatch, capfd, namespace: str, admin: dict, job_name: str, image: str) -> tuple:
+    """One training_job run on kubernetes with a Variable and a connection password by reference: checks that the
+    values are in the Secret owned by the Job and nowhere else (XCom, rendered fields, task log, job root, artifacts,
+    the Job/Pod JSON), that deleting the Job deletes the Secret; returns (token, password, models dir, task log)."""
     import base64
 
-    core, batch, api = kube_admin["core"], kube_admin["batch"], kube_admin["api"]
+    from operators.kubernetes_names import JOB_LABEL
+
+    core, batch, api = admin["core"], admin["batch"], admin["api"]
     token, password = f"tok-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"
     monkeypatch.setenv("AIRFLOW_VAR_WANDB_KEY", token)
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", json.dumps(
@@ -116,20 +117,21 @@ def test_secrets_by_reference_on_kubernetes_live_only_in_the_jobs_secret(
     code = tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text(SCRIPT)
-    job_name = "secrets-kubernetes"
-    conf = {"job_name": job_name, "backend": "kubernetes", "image_uri": "training-base:latest",
+    conf = {"job_name": job_name, "backend": "kubernetes", "image_uri": image,
             "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "models"),
-            "resources": {"cpu": "1", "memory": "1Gi"}, "kubernetes": {"keep_finished_jobs": True},
+            "resources": {"cpu": "1", "memory": "512Mi"}, "kubernetes": {"keep_finished_jobs": True},
             "environment": {"WANDB_API_KEY": {"variable": "wandb_key"},
                             "DB_PASSWORD": {"connection": "warehouse", "field": "password"}, "PLAIN": "visible"}}
+    started = time.monotonic()
     result = run_dag(load_dag("training_job.py", "training_job"), conf)
+    seconds = time.monotonic() - started
     state, states, _ = result
     log = capfd.readouterr()
     assert state == "success", (states, log.out[-3000:])
 
-    job = batch.read_namespaced_job(job_name, kube_namespace)
-    pods = core.list_namespaced_pod(kube_namespace, label_selector=f"job-name={job_name}").items
-    secret = core.read_namespaced_secret(f"{job_name}-env", kube_namespace)
+    job = batch.read_namespaced_job(job_name, namespace)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job_name}").items
+    secret = core.read_namespaced_secret(f"{job_name}-env", namespace)
     assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {
         "WANDB_API_KEY": token, "DB_PASSWORD": password}
     assert [o.uid for o in secret.metadata.owner_references] == [job.metadata.uid]
@@ -145,7 +147,7 @@ def test_secrets_by_reference_on_kubernetes_live_only_in_the_jobs_secret(
     files = files_under(workspace / "jobs" / job_name, tmp_path / "models")
     assert files, "the job root was not found"
     task_log = log.out + log.err
-    assert f"Secrets DB_PASSWORD, WANDB_API_KEY: in Secret {kube_namespace}/{job_name}-env" in task_log
+    assert f"Secrets DB_PASSWORD, WANDB_API_KEY: in Secret {namespace}/{job_name}-env" in task_log
     kube_objects = json.dumps([api.sanitize_for_serialization(o) for o in (job, *pods)])
     for secret_value in (token, password):
         assert secret_value not in stored
@@ -154,10 +156,37 @@ def test_secrets_by_reference_on_kubernetes_live_only_in_the_jobs_secret(
         assert not [path for path, data in files.items() if secret_value.encode() in data]
 
     # Deleting the Job (as the TTL controller or kubectl would) deletes its Secret: the garbage collector.
-    batch.delete_namespaced_job(job_name, kube_namespace, propagation_policy="Background")
+    batch.delete_namespaced_job(job_name, namespace, propagation_policy="Background")
     deadline = time.monotonic() + 30
-    from operators.kubernetes_names import JOB_LABEL
-
-    while core.list_namespaced_secret(kube_namespace, label_selector=f"{JOB_LABEL}={job_name}").items:
+    while core.list_namespaced_secret(namespace, label_selector=f"{JOB_LABEL}={job_name}").items:
         assert time.monotonic() < deadline, "the Secret outlived its Job"
         time.sleep(0.2)
+    print(f"\nsecrets by reference on kubernetes ({job_name}): DAG run {seconds:.1f}s")
+    return token, password, tmp_path / "models", task_log
+
+
+@pytest.mark.cluster
+def test_secrets_by_reference_on_kubernetes_live_only_in_the_jobs_secret(
+        tmp_path, monkeypatch, capfd, kube_namespace, kube_admin):
+    """kubernetes on the real control plane; kwok plays the kubelet, so no script runs here (the real node test
+    below shows the script sees the values)."""
+    kubernetes_case(tmp_path, monkeypatch, capfd, kube_namespace, kube_admin, "secrets-kubernetes",
+                    "training-base:latest")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # also brings a control plane and a real node up (image import included)
+def test_secrets_by_reference_reach_the_script_on_a_real_node(tmp_path, monkeypatch, capfd, real_namespace,
+                                                              real_admin):
+    """The same on a real node (containerd + kubelet): the training script reads both values from its environment
+    (the kubelet resolved the secretKeyRefs) and prints them; the task log shows them masked."""
+    from real_node import IMAGE
+
+    token, password, models, task_log = kubernetes_case(tmp_path, monkeypatch, capfd, real_namespace, real_admin,
+                                                        "secrets-real", IMAGE)
+    with tarfile.open(models / "secrets-real" / "output" / "model.tar.gz") as tar:
+        seen = json.load(tar.extractfile("model.json"))
+    assert seen == {"token": hashlib.sha256(token.encode()).hexdigest(),
+                    "password": hashlib.sha256(password.encode()).hexdigest()}
+    assert "token is ***, password is ***" in task_log
