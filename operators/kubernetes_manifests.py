@@ -42,12 +42,12 @@ from operators.kubernetes_names import (
     ORIGINAL_NAME_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     is_env_var_name,
-    is_quantity,
     job_labels,
     kube_name,
     selector_labels,
 )
 from operators.kubernetes_options import KubernetesJobOptions
+from operators.quantities import is_quantity
 
 CONTAINER_NAME = "train"
 WORKSPACE_VOLUME = "workspace"

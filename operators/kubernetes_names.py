@@ -23,6 +23,7 @@ from operators.job_names import (  # noqa: F401  (re-exported: the names every b
     is_dns1035_label,
     resource_name,
 )
+from operators.quantities import is_quantity  # noqa: F401  (re-exported: the one quantity parser)
 
 SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
 MANAGED_BY = "airflow-training-jobs"
@@ -31,7 +32,6 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
@@ -52,11 +52,6 @@ def is_label_key(key: str) -> bool:
     if prefix and not is_dns1123_subdomain(prefix):
         return False
     return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
-
-
-def is_quantity(value: str) -> bool:
-    """A Kubernetes resource quantity: 2, 500m, 1.5, 8Gi, 1e3."""
-    return bool(_QUANTITY.match(value))
 
 
 def is_env_var_name(name: str) -> bool:

@@ -25,8 +25,8 @@ from operators.kubernetes_names import (
     is_env_var_name,
     is_label_key,
     is_label_value,
-    is_quantity,
 )
+from operators.quantities import is_quantity
 
 OPTION_KEYS = KUBERNETES_OPTION_KEYS
 

@@ -45,8 +45,8 @@ class Strict(BaseModel):
 
 
 def _quantity(value: Any, what: str, example: str) -> str | None:
-    """A Kubernetes quantity (kubernetes.utils.parse_quantity, the one parser) kept as the user wrote it."""
-    from kubernetes.utils import parse_quantity
+    """A Kubernetes quantity (operators/quantities.py, the one parser) kept as the user wrote it."""
+    from operators.quantities import parse_quantity
 
     if value is None or value == "":
         return None
@@ -54,7 +54,7 @@ def _quantity(value: Any, what: str, example: str) -> str | None:
         raise spec_error(f"{json_text(value)} is not a {what} quantity (e.g. {example})")
     try:
         number = parse_quantity(value)
-    except (ValueError, TypeError):
+    except ValueError:
         raise spec_error(f"{json_text(value)} is not a {what} quantity (e.g. {example})") from None
     if number <= 0:
         raise spec_error(f"must be > 0, got {json_text(value)}")

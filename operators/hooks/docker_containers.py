@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
+from decimal import Decimal
 from typing import Any, Sequence
 
 from operators.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root, looks_like_secret
 from operators.hooks.launcher import LaunchRequest
 from operators.job_names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION
 from operators.job_names import resource_name as kube_name
+from operators.quantities import parse_quantity
 
 SECRETS_FILE = "/run/training-secrets/env.json"  # where a container finds its credentials file (read-only)
 # argv: FILE COMMAND... ; a JSON object of variables -> values, loaded before COMMAND replaces this process.
@@ -29,17 +30,13 @@ ENV_FILE_WRAPPER = (
 )
 
 INDEX_LABEL = "airflow-training-jobs/host-index"
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 10**-3, "": 1}
-
-
-def quantity(value: Any, field_name: str) -> float:
-    """A Kubernetes quantity ('16Gi', '500m', 2) as a number, so one spec serves both backends."""
-    match = re.match(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([KMGTPE]i|[kMGTPEm]?)\s*$", str(value))
-    if isinstance(value, bool) or not match:
-        raise ValueError(f"resources.{field_name} is {value!r}; write e.g. cpu: 2 or '500m', memory: '8Gi'")
-    number, suffix = float(match.group(1)), match.group(2)
-    return number * (_BINARY.get(suffix) or _DECIMAL[suffix])
+def quantity(value: Any, field_name: str) -> Decimal:
+    """A Kubernetes quantity ('16Gi', '500m', 2) as a number (operators/quantities.py), so one spec serves both
+    backends."""
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        raise ValueError(f"resources.{field_name} is {value!r}; write e.g. cpu: 2 or '500m', memory: '8Gi'") from None
 
 
 def container_name(job_name: str, index: int) -> str:
@@ -121,7 +118,7 @@ def container_configs(
         "Init": True,  # reaps the training's zombie processes and forwards SIGTERM
     }
     if resources.get("cpu"):
-        host_config["NanoCpus"] = int(quantity(resources["cpu"], "cpu") * 1e9)
+        host_config["NanoCpus"] = int(quantity(resources["cpu"], "cpu") * 10**9)
     if resources.get("memory"):
         host_config["Memory"] = int(quantity(resources["memory"], "memory"))
     gpus = resources.get("gpu") or 0
