@@ -19,31 +19,32 @@ def _get(section: str, key: str, fallback: str) -> str:
     return fallback if value is None else str(value)
 
 
-def _get_json(section: str, key: str, fallback: Any) -> Any:
+# Airflow's own getters (getjson, getint, getfloat, getboolean: the AIRFLOW__<SECTION>__<KEY> variables and secrets
+# backends come with them); an empty value means the default, and a bad one is one line naming the setting.
+def _typed(getter: str, what: str, section: str, key: str, fallback: Any) -> Any:
     if not _get(section, key, "").strip():
         return fallback
     try:
-        return _conf().getjson(section, key, fallback=fallback)
-    except Exception as err:  # AirflowConfigException: the value is not JSON
-        raise ValueError(f"airflow.cfg [{section}] {key} is not valid JSON ({err}); fix the setting") from None
+        return getattr(_conf(), getter)(section, key, fallback=fallback)
+    except Exception:  # AirflowConfigException, whose message repeats the raw value
+        raw = _get(section, key, "")
+        raise ValueError(f"airflow.cfg [{section}] {key} must be {what}, got {raw!r}; fix the setting") from None
+
+
+def _get_json(section: str, key: str, fallback: Any) -> Any:
+    return _typed("getjson", "valid JSON", section, key, fallback)
 
 
 def _get_int(section: str, key: str, fallback: int, minimum: int | None = None) -> int:
-    raw = _get(section, key, "").strip()
-    try:
-        value = int(raw) if raw else fallback
-    except ValueError:
-        value = None
-    if value is None or (minimum is not None and value < minimum):
-        bound = f" >= {minimum}" if minimum is not None else ""
-        raise ValueError(f"airflow.cfg [{section}] {key} must be an integer{bound}, got {raw!r}") from None
+    what = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+    value = _typed("getint", what, section, key, fallback)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"airflow.cfg [{section}] {key} must be {what}, got {_get(section, key, '')!r}")
     return value
 
 
 def _get_bool(section: str, key: str, fallback: bool) -> bool:
-    if not _get(section, key, "").strip():
-        return fallback
-    return _conf().getboolean(section, key, fallback=fallback)
+    return _typed("getboolean", "true or false", section, key, fallback)
 
 
 def _get_list(section: str, key: str) -> tuple[str, ...]:
@@ -51,13 +52,9 @@ def _get_list(section: str, key: str) -> tuple[str, ...]:
 
 
 def _get_float(section: str, key: str, fallback: float) -> float:
-    raw = _get(section, key, "").strip()
-    try:
-        value = float(raw) if raw else fallback
-    except ValueError:
-        value = -1.0
+    value = _typed("getfloat", "a number >= 0", section, key, fallback)
     if value < 0:
-        raise ValueError(f"airflow.cfg [{section}] {key} must be a number >= 0, got {raw!r}")
+        raise ValueError(f"airflow.cfg [{section}] {key} must be a number >= 0, got {_get(section, key, '')!r}")
     return value
 
 
@@ -167,7 +164,6 @@ def training_settings() -> TrainingSettings:
 
 def kubernetes_settings() -> KubernetesSettings:
     s = "training.kubernetes"
-    secrets = tuple(x.strip() for x in _get(s, "image_pull_secrets", "").split(",") if x.strip())
     return KubernetesSettings(
         conn_id=_get(s, "conn_id", "kubernetes_default"),
         namespace=_get(s, "namespace", "default"),
@@ -175,7 +171,7 @@ def kubernetes_settings() -> KubernetesSettings:
         workspace_storage_class=_get(s, "workspace_storage_class", ""),
         service_account=_get(s, "service_account", ""),
         image_pull_policy=_get(s, "image_pull_policy", "IfNotPresent"),
-        image_pull_secrets=secrets,
+        image_pull_secrets=_get_list(s, "image_pull_secrets"),
         priority_class=_get(s, "priority_class", ""),
         node_selector=_get_json(s, "node_selector", {}),
         tolerations=_get_json(s, "tolerations", []),
@@ -192,3 +188,8 @@ def docker_settings() -> DockerSettings:
         docker_url=_get(s, "docker_url", "unix://var/run/docker.sock") or "unix://var/run/docker.sock",
         docker_conn_id=_get(s, "docker_conn_id", "").strip(),
     )
+
+
+def sdk_code_max_bytes() -> int:
+    """[training] sdk_code_max_bytes: the largest code archive the SDK's staging endpoint accepts (64 MiB)."""
+    return _get_int("training", "sdk_code_max_bytes", 64 * 1024 * 1024, minimum=1)

@@ -20,7 +20,6 @@ import tempfile
 from airflow.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/training-sdk"
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -28,9 +27,9 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _max_bytes() -> int:
-    from airflow.configuration import conf
+    from operators.settings import sdk_code_max_bytes  # [training] is read in one place
 
-    return int(conf.get("training", "sdk_code_max_bytes", fallback=str(DEFAULT_MAX_BYTES)) or DEFAULT_MAX_BYTES)
+    return sdk_code_max_bytes()
 
 
 @functools.cache

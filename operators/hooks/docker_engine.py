@@ -4,7 +4,6 @@ and what the containers' final states mean (:func:`job_result`)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, Mapping
 
 from operators.hooks.docker_containers import job_addresses, job_labels
@@ -44,36 +43,40 @@ def ensure_image(client, image: str, grace_seconds: float, on_line: LineCallback
 
 
 def pull(client, image: str, grace_seconds: float, on_line: LineCallback) -> LaunchResult | None:
-    """Pull the image; wait out a registry rate limit for a while, fail fast on anything definite."""
+    """Pull the image; wait out a registry rate limit for a while (tenacity: doubling waits up to a minute, no attempt
+    past the grace), fail fast on anything definite."""
     from docker.errors import APIError
+    from tenacity import Retrying, retry_if_result, stop_before_delay, wait_exponential
 
-    deadline = time.monotonic() + grace_seconds
-    delay = 1.0
-    said = False
-    while True:
-        error = None
+    def pull_once() -> str | None:
+        """None when pulled, else the registry's error."""
         try:
             for message in client.pull(image, stream=True, decode=True):
                 if isinstance(message, dict) and message.get("error"):
-                    error = str(message["error"])
-                    break
+                    return str(message["error"])
         except APIError as err:
-            error = str(err.explanation or err)
-        if error is None:
-            return None
-        if not is_rate_limited(error):  # not found, denied, invalid: retrying will not help
-            return image_failure(image, error)
-        if time.monotonic() >= deadline:
-            grace = int(grace_seconds)
-            return image_failure(image, f"still rate-limited after {grace} s: {error}")
+            return str(err.explanation or err)
+        return None
+
+    said: list[bool] = []
+
+    def say_once(state) -> None:
         if not said:
-            on_line(
-                f"[docker] the registry refuses to serve {image} for now ({error}); retrying for up to "
-                f"{int(grace_seconds)} s"
-            )
-            said = True
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 60)
+            said.append(True)
+            on_line(f"[docker] the registry refuses to serve {image} for now ({state.outcome.result()}); retrying "
+                    f"for up to {int(grace_seconds)} s")
+
+    error = Retrying(
+        retry=retry_if_result(lambda error: error is not None and is_rate_limited(error)),
+        wait=wait_exponential(min=1, max=60), stop=stop_before_delay(grace_seconds), before_sleep=say_once,
+        retry_error_callback=lambda state: state.outcome.result(),  # the last answer, not a RetryError
+    )(pull_once)
+    if error is None:
+        return None
+    if not is_rate_limited(error):  # not found, denied, invalid: retrying will not help
+        return image_failure(image, error)
+    return image_failure(image, f"still rate-limited after {int(grace_seconds)} s: {error}")
+
 
 def image_failure(image: str, error: str) -> LaunchResult:
     return LaunchResult(
