@@ -175,6 +175,53 @@ def test_pack_directory_roundtrip_is_sorted_relative_and_deterministic(tmp_path)
     assert (tmp_path / "unpacked" / "empty").is_dir()
 
 
+def test_pack_directory_is_one_standard_gzip_member_whatever_the_thread_count(tmp_path):
+    import gzip
+    import random
+
+    src = tmp_path / "model"
+    src.mkdir()
+    rng = random.Random(3)
+    (src / "weights.bin").write_bytes(rng.randbytes(3 * 1024 * 1024 + 17))  # incompressible: stored blocks
+    (src / "log.txt").write_text("step loss\n" * 300_000)  # compressible, several 1 MiB blocks
+    archives = []
+    for threads in (1, 3):
+        out = tmp_path / f"t{threads}.tar.gz"
+        pack_directory(str(src), str(out), threads=threads)
+        archives.append(out.read_bytes())
+    assert archives[0] == archives[1]  # block boundaries depend on the bytes, not on the threads
+    data = archives[0]
+    # gzip, deflate, no name, mtime 0 (bytes 8-9, XFL and OS, only inform: isal 1.9 writes them swapped)
+    assert data[:8] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00"
+    assert len(data) < 3 * 1024 * 1024 + 300_000  # the log compressed, the random data stored (not grown)
+    with gzip.open(tmp_path / "t1.tar.gz") as fh:  # Python's own reader checks CRC-32 and length
+        stream = fh.read()
+    with tarfile.open(fileobj=io.BytesIO(stream)) as tf:
+        assert tf.extractfile("weights.bin").read() == (src / "weights.bin").read_bytes()
+
+
+def test_a_failed_pack_sends_no_trailer_to_the_sink(tmp_path, monkeypatch):
+    from operators import safe_tar
+
+    src = tmp_path / "model"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    (src / "b.bin").write_bytes(b"b" * 10)
+    real_open, seen = open, []
+
+    def failing_open(path, *args, **kwargs):
+        if str(path).endswith("b.bin"):
+            raise OSError("disk gone")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(safe_tar, "open", failing_open, raising=False)
+    with pytest.raises(OSError, match="disk gone"):
+        pack_directory(str(src), str(tmp_path / "out.tar.gz"), sink=seen.append)
+    sent = b"".join(seen)
+    assert sent[:2] == b"\x1f\x8b" and len(sent) < 2 * 1024 * 1024 + 200  # no last block, no trailer after it
+    assert not list(tmp_path.glob("out.tar.gz*")) and not list(tmp_path.glob(".out.tar.gz*"))
+
+
 def test_pack_directory_into_itself_skips_the_archive(tmp_path):
     src = tmp_path / "output"
     src.mkdir()
