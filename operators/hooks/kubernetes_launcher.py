@@ -50,6 +50,7 @@ from operators.hooks.kubernetes_workspace import (
 )
 from operators.hooks.launcher import (
     DEFAULT_MASTER_PORT,
+    PLATFORM_ERROR,
     Capabilities,
     LaunchRequest,
     LaunchResult,
@@ -286,6 +287,11 @@ class KubernetesLauncherHook(BaseHook):
                     "its success marker says it succeeded")
             return LaunchResult(succeeded=True, exit_code=0)
         self._catch_up_logs(request, event, on_line)
+        if event.get("job_missing") and getattr(self, "_stopped", False):
+            # stop() (on_kill, early stopping) deleted it while run() watched: say so, not "deleted outside Airflow".
+            return LaunchResult(succeeded=False, failure_class=PLATFORM_ERROR,
+                                failure_reason=f"stopped by this task (killed, or stopped early): Job {name} and its "
+                                               "pods were deleted")
         if event["status"] == "success":
             on_line(f"[kubernetes] Job {name} completed on {request.instance_count} host(s)")
             return LaunchResult(succeeded=True, exit_code=0)
@@ -305,6 +311,7 @@ class KubernetesLauncherHook(BaseHook):
     def stop(self, request: LaunchRequest) -> None:
         """on_kill: delete the Job, its pods and the Service; what is already gone is fine."""
         options = self.options(request)
+        self._stopped = True
         self._delete(kube_name(request.job_name), options.namespace, options.propagation_policy)
 
     # ---- helpers --------------------------------------------------------------------------------------

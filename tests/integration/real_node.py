@@ -4,6 +4,8 @@ containerd + runc, CNI bridge, the kubelet, CoreDNS), so pods really run the tra
 - `real_cluster` (module): the cluster of `make cluster NODE=real` when TRAINING_CLUSTER_DIR names one with a
   running real node, else a private control plane and node for the module, stopped at its end.
 - `real_namespace`: a fresh restricted namespace with the workspace claim, Airflow pointed at it.
+- `pod_s3_endpoint`: the session's MinIO (loopback only) as pods reach it: a TCP relay listening on the node's bridge
+  gateway address (the pods' default route and the node's own address; nothing outside the machine reaches it).
 
 Skips, with the reason, only when this machine cannot run a node (not root, no containerd/runc/CNI plugins, no
 Docker engine to copy the images from) or when the binaries or the image are not built (make test builds them).
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +45,7 @@ def _missing(bin_dir: Path, node: RealNode) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one cluster for every real-node module
 def real_cluster(tmp_path_factory):
     reason = cannot_run_reason()
     if reason:
@@ -70,7 +74,7 @@ def real_cluster(tmp_path_factory):
         cluster.down()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_admin(real_cluster):
     from kubernetes import client, config
 
@@ -90,3 +94,48 @@ def real_namespace(real_cluster, real_admin, monkeypatch) -> str:
     yield namespace
     core.delete_namespace(namespace)
     core.delete_persistent_volume(namespace)
+
+
+class TcpRelay:
+    """Accepts on (host, free port) and pipes each connection to a loopback port, both ways."""
+
+    def __init__(self, host: str, target_port: int):
+        self.target_port = target_port
+        self.server = socket.create_server((host, 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.fixture(scope="session")
+def pod_s3_endpoint(real_cluster, s3_server) -> str:
+    """http://<bridge gateway>:<port>: the session's MinIO as the pods reach it (see the module docstring)."""
+    _, node = real_cluster
+    relay = TcpRelay(node.state()["gateway"], s3_server.port)
+    yield f"http://{node.state()['gateway']}:{relay.port}"
+    relay.close()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from real_node import IMAGE, real_admin, real_cluster, real_namespace  # noqa: F401
+from real_node import IMAGE, pod_s3_endpoint, real_admin, real_cluster, real_namespace  # noqa: F401
 from test_kubernetes_local_cluster_dag import dags_test
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
@@ -156,3 +156,92 @@ def test_memory_limit_is_a_real_oom_kill(real_namespace, conf):
                                             timeout=300)
     assert state == "failed" and states["launch_training"] == "failed", states
     assert "resources.memory" in output, output[-4000:]
+
+
+# The image has no boto3: the script signs its S3 request (AWS Signature V4) with the standard library, as an SDK would.
+S3_READER = """\
+import datetime, hashlib, hmac, os, urllib.request
+
+def s3_get(endpoint, bucket, key):
+    host, now = endpoint.split("://")[1], datetime.datetime.now(datetime.timezone.utc)
+    stamp, day, empty = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d"), hashlib.sha256(b"").hexdigest()
+    signed = "host;x-amz-content-sha256;x-amz-date"
+    request = f"GET\\n/{bucket}/{key}\\n\\nhost:{host}\\nx-amz-content-sha256:{empty}\\nx-amz-date:{stamp}\\n\\n{signed}\\n{empty}"
+    scope = f"{day}/us-east-1/s3/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\\n{stamp}\\n{scope}\\n{hashlib.sha256(request.encode()).hexdigest()}"
+    k = ("AWS4" + os.environ["AWS_SECRET_ACCESS_KEY"]).encode()
+    for part in (day, "us-east-1", "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    auth = (f"AWS4-HMAC-SHA256 Credential={os.environ['AWS_ACCESS_KEY_ID']}/{scope}, SignedHeaders={signed}, "
+            f"Signature={signature}")
+    headers = {"x-amz-date": stamp, "x-amz-content-sha256": empty, "Authorization": auth}
+    with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}/{key}", headers=headers), timeout=20) as r:
+        return r.read().decode()
+
+channel = os.environ["SM_CHANNEL_TRAIN"]
+for name in sorted(os.listdir(channel)):
+    print(f"channel file {name}: {open(os.path.join(channel, name)).read().strip()}", flush=True)
+print("read from S3 with the Secret's credentials: " + s3_get(os.environ["S3_ENDPOINT"], os.environ["BUCKET"],
+                                                              "extra/notes.txt"), flush=True)
+"""
+
+
+def test_s3_channel_and_credentials_from_a_secret(real_namespace, real_admin, conf, storage_connections, object_store,
+                                                  s3_server, pod_s3_endpoint):
+    # The worker fetches the channel (aws_default) into the workspace cache; the pod mounts it read-only. The
+    # script's own S3 access uses credentials that reach the pod only through a Kubernetes Secret (secretKeyRef).
+    bucket = object_store.bucket("real")
+    for i in range(3):
+        object_store.put(bucket, f"data/part-{i}.csv", f"rows of part {i}".encode())
+    object_store.put(bucket, "extra/notes.txt", b"notes only the pod reads")
+    real_admin["core"].create_namespaced_secret(real_namespace, {
+        "metadata": {"name": "s3-credentials"},
+        "stringData": {"access_key": s3_server.access_key, "secret_key": s3_server.secret_key}})
+    job = conf("real-s3", S3_READER, inputs={"train": f"s3://{bucket}/data/"},
+               environment={"S3_ENDPOINT": pod_s3_endpoint, "BUCKET": bucket},
+               kubernetes={"keep_finished_jobs": True, "secret_env": {
+                   "AWS_ACCESS_KEY_ID": "s3-credentials/access_key",
+                   "AWS_SECRET_ACCESS_KEY": "s3-credentials/secret_key"}})
+    state, states, _, output, seconds = dags_test(job, timeout=300)
+    assert state == "success", (states, output[-4000:])
+    for i in range(3):
+        assert f"channel file part-{i}.csv: rows of part {i}" in output
+    assert "read from S3 with the Secret's credentials: notes only the pod reads" in output
+    assert s3_server.secret_key not in output
+    pod_spec = real_admin["batch"].read_namespaced_job("real-s3", real_namespace).spec.template.spec
+    env = {e.name: e for e in pod_spec.containers[0].env}
+    assert env["AWS_SECRET_ACCESS_KEY"].value is None
+    assert env["AWS_SECRET_ACCESS_KEY"].value_from.secret_key_ref.name == "s3-credentials"
+    mounts = {m.mount_path: m for m in pod_spec.containers[0].volume_mounts}
+    assert mounts["/opt/ml/input/data/train"].read_only is True  # the cache entry, shared, never written by a job
+    print(f"\nreal node, S3 channel + Secret: {seconds:.1f}s")
+
+
+PAI_TRAIN = """\
+import json, os, sys
+print("argv " + json.dumps(sys.argv[1:]), flush=True)
+print("code in " + os.environ["PAI_WORKING_DIR"], flush=True)
+data = os.environ["PAI_INPUT_TRAIN"]
+print(f"input {data}: {sorted(os.listdir(data))}", flush=True)
+os.makedirs(os.environ["PAI_OUTPUT_MODEL"], exist_ok=True)
+with open(os.path.join(os.environ["PAI_OUTPUT_MODEL"], "model.txt"), "w") as f:
+    f.write("pai")
+print("model in " + os.environ["PAI_OUTPUT_MODEL"], flush=True)
+"""
+
+
+def test_pai_layout_with_a_command(real_namespace, conf, tmp_path):
+    data = tmp_path / "pai-data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    job = conf("real-pai", PAI_TRAIN, layout="pai", command="python train.py $PAI_USER_ARGS",
+               hyperparameters={"epochs": 3, "note": "a b; $(id)"}, inputs={"train": str(data)})
+    del job["entry_point"]
+    state, states, values, output, seconds = dags_test(job, timeout=300)
+    assert state == "success", (states, output[-4000:])
+    # The hyperparameters arrive as separate arguments, the shell's metacharacters untouched.
+    assert 'argv ["--epochs", "3", "--note", "a b; $(id)"]' in output, output[-4000:]
+    assert "code in /ml/usercode" in output and "input /ml/input/data/train/: ['a.txt']" in output, output[-4000:]
+    assert "model in /ml/output/model/" in output
+    print(f"\nreal node, PAI layout with a command: {seconds:.1f}s")

@@ -34,13 +34,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from certs import issue_client_certificate, issue_serving_certificate  # noqa: E402
+from images import PAUSE_IMAGE, image_store, import_images  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 TOOLS_CACHE = Path(os.environ.get("TOOLS_CACHE", Path.home() / ".cache/training-jobs"))
 K8S_VERSION = "v1.34.4"
 COREDNS_VERSION = "v1.15.0"
-PAUSE_IMAGE = "localhost/training-pause:local"
 CNI_BIN = Path("/usr/lib/cni")
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -134,6 +134,7 @@ class RealNode:
         self._write_containerd_config(state)
         self._spawn(state, "containerd", ["containerd", "--config", str(self.dir / "containerd.toml")])
         self._wait("containerd", lambda: self.ctr("version", check=False).returncode == 0, 30)
+        self._remove_containers()  # left in the kept store by an earlier node of this index that crashed
         self.import_images([PAUSE_IMAGE, *images])
         if self.kubeconfig:
             self._start_kubelet(state)
@@ -174,7 +175,7 @@ class RealNode:
         d = self.dir / "containerd"
         cri = 'plugins."io.containerd.grpc.v1.cri"'
         (self.dir / "containerd.toml").write_text(f"""version = 2
-root = "{d / 'root'}"
+root = "{image_store(state['index'])}"
 state = "{d / 'state'}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.tracing"]
@@ -202,23 +203,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 """)
 
     def import_images(self, images: list[str]) -> None:
-        """Copy images from the local Docker engine into containerd (skipped when this image ID is there)."""
-        present = set(self.ctr("images", "ls", "-q").stdout.split())
-        for image in images:
-            if image == PAUSE_IMAGE:
-                build_pause_image()
-            image_id = run("docker", "image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
-            if image_id in present:
-                continue
-            log(f"importing {image} ({image_id[:19]}) into the node's containerd")
-            started = time.monotonic()
-            save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-            result = subprocess.run(["ctr", "-a", str(self.socket), "-n", "k8s.io", "images", "import", "-"],
-                                    stdin=save.stdout, capture_output=True, text=True)
-            save.stdout.close()
-            if save.wait() != 0 or result.returncode != 0:
-                raise SystemExit(f"importing {image} into containerd failed: {result.stderr.strip()}")
-            log(f"imported {image} in {time.monotonic() - started:.1f}s")
+        import_images(self.ctr, self.socket, images)
 
     def _start_kubelet(self, state: dict) -> None:
         pki = self.dir / "pki"
@@ -314,14 +299,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         for name in ("coredns", "kubelet"):
             _stop(state.get("pids", {}).get(name))
         if state.get("pids", {}).get("containerd") and _alive(state["pids"]["containerd"]):
-            # Pod processes outlive containerd (their shims are separate): kill them first.
-            for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
-                self.ctr("tasks", "kill", "-s", "SIGKILL", line, check=False)
-            time.sleep(0.5)
-            for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
-                self.ctr("tasks", "delete", "-f", line, check=False)
-            for line in self.ctr("containers", "ls", "-q", check=False).stdout.split():
-                self.ctr("containers", "delete", line, check=False)
+            self._remove_containers()  # pod processes outlive containerd (their shims are separate)
         _stop(state.get("pids", {}).get("containerd"))
         for mount in reversed(run("findmnt", "-rn", "-o", "TARGET", check=False).stdout.splitlines()):
             if mount.startswith(str(self.dir) + "/"):
@@ -339,6 +317,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             log("stopped")
 
     # -- helpers
+    def _remove_containers(self) -> None:
+        tasks = self.ctr("tasks", "ls", "-q", check=False).stdout.split()
+        for task in tasks:
+            self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+        if tasks:
+            time.sleep(0.5)
+        for task in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+            self.ctr("tasks", "delete", "-f", task, check=False)
+        for container in self.ctr("containers", "ls", "-q", check=False).stdout.split():
+            self.ctr("containers", "delete", container, check=False)
+
     def _spawn(self, state: dict, name: str, argv: list[str]) -> None:
         with open(self.dir / "logs" / f"{name}.log", "ab") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -361,24 +350,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 last = err
             time.sleep(0.5)
         raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({last!r}); logs in {self.dir / 'logs'}")
-
-
-def build_pause_image() -> None:
-    """localhost/training-pause:local in the Docker engine: a static Go binary in an empty image."""
-    source = HERE / "pause"
-    out = TOOLS_CACHE / "node" / "pause"
-    out.mkdir(parents=True, exist_ok=True)
-    binary = out / "pause"
-    stamp = out / "source.sha"
-    digest = run("sh", "-c", f"cat {source}/*.go {source}/Dockerfile | sha256sum").stdout.split()[0]
-    have = run("docker", "image", "inspect", PAUSE_IMAGE, check=False).returncode == 0
-    if have and binary.exists() and stamp.exists() and stamp.read_text() == digest:
-        return
-    run("go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(binary), ".", cwd=source,
-        env={**os.environ, "CGO_ENABLED": "0"})
-    shutil.copy(source / "Dockerfile", out / "Dockerfile")
-    run("docker", "build", "-q", "-t", PAUSE_IMAGE, str(out))
-    stamp.write_text(digest)
 
 
 def _free_index() -> int:
