@@ -128,7 +128,7 @@ def test_kill_mid_run_removes_the_job_its_pods_and_its_service(real_namespace, r
 def test_a_retry_reattaches_to_the_running_job(real_namespace, real_admin, conf, tmp_path, monkeypatch):
     # The first try waits in the worker (not deferred) and the worker dies (SIGKILL: no on_kill), as a worker crash
     # the scheduler answers with a retry. The retry (`airflow tasks test` of the same run's task) defers, as usual.
-    job = conf("real-retry", steps=80)
+    job = conf("real-retry", steps=400)  # 100 s: still running when the retry's Airflow has started (load!)
     log = tmp_path / "first-try.log"
     monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__DEFERRABLE", "False")
     proc = start_dags_test(job, log)
@@ -152,8 +152,8 @@ def test_a_retry_reattaches_to_the_running_job(real_namespace, real_admin, conf,
                            cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, timeout=400)
     output = retry.stdout + retry.stderr
     assert "Reattaching to Job" in output and "still running" in output, output[-4000:]
-    steps = [line[line.index("step "):line.index("step ") + 8] for line in output.splitlines() if " of 80" in line]
-    assert steps == [f"step {i:03d}" for i in range(1, 81)], "a pod log line was lost or repeated"
+    steps = [line[line.index("step "):line.index("step ") + 8] for line in output.splitlines() if " of 400" in line]
+    assert steps == [f"step {i:03d}" for i in range(1, 401)], "a pod log line was lost or repeated"
     assert "completed on 1 host(s)" in output, output[-4000:]
     # Still the first try's Job and its one pod: no second Job was created, no pod restarted.
     assert real_admin["batch"].read_namespaced_job("real-retry", real_namespace).metadata.uid == job_uid

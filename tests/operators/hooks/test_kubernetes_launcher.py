@@ -468,6 +468,23 @@ def test_a_job_deleted_behind_our_back_is_a_platform_error(kube, workspace):
     assert result.failure_class == PLATFORM_ERROR and "no longer exists" in result.failure_reason
 
 
+def test_a_job_our_own_stop_deleted_is_reported_as_stopped(kube, workspace):
+    # Blocking mode: on_kill (SIGTERM in the worker) calls stop() while run() watches; the watch then finds no Job.
+    hook = KubernetesLauncherHook()
+    request = make_request(workspace)
+    name = kube_name(request.job_name)
+    hook.start(request)
+
+    async def drive():
+        kube.set_running(kube.pod_names(name)[0])
+        hook.stop(request)
+
+    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    result = hook.result_from_event(request, event, lambda line: None)
+    assert result.failure_class == PLATFORM_ERROR and "stopped by this task" in result.failure_reason
+    assert "no longer exists" not in result.failure_reason
+
+
 def test_unschedulable_pods_are_reported_once(kube, workspace, capsys):
     hook = KubernetesLauncherHook()
     request = make_request(workspace)
