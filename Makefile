@@ -129,7 +129,7 @@ cluster-down:
 # The real-cluster tests, against the cluster of `make cluster` (make test starts a private one).
 # With NODE=real only the real-node tests run (kwok's tests need kwok's node); with kwok they start a private real node.
 test-cluster: install cluster $(if $(filter real,$(NODE)),,node-tools)
-	TRAINING_CLUSTER_DIR=$(CLUSTER_DIR) $(PY) -m pytest -v -s -rs -m cluster tests/integration/test_kubernetes_real_node.py \
+	TRAINING_CLUSTER_DIR=$(CLUSTER_DIR) $(PY) -m pytest -v -s -rs -m cluster tests/integration/test_kubernetes_real_node*.py \
 		$(if $(filter real,$(NODE)),,tests/integration/test_kubernetes_local_cluster.py tests/integration/test_kubernetes_local_cluster_dag.py)
 
 test-docker: install images

@@ -69,11 +69,13 @@ def wait_for_pod_line(core, namespace: str, job: str, text: str, proc: subproces
 
 
 def leftovers(admin, namespace: str, job: str) -> dict:
-    """What of the job is still in the cluster: the Job, its pods (not yet terminated), its Service."""
+    """What of the job is still in the cluster: the Job, its pods, its Service, the Secret of its references."""
     batch, core = admin["batch"], admin["core"]
     return {"job": [j.metadata.name for j in batch.list_namespaced_job(namespace).items if j.metadata.name == job],
             "pods": [p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items],
-            "service": [s.metadata.name for s in core.list_namespaced_service(namespace).items if s.metadata.name == job]}
+            "service": [s.metadata.name for s in core.list_namespaced_service(namespace).items if s.metadata.name == job],
+            "secret": [s.metadata.name for s in core.list_namespaced_secret(namespace).items
+                       if s.metadata.name == f"{job}-env"]}
 
 
 def test_max_run_seconds_stops_the_job_with_the_time_limit_message(real_namespace, real_admin, conf):
@@ -94,16 +96,19 @@ def test_max_run_seconds_stops_the_job_with_the_time_limit_message(real_namespac
     print(f"\nreal node, max_run_seconds=30: failed after {time.monotonic() - started:.1f}s (whole DAG {seconds:.1f}s)")
 
 
-def test_kill_mid_run_removes_the_job_its_pods_and_its_service(real_namespace, real_admin, conf, tmp_path,
+def test_kill_mid_run_removes_the_job_its_pods_service_and_secret(real_namespace, real_admin, conf, tmp_path,
                                                               monkeypatch):
     # The worker waits (not deferred): Airflow's task runner turns SIGTERM into the operator's on_kill, as when the
     # supervisor kills the task process of a task a user marked failed.
     monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__DEFERRABLE", "False")
+    # A secret by reference: the launcher puts it in a Secret of the job's own (real-kill-env), which must go too.
+    monkeypatch.setenv("AIRFLOW_VAR_KILL_TOKEN", "token-that-must-not-outlive-the-job")
     log = tmp_path / "dags-test.log"
-    proc = start_dags_test(conf("real-kill", steps=1200), log)
+    proc = start_dags_test(conf("real-kill", steps=1200, environment={"KILL_TOKEN": {"variable": "kill_token"}}), log)
     try:
         wait_for_pod_line(real_admin["core"], real_namespace, "real-kill", "step 005", proc, log)
-        assert leftovers(real_admin, real_namespace, "real-kill")["service"] == ["real-kill"]
+        assert {k: v for k, v in leftovers(real_admin, real_namespace, "real-kill").items() if k != "pods"} == \
+            {"job": ["real-kill"], "service": ["real-kill"], "secret": ["real-kill-env"]}
         killed = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 120
@@ -122,7 +127,7 @@ def test_kill_mid_run_removes_the_job_its_pods_and_its_service(real_namespace, r
     output = log.read_text()
     assert "Deleted Job" in output and "stopped by this task (killed, or stopped early)" in output, output[-4000:]
     assert "step 1200 of 1200" not in output
-    print(f"\nreal node, kill mid-run: Job, pods and Service gone {gone:.1f}s after SIGTERM")
+    print(f"\nreal node, kill mid-run: Job, pods, Service and Secret gone {gone:.1f}s after SIGTERM")
 
 
 def test_a_retry_reattaches_to_the_running_job(real_namespace, real_admin, conf, tmp_path, monkeypatch):
