@@ -12,7 +12,7 @@ DAGs from configs stay fast to parse. A bad file raises `ConfigError` naming the
       asset_condition: any                # any | all (every asset updated since the last run)
     start_date: 2026-01-01
     tags: [churn]
-    retries: 1                            # retries of every task (default 0; the launch stage has its own)
+    retries: 1                            # retries of every task (default 0; the launch and transfer stages have their own)
     job:                                  # a job spec (see README "The job spec"); no job_name: each run gets one
       base_job_name: churn
       source_dir: ../../examples/churn    # relative local paths are relative to this file

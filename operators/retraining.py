@@ -234,7 +234,7 @@ def retraining_dag(config: RetrainingConfig, *, model_asset=None):
     """The DAG of one retraining config (operators/config_files.py): builds it and returns it."""
     from airflow.sdk import DAG
 
-    from operators.template import model_asset_for, training_job_tasks
+    from operators.template import TRANSFER_RETRIES, model_asset_for, training_job_tasks
 
     gate: GateRule = config.gate
     pointer = pointer_uri(config.job["output_path"], config.base_job_name)
@@ -259,7 +259,8 @@ def retraining_dag(config: RetrainingConfig, *, model_asset=None):
         job["base_job_name"] = config.base_job_name
         if config.resume_latest:
             job["resume_from"] = current.output["resume_from"]
-        tasks = training_job_tasks(spec=job)
+        # The config's retries apply to every task; the transfer stages keep at least their own.
+        tasks = training_job_tasks(spec=job, transfer_retries=max(TRANSFER_RETRIES, config.retries))
         current >> tasks.validate
         gate_task = MetricGateOperator(task_id="metric_gate", rule=gate.to_dict(), candidate=tasks.launch.output,
                                        current=current.output)

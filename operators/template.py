@@ -11,6 +11,7 @@ validate -> stage_code -> prefetch_data -> write_configs -> restore -> launch_tr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Mapping
 
 from operators.stages import (
@@ -23,6 +24,13 @@ from operators.stages import (
     ValidateSpecOperator,
     WriteConfigsOperator,
 )
+
+
+# The stages that move bytes to and from object storage ride out what the per-request attempts could not (an
+# outage of a minute, a store shedding load for longer): retried after 10 s, 20 s, 40 s. Errors no retry can fix
+# (access denied, no such bucket, a refused archive) fail at once instead (JobStageOperator.storage_failures).
+TRANSFER_RETRIES = 3
+TRANSFER_RETRY_DELAY = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ def training_job_tasks(
     task_id_prefix: str = "",
     deferrable: bool | None = None,
     launch_retries: int = 2,
+    transfer_retries: int = TRANSFER_RETRIES,
     early_stopping=None,
     launch_kwargs: Mapping[str, Any] | None = None,
 ) -> TrainingTasks:
@@ -69,16 +78,18 @@ def training_job_tasks(
     launch task, e.g. pool, max_active_tis_per_dagrun) exist for hyperparameter search trials (operators/search.py).
     """
     p = task_id_prefix
+    transfers = {"retries": transfer_retries, "retry_delay": TRANSFER_RETRY_DELAY, "retry_exponential_backoff": 2.0,
+                 "max_retry_delay": timedelta(minutes=5)}
     validate = ValidateSpecOperator(task_id=f"{p}validate_spec", spec=spec, spec_defaults=spec_defaults)
     job = validate.output
-    stage_code = StageCodeOperator(task_id=f"{p}stage_code", job=job)
-    prefetch = PrefetchDataOperator(task_id=f"{p}prefetch_data", job=job)
+    stage_code = StageCodeOperator(task_id=f"{p}stage_code", job=job, **transfers)
+    prefetch = PrefetchDataOperator(task_id=f"{p}prefetch_data", job=job, **transfers)
     configs = WriteConfigsOperator(task_id=f"{p}write_configs", job=job, channels=prefetch.output)
-    restore = RestoreOperator(task_id=f"{p}restore", job=job)
+    restore = RestoreOperator(task_id=f"{p}restore", job=job, **transfers)
     launch = LaunchTrainingOperator(task_id=f"{p}launch_training", job=job, channels=prefetch.output,
                                     deferrable=deferrable, retries=launch_retries, early_stopping=early_stopping,
                                     **dict(launch_kwargs or {}))
-    upload = UploadArtifactsOperator(task_id=f"{p}upload_artifacts", job=job, trigger_rule="all_done")
+    upload = UploadArtifactsOperator(task_id=f"{p}upload_artifacts", job=job, trigger_rule="all_done", **transfers)
     publish = PublishModelOperator(task_id=f"{p}publish_model", upload=upload.output, model_asset=model_asset)
     validate >> stage_code >> prefetch >> configs >> restore >> launch >> upload >> publish
     launch >> publish  # a failed training fails the run (publish becomes upstream_failed)

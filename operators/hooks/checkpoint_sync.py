@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,22 @@ class CheckpointSync:
         if uploaded:
             log.info("Checkpoints: %d file(s) synced to %s", uploaded, self.checkpoint_uri)
         return uploaded
+
+    def sync_final(self, attempts: int = 3, delay_seconds: float = 5.0) -> int:
+        """The last pass, when training has ended: retried a few times on errors that may pass (each request has had
+        its own attempts already), because failing here fails the launch stage, whose retry would train again."""
+        from operators.hooks.storage_errors import StorageError
+
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.sync_once()  # what an attempt uploaded before failing is not uploaded again
+            except StorageError as err:
+                if err.permanent or attempt == attempts:
+                    raise
+                log.warning("Checkpoint sync to %s failed (attempt %d of %d, retrying in %.0f s): %s",
+                            self.checkpoint_uri, attempt, attempts, delay_seconds, err)
+                time.sleep(delay_seconds)
+        return 0
 
     def _files(self):
         if not self.checkpoint_dir.is_dir():

@@ -59,7 +59,8 @@ def stage_code(
     if not listing.objects:
         where = loc.local_path if loc.is_local else loc.uri
         via = "" if loc.is_local else f" via connection '{hook.connection_id(loc.scheme)}'"
-        raise StorageError(f"no code at {where}{via}: no such file, directory, object or prefix; check source_dir")
+        raise StorageError(f"no code at {where}{via}: no such file, directory, object or prefix; check source_dir",
+                           permanent=True)
     work = tempfile.mkdtemp(prefix=f".{os.path.basename(dest_dir)}.staging-", dir=parent)
     try:
         tree = os.path.join(work, "tree")

@@ -257,7 +257,8 @@ class DataCacheHook:
             via = "" if loc.is_local else f" via connection '{conn_id}'"
             raise StorageError(
                 f"nothing to prefetch at {where}{via}: no such object, and no objects under that prefix; "
-                "check the channel's URI"
+                "check the channel's URI",
+                permanent=True,
             )
         key = cache_key(listing, conn_id)
         os.makedirs(self.cache_dir, exist_ok=True)

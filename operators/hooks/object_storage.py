@@ -88,10 +88,11 @@ class ObjectStorageHook:
         for scheme, conn_id in overrides.items():
             if scheme not in DEFAULT_CONNECTIONS:
                 raise StorageError(
-                    f"connections: unknown scheme {scheme!r}; use one of {', '.join(sorted(DEFAULT_CONNECTIONS))}"
+                    f"connections: unknown scheme {scheme!r}; use one of {', '.join(sorted(DEFAULT_CONNECTIONS))}",
+                    permanent=True,
                 )
             if not isinstance(conn_id, str) or not conn_id.strip():
-                raise StorageError(f"connections: the connection id for {scheme!r} must be a non-empty string")
+                raise StorageError(f"connections: the connection id for {scheme!r} must be a non-empty string", permanent=True)
         self._connections = {**DEFAULT_CONNECTIONS, **{k: v.strip() for k, v in overrides.items()}}
         self._settings = settings
         self.progress_interval = progress_interval
@@ -199,7 +200,7 @@ class ObjectStorageHook:
         """A short-lived https GET URL of one object (the signature, never the secret key, is in the URL)."""
         loc = parse_uri(uri)
         if loc.is_local:
-            raise StorageError(f"presign {uri}: a local path has no URL; read it with read_bytes")
+            raise StorageError(f"presign {uri}: a local path has no URL; read it with read_bytes", permanent=True)
         remote = self._remote(loc)
         with self._errors("presign", loc.uri, remote):
             return remote.client.generate_presigned_url(
@@ -230,7 +231,8 @@ class ObjectStorageHook:
             via = "" if loc.is_local else f" via connection '{self._connections[loc.scheme]}'"
             raise StorageError(
                 f"nothing to download at {loc if loc.is_local else loc.uri}{via}: no such object, and no objects "
-                "under that prefix; check the URI"
+                "under that prefix; check the URI",
+                permanent=True,
             )
         dest = os.path.abspath(dest)
         if listing.is_prefix:
@@ -266,7 +268,7 @@ class ObjectStorageHook:
         """Upload one local file to `uri` (if `uri` ends with '/', under the file's base name)."""
         path = os.path.abspath(path)
         if not os.path.isfile(path):
-            raise StorageError(f"cannot upload {path}: no such file; check the path")
+            raise StorageError(f"cannot upload {path}: no such file; check the path", permanent=True)
         loc = parse_uri(uri)
         if loc.is_local:
             dest = loc.local_path or ""
@@ -282,7 +284,7 @@ class ObjectStorageHook:
         """Upload every regular file below `directory` to `uri_prefix`/<relative path>."""
         directory = os.path.abspath(directory)
         if not os.path.isdir(directory):
-            raise StorageError(f"cannot upload {directory}: not a directory; check the path")
+            raise StorageError(f"cannot upload {directory}: not a directory; check the path", permanent=True)
         base = parse_uri(uri_prefix)
         listing = describe_local(StorageLocation(LOCAL_SCHEME, "", "", directory))
         if not base.is_local and base.key and not base.key.endswith("/"):
@@ -384,7 +386,7 @@ class ObjectStorageHook:
                     raise
             return
         if not loc.key or loc.key.endswith("/"):
-            raise StorageError(f"cannot write to {loc.uri}: it names a prefix; give an object key")
+            raise StorageError(f"cannot write to {loc.uri}: it names a prefix; give an object key", permanent=True)
         remote = self._remote(loc)
         md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         with self._errors("write", loc.uri, remote):
@@ -406,7 +408,7 @@ class ObjectStorageHook:
                     return 1
                 return 0
         if not loc.key:
-            raise StorageError(f"refusing to delete the whole bucket {loc.uri}; give a prefix")
+            raise StorageError(f"refusing to delete the whole bucket {loc.uri}; give a prefix", permanent=True)
         listing = self.describe(uri)
         remote = self._remote(loc)
         keys = [o.key for o in listing.objects]
@@ -421,7 +423,8 @@ class ObjectStorageHook:
                     first = errors[0]
                     raise StorageError(
                         f"cannot delete {loc.scheme}://{loc.bucket}/{first.get('Key')} via connection "
-                        f"'{remote.conn_id}': {first.get('Code')}; check the permissions of the connection's credentials"
+                        f"'{remote.conn_id}': {first.get('Code')}; check the permissions of the connection's credentials",
+                        permanent=True,
                     )
         return len(keys)
 

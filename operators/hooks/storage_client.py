@@ -18,14 +18,12 @@ from urllib.parse import urlsplit
 
 from operators.hooks.storage_errors import StorageError, display_endpoint
 from operators.hooks.storage_location import DEFAULT_CONNECTIONS, StorageLocation
+from operators.hooks.storage_retries import REQUEST_RETRIES, install
 
 log = logging.getLogger("operators.hooks.object_storage")
 
 _AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
 
-# botocore defaults that keep an unreachable endpoint from hanging a task for minutes while still riding
-# out a flaky network (standard mode; botocore's `max_attempts` counts retries: 3 retries, 4 attempts in all, with
-# jittered exponential backoff).
 def _utc():
     """botocore's UTC tzinfo (dateutil's tzutc), so our datetimes are the ones botocore would have made."""
     from dateutil.tz import tzutc
@@ -33,9 +31,10 @@ def _utc():
     return tzutc()
 
 
+# Timeouts that keep an unreachable endpoint from hanging a task for minutes; the retries that ride out a flaky
+# network and a store shedding load are in storage_retries.
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
-MAX_ATTEMPTS = 3
 
 
 @dataclass
@@ -104,7 +103,8 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
         log.debug("reading connection %r failed: %s", conn_id, type(err).__name__)
         raise StorageError(
             f"cannot read Airflow connection '{conn_id}' for {loc.uri} ({type(err).__name__}); "
-            "check that it is a valid connection of type aws"
+            "check that it is a valid connection of type aws",
+            permanent=True,
         ) from None
     if not wrapper and not (loc.scheme == "s3" and conn_id == DEFAULT_CONNECTIONS["s3"]):
         # Only plain s3:// with the default id may fall back to boto3's own credential chain (instance
@@ -112,7 +112,8 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
         env_name = "AIRFLOW_CONN_" + re.sub(r"[^A-Za-z0-9]", "_", conn_id).upper()
         raise StorageError(
             f"connection '{conn_id}' for {loc.uri} is not defined; create an Airflow connection of type aws "
-            f"(or set {env_name}) with login/password and extra endpoint_url, region_name, addressing_style"
+            f"(or set {env_name}) with login/password and extra endpoint_url, region_name, addressing_style",
+            permanent=True,
         )
     extra = dict(wrapper.extra_config or {}) if wrapper else {}
     endpoint = wrapper.get_service_endpoint_url("s3") if wrapper else None
@@ -121,12 +122,13 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
         raise StorageError(
             f"connection '{conn_id}' for {loc.uri} has no endpoint_url in its extra; set the {loc.scheme.upper()} "
             "endpoint (e.g. https://cos.<region>.myqcloud.com, https://oss-<region>.aliyuncs.com, "
-            "https://obs.<region>.myhuaweicloud.com)"
+            "https://obs.<region>.myhuaweicloud.com)",
+            permanent=True,
         )
     is_aws = is_aws_endpoint(endpoint)
 
     config = Config(
-        retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        retries={"mode": "standard", "max_attempts": REQUEST_RETRIES},
         # small-object workers and s3transfer's ranged GETs can run at the same time: room for both
         max_pool_connections=max(10, 2 * concurrency + 4),
         connect_timeout=CONNECT_TIMEOUT_S,
@@ -148,8 +150,10 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
         client = aws.get_client_type(region_name=region, config=config)
     except ValueError as err:  # bad endpoint_url / region strings
         raise StorageError(
-            f"cannot use connection '{conn_id}' for {loc.uri}: {err}; check endpoint_url and region_name in its extra"
+            f"cannot use connection '{conn_id}' for {loc.uri}: {err}; check endpoint_url and region_name in its extra",
+            permanent=True,
         ) from None
+    install(client)
     log.debug(
         "object storage client for connection %r: endpoint %s, region %s, addressing %s, aws=%s",
         conn_id,
@@ -161,4 +165,4 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
     return Remote(client=client, conn_id=conn_id, endpoint=endpoint, is_aws=is_aws)
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "MAX_ATTEMPTS", "READ_TIMEOUT_S", "Remote", "is_aws_endpoint", "make_remote"]
+__all__ = ["CONNECT_TIMEOUT_S", "READ_TIMEOUT_S", "Remote", "is_aws_endpoint", "make_remote"]

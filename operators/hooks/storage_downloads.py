@@ -22,12 +22,14 @@ import logging
 import os
 import socket
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable
 
-from operators.hooks.storage_client import MAX_ATTEMPTS, Remote
+from operators.hooks.storage_client import Remote
 from operators.hooks.storage_errors import StorageError, translate_error
 from operators.hooks.storage_location import ObjectInfo, StorageLocation, is_md5_etag
+from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds
 from operators.hooks.storage_transfers import (
     IO_CHUNK,
     FirstError,
@@ -44,6 +46,9 @@ from operators.hooks.storage_transfers import (
 from operators.hooks.transfer_progress import TransferProgress
 
 log = logging.getLogger("operators.hooks.object_storage")
+
+# A body that arrives whole but wrong is rare in transit; every time means the object or the store is at fault.
+MISMATCH_ATTEMPTS = 3
 
 
 
@@ -142,49 +147,68 @@ def _get_one(
     progress: TransferProgress,
     retryable: tuple[type[BaseException], ...],
 ) -> None:
-    """GetObject (If-Match the listed ETag) into a temp file with its MD5, verify, rename into place."""
+    """GetObject (If-Match the listed ETag) into a temp file with its MD5, verify, rename into place.
+
+    botocore retries the request (storage_retries); a body that breaks off is retried here BODY_ATTEMPTS times, and
+    one that arrives whole but with the wrong size or MD5 (cut short or corrupted on the way: If-Match rules out a
+    changed object) MISMATCH_ATTEMPTS times, each after a jittered backoff.
+    """
     extra = {"IfMatch": f'"{info.etag}"'} if info.etag else {}
     check_md5 = is_md5_etag(info.etag)
     temp = temp_name(final)
     try:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            # botocore retries the request itself (standard mode); what breaks while reading the body is ours.
+        attempt = mismatches = 0
+        while True:
+            attempt += 1
             body = remote.client.get_object(Bucket=bucket, Key=info.key, **extra)["Body"]
             written = 0
             digest = hashlib.md5(usedforsecurity=False) if check_md5 else None
             try:
                 with open(temp, "wb") as fh:
-                    if info.size <= IO_CHUNK:
-                        chunks: Iterable[bytes] = (body.read(),)  # one read; botocore checks the length
-                    else:
-                        chunks = iter(lambda: body.read(IO_CHUNK), b"")
+                    read = body.read
+                    chunks: Iterable[bytes] = (read(),) if info.size <= IO_CHUNK else iter(lambda: read(IO_CHUNK), b"")
                     for chunk in chunks:
                         fh.write(chunk)
                         if digest is not None:
                             digest.update(chunk)
                         written += len(chunk)
                         progress.add_bytes(len(chunk))
-                break
             except retryable:
                 progress.add_bytes(-written)
-                if attempt == MAX_ATTEMPTS:
+                if attempt >= BODY_ATTEMPTS:
                     raise
                 log.debug("reading %s was interrupted (attempt %d); retrying", uri, attempt)
-        if written != info.size:
-            raise StorageError(
-                f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
-                "transfer was cut short; retry the task"
-            )
-        if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
-            raise StorageError(
-                f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
-                "corrupted or the object changed; retry the task"
-            )
+                time.sleep(backoff_seconds(attempt))
+                continue
+            problem = _mismatch(written, digest, info, uri, remote, bucket)
+            if problem is None:
+                break
+            mismatches += 1
+            progress.add_bytes(-written)
+            if mismatches >= MISMATCH_ATTEMPTS or attempt >= BODY_ATTEMPTS:
+                raise problem
+            log.debug("%s (attempt %d); retrying", problem, attempt)
+            time.sleep(backoff_seconds(attempt))
         os.replace(temp, final)
     except BaseException:
         remove_quietly(temp)
         raise
     progress.add_file()
+
+
+def _mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> StorageError | None:
+    """What is wrong with a downloaded body (size, then MD5 where the ETag is one), or None."""
+    if written != info.size:
+        return StorageError(
+            f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
+            f"transfer was cut short, {MISMATCH_ATTEMPTS} times; retry the task"
+        )
+    if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+        return StorageError(
+            f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
+            f"corrupted or the object changed, {MISMATCH_ATTEMPTS} times; retry the task"
+        )
+    return None
 
 
 class _PendingLarge:

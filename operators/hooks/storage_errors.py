@@ -13,10 +13,16 @@ from urllib.parse import urlsplit
 
 
 class StorageError(Exception):
-    """A storage operation failed; str() is one line saying what, where (URI, connection) and what to do."""
+    """A storage operation failed; str() is one line saying what, where (URI, connection) and what to do.
 
-    def __init__(self, message: str) -> None:
+    `permanent`: retrying cannot help until someone changes something (credentials, permissions, a bucket or
+    object that does not exist, the connection's settings), so a stage fails at once instead of retrying. The
+    rest (interrupted connections, throttling, server errors, a transfer cut short) may pass on a retry.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
         super().__init__(" ".join(str(message).split()))
+        self.permanent = permanent
 
 
 class DiskFullError(StorageError):
@@ -113,7 +119,8 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
     if isinstance(err, bx.SSLError):
         return StorageError(
             f"cannot reach {uri} {via} (endpoint {endpoint}): TLS error; "
-            "check the endpoint_url scheme (http/https) and the connection's 'verify' extra"
+            "check the endpoint_url scheme (http/https) and the connection's 'verify' extra",
+            permanent=True,
         )
     if isinstance(err, (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError)):
         return StorageError(
@@ -123,7 +130,8 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
     if isinstance(err, (bx.NoCredentialsError, bx.PartialCredentialsError)):
         return StorageError(
             f"no credentials to {action} {uri} {via}; set the login (access key id) and password (secret key) "
-            f"of connection '{remote.conn_id}'"
+            f"of connection '{remote.conn_id}'",
+            permanent=True,
         )
     if isinstance(err, S3DownloadFailedError) and "ETag" in str(err):
         return StorageError(f"{uri} changed while it was being downloaded {via}; retry the task")
@@ -135,20 +143,23 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
         if code in AUTH_CODES:
             return StorageError(
                 f"access denied to {uri} {via} (endpoint {endpoint}): {code}; "
-                f"check the credentials (login/password) of connection '{remote.conn_id}'"
+                f"check the credentials (login/password) of connection '{remote.conn_id}'",
+                permanent=True,
             )
         if code in DENIED_CODES or status == 403:
             return StorageError(
                 f"access denied to {uri} {via} ({code or 'HTTP 403'}); check that the credentials of connection "
-                f"'{remote.conn_id}' may {action} this bucket/prefix"
+                f"'{remote.conn_id}' may {action} this bucket/prefix",
+                permanent=True,
             )
         if code == "NoSuchBucket":
             return StorageError(
                 f"no such bucket {bucket or uri.split('/')[2]!r} for {uri} {via} (endpoint {endpoint}); "
-                "check the bucket name and the connection's endpoint_url / region"
+                "check the bucket name and the connection's endpoint_url / region",
+                permanent=True,
             )
         if code in NO_OBJECT_CODES or status == 404:
-            return StorageError(f"no such object {uri} {via}; check the URI")
+            return StorageError(f"no such object {uri} {via}; check the URI", permanent=True)
         if code in ("PreconditionFailed", "412") or status == 412:
             return StorageError(f"{uri} changed while it was being downloaded {via}; retry the task")
         if code in THROTTLE_CODES or status in (429, 503):
@@ -160,7 +171,8 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
         if code in REGION_CODES or status == 301:
             return StorageError(
                 f"cannot {action} {uri} {via}: wrong region or endpoint ({code}); "
-                "check region_name / endpoint_url in the connection's extra"
+                "check region_name / endpoint_url in the connection's extra",
+                permanent=True,
             )
         message = str(error.get("Message") or "").split("\n")[0][:200]
         return StorageError(

@@ -21,6 +21,7 @@ from typing import Callable
 
 from operators.hooks.storage_client import Remote
 from operators.hooks.storage_errors import StorageError, translate_error
+from operators.hooks.storage_uploads import abort_leftover_uploads
 from operators.hooks.storage_location import StorageLocation, is_md5_etag, normalize_etag
 from operators.hooks.transfer_progress import TransferProgress
 
@@ -120,6 +121,8 @@ def upload_stream(
     except BaseException as err:
         reader.close()  # the producer's next write fails: it stops instead of waiting for a reader
         producer.join()
+        if writer.size >= transfer_config.multipart_threshold:
+            abort_leftover_uploads(remote, loc.bucket, [loc.key])
         if produced and not isinstance(produced[0], BrokenPipeError):
             raise produced[0] from None
         if isinstance(err, Exception):
@@ -128,6 +131,8 @@ def upload_stream(
         raise
     reader.close()
     producer.join()
+    if writer.size >= transfer_config.multipart_threshold:
+        abort_leftover_uploads(remote, loc.bucket, [loc.key])  # a lost CreateMultipartUpload response's upload
     if produced:
         raise produced[0]
     _verify(remote, loc, writer)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from operators.hooks.storage_client import Remote
+from operators.hooks.storage_retries import BODY_ATTEMPTS
 from operators.hooks.storage_errors import StorageError
 from operators.hooks.storage_location import (
     ObjectInfo,
@@ -51,6 +52,9 @@ class TransferTuning:
             # At most 32 MiB of downloaded chunks waiting for the disk: with 256 (~the defaults) a 2 GiB download
             # peaked at +370 MB over the process when the disk was slower than the network (bench/README.md).
             max_io_queue_size=32,
+            # A ranged GET whose body breaks off is retried by s3transfer itself (botocore does not): as often as
+            # our own small-object downloads retry theirs (storage_retries).
+            num_download_attempts=BODY_ATTEMPTS,
         )
 
     def download_part_size(self, largest: int) -> int:

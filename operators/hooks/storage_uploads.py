@@ -4,6 +4,7 @@ check of what landed against what was sent."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import Callable
 
 from operators.hooks.storage_client import Remote
@@ -25,6 +26,40 @@ from operators.hooks.transfer_progress import TransferProgress
 log = logging.getLogger("operators.hooks.object_storage")
 
 
+def abort_leftover_uploads(remote: Remote, bucket: str, keys: list[str]) -> int:
+    """Abort the multipart uploads still open for exactly these keys; returns how many. Best effort: never raises.
+
+    s3transfer aborts the upload it knows of when a transfer fails, but not one whose CreateMultipartUpload
+    response was lost (the store created it; the retry created another), nor one of an earlier attempt killed
+    mid-upload. The keys are this job's (one run per job_name; see operators/job_lease.py), so an upload still open
+    for one of them once ours has finished is a leftover: parts the bucket bills for and nobody will complete.
+    What this misses (a worker killed before it gets here) is for the bucket's lifecycle rule
+    (docs/operations.md, "Incomplete multipart uploads").
+    """
+    wanted = set(keys)
+    if not wanted:
+        return 0
+    prefix = os.path.commonprefix(sorted(wanted))
+    aborted = 0
+    try:
+        pages = remote.client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix)
+        for page in pages:
+            for upload in page.get("Uploads", []) or []:
+                if upload.get("Key") not in wanted:
+                    continue
+                try:
+                    remote.client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    aborted += 1
+                except Exception as err:  # noqa: BLE001 - NoSuchUpload: gone already, which is what we want
+                    if "NoSuchUpload" not in str(err):
+                        raise
+    except Exception as err:  # noqa: BLE001 - cleanup must not replace the outcome of the upload
+        log.warning("Could not abort leftover multipart uploads under s3://%s/%s (%s); a lifecycle rule on the "
+                    "bucket removes them", bucket, prefix, type(err).__name__)
+        log.debug("abort leftovers failed", exc_info=True)
+    if aborted:
+        log.info("Aborted %d leftover multipart upload(s) under s3://%s/%s", aborted, bucket, prefix)
+    return aborted
 
 
 def upload_files(
@@ -52,17 +87,21 @@ def upload_files(
         progress.add_file()
 
     futures = []
-    with TransferManager(remote.client, transfer_config) as manager:
-        for path, loc, _size in items:
-            futures.append(
-                (path, loc, manager.upload(path, loc.bucket, loc.key, subscribers=[Progress(progress), OnDone(on_done)]))
-            )
-        for path, loc, fut in futures:
-            try:
-                fut.result()
-            except Exception as err:  # noqa: BLE001 - raising here cancels (and aborts) the rest
-                log.debug("upload %s failed", loc.uri, exc_info=True)
-                raise translate_error(err, "upload", loc.uri, remote) from None
+    multipart = [loc.key for _path, loc, size in items if size >= transfer_config.multipart_threshold]
+    try:
+        with TransferManager(remote.client, transfer_config) as manager:
+            for path, loc, _size in items:
+                futures.append((path, loc, manager.upload(path, loc.bucket, loc.key,
+                                                          subscribers=[Progress(progress), OnDone(on_done)])))
+            for path, loc, fut in futures:
+                try:
+                    fut.result()
+                except Exception as err:  # noqa: BLE001 - raising here cancels (and aborts) the rest
+                    log.debug("upload %s failed", loc.uri, exc_info=True)
+                    raise translate_error(err, "upload", loc.uri, remote) from None
+    finally:
+        if multipart:  # below the threshold an object is one PutObject: nothing can be left open
+            abort_leftover_uploads(remote, base.bucket, multipart)
     # Verify what landed: sizes always, MD5 for single-part uploads (their ETag is the MD5).
     try:
         if list_landed is not None and len(items) > 1:
@@ -92,4 +131,4 @@ def upload_files(
                 )
 
 
-__all__ = ["upload_files"]
+__all__ = ["abort_leftover_uploads", "upload_files"]

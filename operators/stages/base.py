@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+import functools
 from functools import cached_property
 from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
+
+
+def storage_failures_fail_fast(execute):
+    """Decorates a transfer stage's execute: storage errors no retry can fix (access denied, no such bucket or
+    object, a connection without an endpoint; StorageError.permanent) and refused archives fail the task at once,
+    without its retries; everything else (interrupted connections, throttling, a transfer cut short) is raised as
+    it is, for the task's retries (operators/template.py)."""
+
+    @functools.wraps(execute)
+    def wrapper(self, context):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from operators.hooks.storage_errors import StorageError
+        from operators.safe_tar import BadArchiveError
+
+        try:
+            return execute(self, context)
+        except StorageError as err:
+            if err.permanent:
+                raise AirflowFailException(str(err)) from None
+            raise
+        except BadArchiveError as err:
+            raise AirflowFailException(str(err)) from None
+
+    return wrapper
 
 
 class JobStageOperator(BaseOperator):

@@ -191,7 +191,7 @@ class LaunchTrainingOperator(JobStageOperator):
         metrics.read_file(os.path.join(request.job_root, METRICS_FILE))
         _write_metrics(os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
         if sync:
-            sync.sync_once()
+            sync.sync_final()
         summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
                    "failure_class": result.failure_class}
         if self._stop_reason is not None and not result.succeeded:

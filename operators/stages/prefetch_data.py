@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-from operators.stages.base import JobStageOperator
+from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
 
 class PrefetchDataOperator(JobStageOperator):
@@ -14,6 +14,7 @@ class PrefetchDataOperator(JobStageOperator):
 
     ui_color = "#e3f2e1"
 
+    @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from operators.hooks.disk_space import CACHE_TODO, DiskFullError, disk_full_error, is_disk_full
 

@@ -4,7 +4,7 @@ import os
 import shutil
 import tempfile
 
-from operators.stages.base import JobStageOperator
+from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
 
 def find_latest_model(storage, output_path: str, base_job_name: str, exclude_job: str) -> str | None:
@@ -33,6 +33,7 @@ class RestoreOperator(JobStageOperator):
 
     ui_color = "#fff3e0"
 
+    @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from operators.safe_tar import safe_extract
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from operators.stages.base import JobStageOperator
+from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
 
 class StageCodeOperator(JobStageOperator):
@@ -8,6 +8,7 @@ class StageCodeOperator(JobStageOperator):
 
     ui_color = "#e3f2e1"
 
+    @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from training_runtime.layouts import create_directories
 

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from operators.stages.base import JobStageOperator
+from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
 UPLOADED_MARKER = ".uploaded.json"
 
@@ -22,6 +22,7 @@ class UploadArtifactsOperator(JobStageOperator):
     operator_extra_links = stage_links()
     ui_color = "#e1bee7"
 
+    @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from operators.hooks.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
 

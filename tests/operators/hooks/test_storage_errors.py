@@ -20,9 +20,16 @@ def make_hook(tmp_path, connections=None) -> ObjectStorageHook:
     return ObjectStorageHook(connections, settings=TrainingSettings(workspace=str(tmp_path / "ws")))
 
 
-def test_slowdown_503_says_the_store_is_throttling(tmp_path, storage_connections, object_store, s3_proxy):
+# Three retries, set in the connection's config_kwargs (merged over ours): the default ten attempts ride out about a
+# minute of throttling, too long for a test of the message.
+THREE_RETRIES = {"config_kwargs": {"retries": {"mode": "standard", "max_attempts": 3}}}
+
+
+def test_slowdown_503_says_the_store_is_throttling(tmp_path, storage_connections, object_store, s3_proxy, s3_server,
+                                                   set_aws_connection):
     bucket = object_store.bucket()
     object_store.put(bucket, "data/x.bin", b"x" * 100)
+    set_aws_connection("aws_default", s3_server.access_key, s3_server.secret_key, s3_proxy.url, **THREE_RETRIES)
     s3_proxy.fail_requests(503, "SlowDown")  # every request, as a store under too much load answers
 
     with pytest.raises(StorageError) as info:
@@ -59,7 +66,7 @@ def test_real_server_throttling_is_reported_as_throttling(tmp_path, set_aws_conn
     client.create_bucket(Bucket="busy")
     client.put_object(Bucket="busy", Key="huge.bin", Body=os.urandom(48 * MiB))
     client.put_object(Bucket="busy", Key="data/x.txt", Body=b"x")
-    set_aws_connection("busy_store", server.access_key, server.secret_key, server.url)
+    set_aws_connection("busy_store", server.access_key, server.secret_key, server.url, **THREE_RETRIES)
     hook = make_hook(tmp_path, connections={"s3": "busy_store"})
     # Hold the server's only request slot: a GET whose body nobody reads (the server blocks writing it).
     url = client.generate_presigned_url("get_object", Params={"Bucket": "busy", "Key": "huge.bin"})
