@@ -29,7 +29,8 @@ SEEDS = {0.1: 11, 0.3: 12}  # the fault draws are reproducible: a failure names 
 # docs/operations.md). Generous for a loaded 2-core machine, far below what a hang or a retry loop would take.
 EXTRA_SECONDS = {0.1: 20.0, 0.3: 60.0}
 MIN_FAULTS = {0.1: 2, 0.3: 6}
-RATES = [0.1, pytest.param(0.3, marks=pytest.mark.slow)]
+RATES = [0.1, 0.3]
+RATES_SLOW_AT_30 = [0.1, pytest.param(0.3, marks=pytest.mark.slow)]  # over 30 s at 30% on this machine
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +172,7 @@ def test_code_staging_survives_faults(tmp_path, faults, object_store, rate):
     assert faulty < clean + EXTRA_SECONDS[rate]
 
 
-@pytest.mark.parametrize("rate", RATES)
+@pytest.mark.parametrize("rate", RATES_SLOW_AT_30)
 def test_checkpoint_sync_survives_faults(tmp_path, faults, object_store, rate):
     bucket = object_store.bucket()
     checkpoints = tmp_path / "checkpoints"
