@@ -26,10 +26,13 @@ class StorageError(Exception):
 
 
 class DiskFullError(StorageError):
-    """A local file system had no room (ENOSPC/EDQUOT); callers that know the figures say them (disk_space.py)."""
+    """A local file system had no room (ENOSPC/EDQUOT); callers that know the figures say them (disk_space.py).
+
+    Permanent for the task: its automatic retries seconds later would find the disk as full (someone frees space,
+    then clears the task or starts the next run)."""
 
     def __init__(self, message: str, *, path: str = "", needed: int | None = None, free: int | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message, permanent=True)
         self.path, self.needed, self.free = path, needed, free
 
 

@@ -4,8 +4,9 @@ Attempts: every request gets REQUEST_ATTEMPTS (botocore "standard" mode: 503 Slo
 codes, 5xx, connection errors and resets, with jittered exponential backoff: 1 s base for throttling, 50 ms
 otherwise, at most 20 s). What botocore does not retry, reading a response body that breaks off (a reset or a
 truncated body), is retried BODY_ATTEMPTS times by our small-object downloads and by s3transfer
-(`num_download_attempts`). Measured through tests/integration/fault_proxy.py: with 3 attempts, 30% of requests
-failing made 10 of 20 channel downloads fail; with these, none did.
+(`num_download_attempts`). Measured through tests/integration/fault_proxy.py: with 3 attempts (and botocore's
+quota), connection resets on 30% of requests failed 13 of 24 transfers (channel downloads, model packs, directory
+uploads); with these, none (docs/operations.md, "Object-store faults").
 
 `install(client)` fixes two things botocore gets wrong for transfers:
 
