@@ -51,8 +51,6 @@ log = logging.getLogger("operators.hooks.object_storage")
 MISMATCH_ATTEMPTS = 3
 
 
-
-
 def _retryable_body_errors() -> tuple[type[BaseException], ...]:
     import botocore.exceptions as bx
 

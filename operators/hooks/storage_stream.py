@@ -21,8 +21,8 @@ from typing import Callable
 
 from operators.hooks.storage_client import Remote
 from operators.hooks.storage_errors import StorageError, translate_error
-from operators.hooks.storage_uploads import abort_leftover_uploads
 from operators.hooks.storage_location import StorageLocation, is_md5_etag, normalize_etag
+from operators.hooks.storage_uploads import abort_leftover_uploads
 from operators.hooks.transfer_progress import TransferProgress
 
 log = logging.getLogger("operators.hooks.object_storage")
