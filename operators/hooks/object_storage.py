@@ -53,6 +53,7 @@ from operators.hooks.storage_location import (
     normalize_etag,
     parse_uri,
 )
+from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds, body_errors
 from operators.hooks.storage_transfers import (
     TransferTuning,
     copy_local_files,
@@ -356,8 +357,15 @@ class ObjectStorageHook:
                     return fh.read()
         remote = self._remote(loc)
         with self._errors("read", loc.uri, remote):
-            response = remote.client.get_object(Bucket=loc.bucket, Key=loc.key)
-            data = response["Body"].read()
+            for attempt in range(1, BODY_ATTEMPTS + 1):
+                response = remote.client.get_object(Bucket=loc.bucket, Key=loc.key)
+                try:
+                    data = response["Body"].read()  # botocore retried the request, not a body that breaks off
+                    break
+                except body_errors():
+                    if attempt == BODY_ATTEMPTS:
+                        raise
+                    time.sleep(backoff_seconds(attempt))
             etag = normalize_etag(response.get("ETag"))
         if len(data) != int(response.get("ContentLength", len(data))):
             raise StorageError(f"read {loc.uri}: got {len(data)} bytes, expected {response['ContentLength']}; retry")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,7 +28,7 @@ from typing import Iterable
 from operators.hooks.storage_client import Remote
 from operators.hooks.storage_errors import StorageError, translate_error
 from operators.hooks.storage_location import ObjectInfo, StorageLocation, is_md5_etag
-from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds
+from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds, body_errors
 from operators.hooks.storage_transfers import (
     IO_CHUNK,
     FirstError,
@@ -49,19 +48,6 @@ log = logging.getLogger("operators.hooks.object_storage")
 
 # A body that arrives whole but wrong is rare in transit; every time means the object or the store is at fault.
 MISMATCH_ATTEMPTS = 3
-
-
-def _retryable_body_errors() -> tuple[type[BaseException], ...]:
-    import botocore.exceptions as bx
-
-    return (
-        socket.timeout,
-        ConnectionError,
-        bx.ReadTimeoutError,
-        bx.IncompleteReadError,
-        bx.ResponseStreamingError,
-        bx.ConnectionClosedError,
-    )
 
 
 def download_objects(
@@ -115,7 +101,7 @@ def _download_small(
 ) -> None:
     if not targets:
         return
-    retryable = _retryable_body_errors()
+    retryable = body_errors()
     queue = iter(targets)
     queue_lock = threading.Lock()
 

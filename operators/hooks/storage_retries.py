@@ -96,6 +96,22 @@ def install(client) -> None:
                                 unique_id="training-complete-retry")
 
 
+def body_errors() -> tuple[type[BaseException], ...]:
+    """What reading a response body raises when the connection breaks off or the body is cut short."""
+    import socket
+
+    import botocore.exceptions as bx
+
+    return (
+        socket.timeout,
+        ConnectionError,
+        bx.ReadTimeoutError,
+        bx.IncompleteReadError,
+        bx.ResponseStreamingError,
+        bx.ConnectionClosedError,
+    )
+
+
 def backoff_seconds(attempt: int) -> float:
     """Jittered exponential backoff before body attempt `attempt + 1` (50 ms base, 5 s cap), like botocore's."""
     import random
@@ -103,4 +119,6 @@ def backoff_seconds(attempt: int) -> float:
     return random.random() * min(0.05 * 2**attempt, 5.0)
 
 
-__all__ = ["BODY_ATTEMPTS", "REQUEST_ATTEMPTS", "REQUEST_RETRIES", "backoff_seconds", "install", "multipart_etag"]
+__all__ = [
+    "BODY_ATTEMPTS", "REQUEST_ATTEMPTS", "REQUEST_RETRIES", "backoff_seconds", "body_errors", "install", "multipart_etag",
+]

@@ -231,6 +231,22 @@ def test_model_upload_survives_faults(tmp_path, faults, object_store, rate):
     assert faulty < clean + EXTRA_SECONDS[rate]
 
 
+def test_small_reads_and_writes_survive_faults(tmp_path, faults, object_store):
+    # read_bytes / write_bytes: pointers, metrics, markers (retraining, the UI, the SDK).
+    bucket = object_store.bucket()
+    rng = random.Random(4)
+    blobs = {f"meta/{i:02d}.json": rng.randbytes(rng.randint(10, 5000)) for i in range(40)}
+    hook = make_hook(tmp_path)
+    faults.set(rate=0.3, seed=13)
+
+    for key, data in blobs.items():
+        hook.write_bytes(f"s3://{bucket}/{key}", data)
+    back = {key: hook.read_bytes(f"s3://{bucket}/{key}") for key in blobs}
+
+    assert faults.total_injected >= MIN_FAULTS[0.3]
+    assert back == blobs and {k: object_store.get(bucket, k) for k in blobs} == blobs
+
+
 # -- multipart uploads are never left open -----------------------------------------------------------------------
 
 

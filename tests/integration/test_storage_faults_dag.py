@@ -85,6 +85,7 @@ def try_numbers(run_id: str) -> dict[str, int]:
             TaskInstance.run_id == run_id))}
 
 
+@pytest.mark.slow  # ~80 s here; the stages' transfers at 10% and 30% are in test_storage_faults.py (seconds each)
 def test_a_run_through_ten_percent_faults_publishes_the_model_the_script_wrote(faults, object_store):
     conf, expected = setup_job(object_store)
     bucket = conf["output_path"].split("/")[2]
