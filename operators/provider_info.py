@@ -51,6 +51,8 @@ TRAINING = {
                              "bubblewrap"),
     "local_environment": _option("More names of the worker's environment that reach local user code, "
                                  "comma-separated, beyond the built-in allowlist.", "", example="WANDB_API_KEY"),
+    "sdk_code_max_bytes": _option("Largest code archive (bytes) the SDK's staging endpoint accepts; larger uploads "
+                                  "are refused (413): data belongs in input channels.", "67108864", "integer"),
     "retention_days": _option("Job roots and cache entries unused for this many days are removed; dead jobs' "
                               "cache pins released (0 = keep them).", "0", "float"),
 }
