@@ -194,14 +194,9 @@ class KubernetesLauncherHook(BaseHook):
                         request.secret_env)), namespace, secret.secret)
                 clear_outcome_markers(request.job_root)
                 write_launch_record(request.job_root, created.metadata.uid)
-                self.log.info(
-                    "Created Job %s/%s: %d host(s) %s, image %s",
-                    namespace,
-                    name,
-                    request.instance_count,
-                    ", ".join(self.hosts(request.job_name, request.instance_count)),
-                    manifest["spec"]["template"]["spec"]["containers"][0]["image"],
-                )
+                self.log.info("Created Job %s/%s: %d host(s) %s, image %s", namespace, name, request.instance_count,
+                              ", ".join(self.hosts(request.job_name, request.instance_count)),
+                              manifest["spec"]["template"]["spec"]["containers"][0]["image"])
                 self._ensure_service(name, namespace, options, created.metadata.uid)
                 return
             existing = self._read_job(name, namespace)
