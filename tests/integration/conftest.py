@@ -2,3 +2,4 @@
 the local Kubernetes control plane, is started once per session)."""
 
 from kube_cluster import kube_admin, kube_cluster, kube_namespace  # noqa: F401
+from real_node import real_admin, real_cluster, real_namespace  # noqa: F401

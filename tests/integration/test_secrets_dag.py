@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from dag_runner import load_dag, run_dag
-from real_node import real_admin, real_cluster, real_namespace  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
