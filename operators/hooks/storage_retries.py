@@ -2,7 +2,9 @@
 
 Attempts: every request gets REQUEST_ATTEMPTS (botocore "standard" mode: 503 SlowDown and the other throttling
 codes, 5xx, connection errors and resets, with jittered exponential backoff: 1 s base for throttling, 50 ms
-otherwise, at most 20 s). What botocore does not retry, reading a response body that breaks off (a reset or a
+otherwise, at most 20 s). Not "adaptive" mode: its client-side rate limiter, once a few requests were throttled,
+delays every request of the client (the other objects' small GETs too), where backing off the throttled request
+is enough for a transfer. What botocore does not retry, reading a response body that breaks off (a reset or a
 truncated body), is retried BODY_ATTEMPTS times by our small-object downloads and by s3transfer
 (`num_download_attempts`). Measured through tests/integration/fault_proxy.py: with 3 attempts (and botocore's
 quota), connection resets on 30% of requests failed 13 of 24 transfers (channel downloads, model packs, directory
