@@ -44,7 +44,7 @@ class FaultProxy:
     `kinds`: which faults to draw from (default: all four, equally likely). `only`: a predicate on
     (method, key, query) choosing the requests that may fail (default: all). `choose`: instead of drawing, a
     function of (method, key, query) returning the fault for a request (or None), for tests that aim at one
-    request. `requests` counts what passed.
+    request. `requests` counts every request seen, `injected` the faults by kind.
     """
 
     def __init__(self, upstream_port: int, *, rate: float = 0.0, seed: int = 0, kinds=KINDS, only=None) -> None:
