@@ -101,6 +101,9 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
             emit=emit,
         )
         event = dict(await watch.run())
+        for key in ("message", "detail"):  # a termination message is the pod's last log lines; the event is stored
+            if isinstance(event.get(key), str):
+                event[key] = redact(event[key])
         event["metrics"] = metrics.series
         yield TriggerEvent(event)
 

@@ -151,8 +151,13 @@ def test_secrets_by_reference_live_in_one_secret_owned_by_the_job(kube_namespace
     wait_for("the Job gone", lambda: gone(kube_admin, kube_namespace, "kwok-secret"), 30)
 
     # A failed Job replaced by the retry: its Secret goes with it and the new Job owns a fresh one.
-    failing = make_request("kwok-secret-gc", annotations={PLAY + "exit-code": "1"}, secret_env={"WANDB_API_KEY": token})
-    assert not KubernetesLauncherHook().run(failing, [].append).succeeded
+    # Its termination message (the pod's last log lines) shows the value: the trigger, which never saw the worker's
+    # masker, masks it with the values it reads from the Job's Secret (the event is stored in the metadata DB).
+    failing = make_request("kwok-secret-gc", annotations={PLAY + "exit-code": "1", PLAY + "message": f"bad {token}"},
+                           secret_env={"WANDB_API_KEY": token})
+    hook.start(failing)
+    event = asyncio_run_trigger(hook.trigger(failing))
+    assert event["status"] == "failed" and "bad ***" in json.dumps(event) and token not in json.dumps(event), event
     old = batch.read_namespaced_job("kwok-secret-gc", kube_namespace).metadata.uid
     KubernetesLauncherHook().start(failing)
     new = batch.read_namespaced_job("kwok-secret-gc", kube_namespace).metadata.uid
