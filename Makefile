@@ -22,7 +22,7 @@ KWOK_VERSION := v0.7.0
 export K8S_BIN ?= $(TOOLS_CACHE)/k8s-$(K8S_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: install lint sandbox-deps db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools cluster cluster-down
+.PHONY: install lint sandbox-deps postgres db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools cluster cluster-down
 
 # Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
 # fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
@@ -49,6 +49,17 @@ sandbox-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
 		echo "note: bwrap is missing and could not be installed (run as root: apt-get install bubblewrap);" \
 			"the local backend refuses to run user code until it is, or [training] local_sandbox = none"
+
+# PostgreSQL for the production-shaped tests (tests/integration/postgres_server.py starts a private cluster per
+# session): Debian's package, installed as root when no server binaries are there. Its own cluster and service are
+# not wanted: createcluster.conf tells the package not to create (and start) "main" on port 5432.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+		(test "$$(id -u)" = 0 && mkdir -p /etc/postgresql-common && \
+		{ test -f /etc/postgresql-common/createcluster.conf || echo "create_main_cluster = false" > \
+			/etc/postgresql-common/createcluster.conf; } && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Dpkg::Options::=--force-confold postgresql >/dev/null) || \
+		{ echo "PostgreSQL is missing and could not be installed (run as root: apt-get install postgresql)"; exit 1; }
 
 # Cold: 920 s here (module download + compile, 2 cores shared with other builds, load 8-14); niced, so other work
 # on the machine comes first. Then cached: a fresh clone on the same machine reuses the binary.
@@ -97,7 +108,7 @@ browser-deps:
 lint: install
 	$(VENV)/bin/ruff check --quiet .
 
-test: install lint peers images browser-deps node-tools minio k8s-tools
+test: install lint peers images browser-deps node-tools minio k8s-tools postgres
 	$(PY) -m pytest -q -rs --durations=15
 
 test-fast: install peers minio

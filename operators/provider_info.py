@@ -53,6 +53,10 @@ TRAINING = {
                                  "comma-separated, beyond the built-in allowlist.", "", example="WANDB_API_KEY"),
     "sdk_code_max_bytes": _option("Largest code archive (bytes) the SDK's staging endpoint accepts; larger uploads "
                                   "are refused (413): data belongs in input channels.", "67108864", "integer"),
+    "local_lease_seconds": _option("How long a local training whose task process died keeps running, waiting for "
+                                   "the task's retry to reattach to it, before it stops itself; above [scheduler] "
+                                   "task_instance_heartbeat_timeout plus the launch task's retry delay.", "900",
+                                   "float"),
     "retention_days": _option("Job roots and cache entries unused for this many days are removed; dead jobs' "
                               "cache pins released (0 = keep them).", "0", "float"),
 }

@@ -82,6 +82,7 @@ class TrainingSettings:
     local_roots: tuple[str, ...] = ()  # local paths a spec may use; () = anywhere the worker can reach
     local_sandbox: str = "bubblewrap"  # the local backend's sandbox: bubblewrap | none
     local_environment: tuple[str, ...] = ()  # more names of the worker's environment that reach local user code
+    local_lease_seconds: float = 900.0  # a local training whose launcher died waits this long for a retry to reattach
     retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
     artifact_links: str = "presigned"  # the UI's object-storage artifact links: presigned | console
     presigned_url_seconds: int = 900
@@ -156,6 +157,7 @@ def training_settings() -> TrainingSettings:
         local_roots=tuple(os.path.abspath(r.strip()) for r in _get(s, "local_roots", "").split(",") if r.strip()),
         local_sandbox=_choice(s, "local_sandbox", "bubblewrap", ("bubblewrap", "none")),
         local_environment=_get_list(s, "local_environment"),
+        local_lease_seconds=_get_float(s, "local_lease_seconds", 900.0),
         retention_days=_get_float(s, "retention_days", 0.0),
         artifact_links=_choice(s, "artifact_links", "presigned", ("presigned", "console")),
         presigned_url_seconds=_get_int(s, "presigned_url_seconds", 900, minimum=1),

@@ -3,7 +3,7 @@
 It serves the REST paths the launcher uses (the real ones, so the `kubernetes` and `kubernetes_asyncio`
 clients talk to it unchanged):
 
-  POST/GET/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}[/status]]
+  POST/GET/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}[/status]]   (PATCH: annotations only)
   POST/GET/DELETE /api/v1/namespaces/{ns}/services[/{name}]
   GET/DELETE      /api/v1/namespaces/{ns}/pods?labelSelector=...     (list, delete collection)
   GET/DELETE      /api/v1/namespaces/{ns}/pods/{name}
@@ -511,6 +511,14 @@ class FakeKubeApi:
                         del store[key]
             self.cond.notify_all()
             return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+        if method == "PATCH":  # a merge patch of annotations is all the launcher sends (its log cursors)
+            for key, value in ((body or {}).get("metadata") or {}).get("annotations", {}).items():
+                annotations = job["metadata"].setdefault("annotations", {})
+                if value is None:
+                    annotations.pop(key, None)
+                else:
+                    annotations[key] = value
+            return 200, job
         raise ApiError(405, "MethodNotAllowed", method)
 
     def _services(self, method, ns, *, query, body):

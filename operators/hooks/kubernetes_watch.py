@@ -21,6 +21,10 @@ an earlier try's Job of the same name must not decide this one. Warning events: 
 
 Logs: each running pod's log is followed (follow=true, timestamps=true, operators/hooks/log_stream.py); the
 consumer of the event fetches each pod's log once more at the end and passes on only the lines after the cursor.
+With ``keep_cursors`` (the trigger), the cursors are also kept on the Job itself (annotation
+``training.airflow/log-cursors``, patched when they moved, at most once a poll, and once more when the watch is
+cancelled): a restarted triggerer recreates the trigger from its original arguments, and without them it would show
+every pod's log again from the start. The Job is the one place both triggerers can reach.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 # difference between this machine and the node loses nothing (the cursor drops what was seen already).
 SINCE_MARGIN_SECONDS = 120
 HEARTBEAT_SECONDS = 300
+CURSORS_ANNOTATION = "training.airflow/log-cursors"
 NO_PODS_HINT_SECONDS = 60
 
 
@@ -78,8 +83,11 @@ class JobWatch:
         poll_interval: float,
         image_pull_grace_seconds: float,
         emit: Emit,
+        keep_cursors: bool = False,
     ):
         self.hook = hook
+        self.keep_cursors = keep_cursors
+        self.saved_cursors: str | None = None  # the annotation's value as last read or written
         self.name = name
         self.namespace = namespace
         self.instance_count = instance_count
@@ -360,6 +368,47 @@ class JobWatch:
         return None
 
     # ---- the loop -------------------------------------------------------------------------------------
+    # ---- log cursors kept on the Job (see the module docstring) ---------------------------------------
+    def load_cursors(self, job: Any) -> None:
+        """Once, from the first look at the Job: continue where an earlier watch of it left each pod's log."""
+        import json
+
+        if self.saved_cursors is not None:
+            return
+        self.saved_cursors = raw = (job.metadata.annotations or {}).get(CURSORS_ANNOTATION) or ""
+        try:
+            kept = {pod: [int(c[0]), int(c[1])] for pod, c in json.loads(raw).items()} if raw else {}
+        except (ValueError, TypeError, AttributeError, IndexError):
+            kept = {}
+        for pod, cursor in kept.items():
+            self.cursors.setdefault(pod, cursor)
+        if kept:
+            self.say(f"resuming the logs of {len(kept)} pod(s) where an earlier watch left them")
+
+    async def save_cursors(self, batch: Any) -> None:
+        import json
+
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        if not self.keep_cursors or self.saved_cursors is None:
+            return
+        value = json.dumps({pod: list(c) for pod, c in sorted(self.cursors.items()) if c[0]}, separators=(",", ":"))
+        if value == self.saved_cursors or value == "{}":
+            return
+        try:
+            await batch.patch_namespaced_job(self.name, self.namespace,
+                                             {"metadata": {"annotations": {CURSORS_ANNOTATION: value}}})
+            self.saved_cursors = value
+        except ApiException as err:
+            if err.status in (401, 403):
+                self.keep_cursors = False
+                self.say(f"cannot keep the log position on Job {self.namespace}/{self.name} (HTTP {err.status}: "
+                         "the Role lacks patch on jobs, docs/kubernetes.md): a triggerer restart will show the logs "
+                         "again from the start")
+            elif err.status != 404:
+                self.say(f"could not keep the log position on the Job (HTTP {err.status}); trying again",
+                         f"cursor:{err.status}")
+
     async def list_pods(self, core: Any) -> list[Any]:
         result = await core.list_namespaced_pod(
             namespace=self.namespace, label_selector=f"{CONTROLLER_UID_LABEL}={self.job_uid}")
@@ -367,40 +416,16 @@ class JobWatch:
 
 
     async def run(self) -> dict[str, Any]:
-        from kubernetes_asyncio.client import CoreV1Api
-        from kubernetes_asyncio.client.exceptions import ApiException
+        from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
-        errors = 0
-        result: dict[str, Any] | None = None
         try:
             async with self.hook.get_conn() as api:
-                core = CoreV1Api(api)
-                while result is None:
-                    try:
-                        job = await self.hook.get_job_status(name=self.name, namespace=self.namespace)
-                        self.job_uid = job.metadata.uid
-                        pods = await self.list_pods(core)
-                        events = await list_warnings(core, self.namespace)
-                        errors = 0
-                    except ApiException as err:
-                        if err.status == 404:
-                            result = self.failure(
-                                PLATFORM_ERROR,
-                                f"Job {self.namespace}/{self.name} no longer exists (deleted outside Airflow?); "
-                                "retry to start it again",
-                            )
-                            result["job_missing"] = True
-                            break
-                        errors += 1
-                        if errors >= 10:
-                            raise
-                        self.say(f"Kubernetes API error {err.status} while watching; retrying", f"api:{err.status}")
-                        await asyncio.sleep(self.poll_interval)
-                        continue
-                    self.start_followers(core, pods)
-                    result = self.verdict(job, pods, events)
-                    if result is None:
-                        await asyncio.sleep(self.poll_interval)
+                core, batch = CoreV1Api(api), BatchV1Api(api)
+                try:
+                    result = await self._watch(core, batch)
+                except asyncio.CancelledError:  # the triggerer stops: keep the log position for the next one
+                    await asyncio.wait_for(self.save_cursors(batch), 10)
+                    raise
                 # Give the follow streams a moment to end on their own (containers have exited).
                 await self.stop_followers(wait=2.0)
         finally:
@@ -413,3 +438,39 @@ class JobWatch:
             log_cursors={pod: list(cursor) for pod, cursor in self.cursors.items()},
         )
         return result
+
+    async def _watch(self, core: Any, batch: Any) -> dict[str, Any]:
+        """Poll the Job, its pods and the namespace's warnings until a verdict."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        errors = 0
+        while True:
+            try:
+                job = await self.hook.get_job_status(name=self.name, namespace=self.namespace)
+                self.job_uid = job.metadata.uid
+                if self.keep_cursors:
+                    self.load_cursors(job)
+                pods = await self.list_pods(core)
+                events = await list_warnings(core, self.namespace)
+                errors = 0
+            except ApiException as err:
+                if err.status == 404:
+                    result = self.failure(
+                        PLATFORM_ERROR,
+                        f"Job {self.namespace}/{self.name} no longer exists (deleted outside Airflow?); "
+                        "retry to start it again",
+                    )
+                    result["job_missing"] = True
+                    return result
+                errors += 1
+                if errors >= 10:
+                    raise
+                self.say(f"Kubernetes API error {err.status} while watching; retrying", f"api:{err.status}")
+                await asyncio.sleep(self.poll_interval)
+                continue
+            self.start_followers(core, pods)
+            result = self.verdict(job, pods, events)
+            if result is not None:
+                return result
+            await self.save_cursors(batch)
+            await asyncio.sleep(self.poll_interval)

@@ -9,8 +9,9 @@ and the worker's credentials. Two layers keep those away from it:
   (Debian's `bubblewrap`, installed by `make install`). The file system it sees is an allowlist too: the system
   (/usr, /etc, ...) and the Python that runs it read-only, its own job root read-write, its channels' cache entries
   read-only, a private /tmp. AIRFLOW_HOME, the metadata DB, airflow.cfg, the secrets file, other jobs' roots and
-  the worker's home are simply not there. Its PID namespace dies with it: when the launcher dies (bubblewrap's
-  --die-with-parent), every process the user code started goes too. No capabilities are kept (--cap-drop ALL),
+  the worker's home are simply not there. Its PID namespace dies with `train`: when `train` ends (by itself, or
+  when its launcher's lease runs out, local_launcher.py), every process the user code started goes too. The local
+  launcher leaves out bubblewrap's --die-with-parent so a task retry can reattach. No capabilities are kept (--cap-drop ALL),
   and /dev is a minimal one (GPU device nodes added), so a root worker's user code cannot read raw disks.
 
 Why bubblewrap rather than a separate unprivileged user: a user id only protects files whose modes say so
@@ -90,11 +91,13 @@ def _inside(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def bwrap_command(command: list[str], job_root: str, readonly: list[str] = (), hide: str | None = None) -> list[str]:
+def bwrap_command(command: list[str], job_root: str, readonly: list[str] = (), hide: str | None = None,
+                  die_with_parent: bool = True) -> list[str]:
     """`command` wrapped in bubblewrap: sees the system and Python read-only, `job_root` read-write, `readonly`
-    read-only; `hide` (AIRFLOW_HOME) is covered by an empty tmpfs should it lie inside the system tree."""
-    argv = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--new-session", "--cap-drop", "ALL"]
+    read-only; `hide` (AIRFLOW_HOME) is covered by an empty tmpfs should it lie inside the system tree.
+    die_with_parent=False: the sandbox outlives its launcher (the local launcher's lease stops it instead)."""
+    argv = [shutil.which("bwrap") or "bwrap", *(["--die-with-parent"] if die_with_parent else []), "--unshare-pid",
+            "--unshare-ipc", "--unshare-uts", "--new-session", "--cap-drop", "ALL"]
     for top in ("/usr", "/etc"):
         if os.path.isdir(top):
             argv += ["--ro-bind", top, top]

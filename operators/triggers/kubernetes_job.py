@@ -99,6 +99,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
             poll_interval=self.poll_interval,
             image_pull_grace_seconds=self.image_pull_grace_seconds,
             emit=emit,
+            keep_cursors=True,  # a restarted triggerer continues each pod's log where this one left it
         )
         event = dict(await watch.run())
         for key in ("message", "detail"):  # a termination message is the pod's last log lines; the event is stored

@@ -2,6 +2,7 @@
 
 import argparse
 import logging
+import os
 import sys
 
 from training_runtime import __version__
@@ -69,6 +70,20 @@ def parse_args(argv=None):
         "also $TRAINING_DIE_WITH_PARENT=1): for launchers that run train as a child process",
     )
     parser.add_argument(
+        "--lease",
+        metavar="FILE",
+        help="stop the training when FILE was not touched for --lease-seconds: for launchers that may die and "
+        "be replaced by another that reattaches (the local backend's task retries)",
+    )
+    parser.add_argument("--lease-seconds", metavar="SECONDS", type=float, default=0.0,
+                        help="how long the --lease file may go untouched (default: no lease)")
+    parser.add_argument(
+        "--exit-file",
+        metavar="FILE",
+        help="write train's exit code to FILE when it ends, for a launcher that did not start it and so cannot "
+        "wait for it",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="validate the job root and print what would run; install and run nothing",
@@ -82,7 +97,7 @@ def main(argv=None):
     configure_logging()
     from training_runtime.trainer import train
 
-    return train(
+    code = train(
         root=args.root,
         current_host=args.current_host,
         layout_name=args.layout,
@@ -90,4 +105,11 @@ def main(argv=None):
         host_wait=args.host_wait,
         max_run_seconds=args.max_run_seconds,
         die_with_parent=args.die_with_parent,
+        lease=(args.lease, args.lease_seconds) if args.lease and args.lease_seconds else None,
     )
+    if args.exit_file:
+        tmp = "%s.%d" % (args.exit_file, os.getpid())
+        with open(tmp, "w") as f:
+            f.write("%d\n" % code)
+        os.replace(tmp, args.exit_file)  # a reader sees no file or the whole code
+    return code

@@ -6,6 +6,12 @@ and nobody to collect it. So ``train`` enforces ``--max-run-seconds`` itself, an
 asks Linux for a signal when its parent dies (``prctl(PR_SET_PDEATHSIG)``): SIGTERM, which stops the user code
 through the usual path. The user code in turn gets SIGKILL when ``train`` dies, in case ``train`` itself was
 SIGKILLed. In containers (Docker, Kubernetes) ``train`` is the container's main process and neither is needed.
+
+A launcher that wants to reattach after its own death (the local backend: a task retry picks up the training the
+killed attempt started) uses a lease instead of the parent-death signal: ``--lease FILE --lease-seconds N``. The
+launcher touches FILE every few seconds; ``train`` stops the training (SIGTERM to itself, the usual path) once FILE
+is older than N seconds, so a worker that died for good still leaves nothing running after N seconds, while a retry
+within N seconds renews the lease and finds the training where it was.
 """
 
 import ctypes
@@ -48,6 +54,40 @@ def max_run_seconds(value, environ):
     if seconds < 0:
         raise InvalidJobError("max run seconds must be a number >= 0, got %r" % (raw,))
     return seconds or None
+
+
+def watch_lease(path, seconds, check_every=None):
+    """A daemon thread: SIGTERM to us once ``path`` was not touched for ``seconds`` (a missing file counts from now).
+
+    Returns the thread (None when there is no lease)."""
+    import threading
+    import time
+
+    if not path or not seconds:
+        return None
+    seconds = float(seconds)
+    every = check_every or max(0.5, min(5.0, seconds / 10))
+    started = time.time()
+
+    def renewed_at():
+        try:
+            return os.stat(path).st_mtime
+        except OSError:
+            return started
+
+    def watch():
+        while True:
+            time.sleep(every)
+            age = time.time() - max(renewed_at(), started)
+            if age > seconds:
+                log.error("the launcher stopped renewing its lease %s %.0f s ago (limit %g s): it died and no "
+                          "retry took the training over; stopping it", path, age, seconds)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    thread = threading.Thread(target=watch, name="lease-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def wants_die_with_parent(flag, environ):

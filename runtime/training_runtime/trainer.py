@@ -47,13 +47,13 @@ log = logging.getLogger(__name__)
 
 
 def train(root=None, current_host=None, layout_name=None, check_only=False, environ=None, host_wait=None,
-          max_run_seconds=None, die_with_parent=False):
+          max_run_seconds=None, die_with_parent=False, lease=None):
     """Run the job at ``root`` as ``current_host``; returns the exit code.
 
     ``check_only`` validates the job root and logs the argv without installing
     or running anything (nor writing output files). ``host_wait`` bounds the
     wait for the hosts of a multi-host job to resolve (see :mod:`training_runtime.hosts`).
-    ``max_run_seconds`` and ``die_with_parent``: see :mod:`training_runtime.lifetime`.
+    ``max_run_seconds``, ``die_with_parent`` and ``lease`` ((file, seconds)): see :mod:`training_runtime.lifetime`.
     """
     started_at = time.time()
     started = time.monotonic()
@@ -67,6 +67,9 @@ def train(root=None, current_host=None, layout_name=None, check_only=False, envi
     try:
         if watch_parent:  # after the handlers: the parent-death SIGTERM ends in output/failure like any stop
             lifetime.die_with_parent()
+        if lease and not check_only:
+            lifetime.watch_lease(*lease)
+            watch_parent = True  # the user code still dies with train (SIGKILL), whatever ends train
         limit = lifetime.max_run_seconds(max_run_seconds, environ)
         deadline = started + limit if limit and not check_only else None
         if os.path.isdir(root) and not check_only:

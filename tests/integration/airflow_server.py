@@ -8,7 +8,9 @@ started as separate processes on a FREE loopback port with their own AIRFLOW_HOM
         status, run = api.call("POST", "/api/v2/dags/training_job/dagRuns", {"logical_date": None, "conf": {...}})
         run = airflow_server.wait_for_run("training_job", run["dag_run_id"])
 
-Or outside pytest: `with AirflowServer(tmp_dir) as server: ...`. What it shares with `make airflow`: the repository's
+Or outside pytest: `with AirflowServer(tmp_dir) as server: ...`. `AirflowServer(home, db_url=...)` puts the metadata DB
+elsewhere (the production-shaped tests pass PostgreSQL's URL: tests/integration/test_production_deployment.py);
+`kill(name)` / `restart(name)` kill and start one component. What it shares with `make airflow`: the repository's
 airflow.cfg, dags/ and plugins/, and the secrets file written by tools/airflow_secrets.py (jwt secret, [api]
 secret_key, fernet key) loaded into every component's environment. What differs: AIRFLOW_HOME (a temp dir with its
 own SQLite DB, logs and workspace), the port (api-server, worker and triggerer log servers: all free ports, so
@@ -77,8 +79,9 @@ class Api:
 
 
 class AirflowServer:
-    def __init__(self, home: Path, extra_env: dict[str, str] | None = None):
+    def __init__(self, home: Path, extra_env: dict[str, str] | None = None, db_url: str | None = None):
         self.home = Path(home)
+        self.db_url = db_url  # None: SQLite in the home (airflow.cfg's embedded default)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.password = PASSWORD
@@ -133,18 +136,40 @@ class AirflowServer:
             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime"), os.environ.get("PYTHONPATH", "")]),
             "NO_PROXY": "*",
         })
+        if self.db_url:  # the production switch docs/operations.md describes: one environment variable
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.db_url
         env.update(self.extra_env)
         self.env = env
         migrate = subprocess.run([*AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
         assert migrate.returncode == 0, migrate.stderr[-3000:]
         for name in COMPONENTS:
-            cmd = [*AIRFLOW, name] + (["--host", "127.0.0.1", "--port", str(self.port)] if name == "api-server" else [])
-            with (home / f"{name}.log").open("wb") as out:  # the child keeps its own copy of the descriptor
-                self.procs[name] = subprocess.Popen(cmd, env=env, cwd=home, stdout=out, stderr=subprocess.STDOUT,
-                                                    start_new_session=True)
+            self.start_component(name)
         self._wait_healthy(timeout)
         self.api.login()
         self._wait_for_dag("training_job", timeout)
+
+    def start_component(self, name: str) -> subprocess.Popen:
+        cmd = [*AIRFLOW, name] + (["--host", "127.0.0.1", "--port", str(self.port)] if name == "api-server" else [])
+        with (self.home / f"{name}.log").open("ab") as out:  # the child keeps its own copy of the descriptor
+            self.procs[name] = subprocess.Popen(cmd, env=self.env, cwd=self.home, stdout=out,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+        return self.procs[name]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL, group: bool = False) -> None:
+        """kill -9 one component's main process (group=True: its whole process group, e.g. LocalExecutor's workers
+        with the scheduler) and reap it."""
+        proc = self.procs[name]
+        (os.killpg if group else os.kill)(proc.pid, sig)
+        proc.wait(30)
+
+    def restart(self, name: str, timeout: float = 120) -> None:
+        """Start a killed (or stopped) component again and wait until the API server says it is healthy."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        self.start_component(name)
+        self._wait_healthy(timeout)
 
     def stop(self) -> None:
         for name, proc in reversed(list(self.procs.items())):
@@ -219,8 +244,14 @@ def _read_env(path: Path) -> dict[str, str]:
                 if line.strip() and not line.startswith("#") and "=" in line)
 
 
+def airflow_deployment(tmp_path_factory, db_url: str | None = None, extra_env: dict[str, str] | None = None,
+                       name: str = "airflow-server") -> AirflowServer:
+    """The real Airflow components in a fresh home: what every fixture of this kind starts (use it as a context)."""
+    return AirflowServer(tmp_path_factory.mktemp(name), extra_env=extra_env, db_url=db_url)
+
+
 @pytest.fixture(scope="session")
 def airflow_server(tmp_path_factory):
     """One real Airflow per test session (about a minute to start); tests share it, so they use their own job names."""
-    with AirflowServer(tmp_path_factory.mktemp("airflow-server")) as server:
+    with airflow_deployment(tmp_path_factory) as server:
         yield server

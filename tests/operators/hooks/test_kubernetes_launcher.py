@@ -164,6 +164,39 @@ def test_deferred_run_succeeds_and_no_log_line_is_lost_or_repeated(kube, workspa
     assert not kube.count("DELETE", "/jobs/")  # finished Jobs are left to ttlSecondsAfterFinished
 
 
+def test_a_restarted_triggerer_continues_the_logs_where_the_stopped_one_left_them(kube, workspace, capsys):
+    hook = KubernetesLauncherHook()
+    request = make_request(workspace)
+    hook.start(request)
+    pod = kube.pod_names(kube_name(request.job_name))[0]
+    out = Output(capsys)
+
+    async def first_triggerer():  # runs the trigger until it is cancelled, as a triggerer shutting down does
+        task = asyncio.ensure_future(rebuilt(hook.trigger(request)).run().__anext__())
+        kube.set_running(pod)
+        for step in range(5):
+            kube.log(pod, f"step {step}")
+        await until(lambda: out.has("step 4"))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(first_triggerer())
+    assert "log-cursors" in json.dumps(kube.job(kube_name(request.job_name))["metadata"]["annotations"])
+
+    async def drive():  # the second triggerer recreates the trigger from the same serialized arguments
+        for step in range(5, 8):
+            kube.log(pod, f"step {step}")
+        await until(lambda: out.has("step 7"))
+        kube.terminate(pod, 0)
+
+    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    assert event["status"] == "success"
+    streamed = out.read()
+    assert [streamed.count(f"] step {step} ") for step in range(8)] == [1] * 8, streamed
+    assert "resuming the logs of 1 pod(s)" in streamed
+
+
 def test_blocking_run_streams_every_line_into_on_line(kube, workspace):
     hook = KubernetesLauncherHook()
     request = make_request(workspace)

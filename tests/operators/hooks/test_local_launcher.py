@@ -110,19 +110,106 @@ def test_stop_from_another_thread_kills_everything(tmp_path):
     assert not runner.is_alive() and not results[0].succeeded
 
 
-def test_a_retry_kills_the_training_an_earlier_attempt_left_running(tmp_path):
-    request = make_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+# A launcher in a process of its own, standing in for the task process of the Airflow worker, so it can be kill -9'd.
+LAUNCHER = """
+import pickle, sys
+from operators.hooks.local_launcher import LocalLauncherHook
+request = pickle.loads(bytes.fromhex(sys.argv[1]))
+LocalLauncherHook(lease_seconds=float(sys.argv[2])).run(request, lambda line: print(line, flush=True))
+"""
+
+COUNTING = """
+    import os, time
+    with open(os.path.join(os.environ["TRAINING_ROOT"], "starts"), "a") as f:
+        f.write("started\\n")
+    for step in range(STEPS):
+        print(f"step {step}", flush=True)
+        time.sleep(0.5)
+"""
+
+
+def launch_in_a_process(request, lease_seconds: float) -> subprocess.Popen:
+    import pickle
+
+    return subprocess.Popen([sys.executable, "-c", LAUNCHER, pickle.dumps(request).hex(), str(lease_seconds)],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                            stdout=subprocess.PIPE, text=True)
+
+
+def kill_launcher_once_training(launcher: subprocess.Popen, request) -> None:
+    deadline = time.monotonic() + 60
+    while "step 1" not in Path(request.job_root, ".launch", "algo-1.log").read_text(errors="replace") \
+            if Path(request.job_root, ".launch", "algo-1.log").exists() else True:
+        assert time.monotonic() < deadline and launcher.poll() is None, "the training did not start"
+        time.sleep(0.2)
+    launcher.kill()  # kill -9: no on_kill, no cleanup
+    launcher.wait(10)
+
+
+def test_a_retry_reattaches_to_the_training_a_killed_launcher_left_running(tmp_path):
+    request = make_job(tmp_path, COUNTING.replace("STEPS", "8"))
+    kill_launcher_once_training(launch_in_a_process(request, 60), request)
+    pids = [pid for pid, _ in json.loads(Path(request.job_root, PIDS_FILE).read_text())]
+    assert all(psutil.pid_exists(pid) for pid in pids), "the training died with its launcher"
+    # The retry: a fresh hook in another process. It must wait for that training, not start a second one.
+    lines: list[str] = []
+    result = LocalLauncherHook(lease_seconds=60).run(request, lines.append)
+    assert result.succeeded and result.exit_code == 0
+    assert Path(request.job_root, "starts").read_text().split() == ["started"], "the training started twice"
+    assert [line for line in lines if line.startswith("step")] == [f"step {i}" for i in range(8)]
+    assert not Path(request.job_root, PIDS_FILE).exists()
+
+
+def test_a_training_that_ended_while_nobody_watched_is_not_run_again(tmp_path):
+    request = make_job(tmp_path, COUNTING.replace("STEPS", "3"))
+    kill_launcher_once_training(launch_in_a_process(request, 60), request)
+    exit_file = Path(request.job_root, ".launch", "algo-1.exit")
+    deadline = time.monotonic() + 60
+    while not exit_file.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    lines: list[str] = []
+    result = LocalLauncherHook(lease_seconds=60).run(request, lines.append)
+    assert result.succeeded and Path(request.job_root, "starts").read_text().split() == ["started"]
+    assert "step 2" in lines
+
+
+def test_a_reattached_failure_is_reported_with_its_exit_code_and_reason(tmp_path):
+    request = make_job(tmp_path, textwrap.dedent(COUNTING.replace("STEPS", "4"))
+                       + "raise SystemExit('bad data in shard 3')\n")
+    kill_launcher_once_training(launch_in_a_process(request, 60), request)
+    result = LocalLauncherHook(lease_seconds=60).run(request, lambda line: None)
+    assert not result.succeeded and result.failure_class == USER_ERROR and result.exit_code == 1
+    assert "bad data in shard 3" in result.failure_reason
+
+
+def test_a_training_whose_launcher_died_for_good_stops_when_its_lease_runs_out(tmp_path):
+    request = make_job(tmp_path, COUNTING.replace("STEPS", "600"))
+    launcher = launch_in_a_process(request, 3)
+    kill_launcher_once_training(launcher, request)
+    killed_at = time.monotonic()
+    pids = [pid for pid, _ in json.loads(Path(request.job_root, PIDS_FILE).read_text())]
+    tree = [p for pid in pids for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]]
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, f"still running {time.monotonic() - killed_at:.0f} s after the launcher died: {alive}"
+    assert time.monotonic() - killed_at > 2  # not before the lease ran out
+    assert "training was stopped" in Path(request.job_root, "output", "failure").read_text()
+    assert "stopped renewing its lease" in Path(request.job_root, ".launch", "algo-1.log").read_text()
+
+
+def test_a_retry_that_finds_half_a_training_kills_it_and_starts_again(tmp_path):
+    request = make_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n", instance_count=2)
     first = LocalLauncherHook()
     up = threading.Event()
     threading.Thread(target=lambda: first.run(request, lambda l: up.set()), daemon=True).start()
     assert up.wait(30)
-    orphan_pids = [p.pid for p in first._procs]
-    # A new attempt (a retry, or a restarted worker) with a fresh hook: it must not leave two trainings running.
+    survivor, victim = first._procs
+    os.killpg(victim.pid, 9)  # one host died with the worker: a half training cannot be finished
+    victim.wait(10)
     Path(request.job_root, "code", "train.py").write_text("print('second attempt')\n")
     result = LocalLauncherHook().run(request, lambda line: None)
     assert result.succeeded
-    for pid in orphan_pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not psutil.pid_exists(survivor.pid) or psutil.Process(survivor.pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_one_failed_host_stops_its_waiting_peer(tmp_path, monkeypatch):
@@ -194,7 +281,9 @@ def test_a_hostile_script_cannot_read_airflow_secrets(tmp_path, monkeypatch):
     assert "airflow.db" in leaked and "env:" not in leaked  # the environment is allowlisted either way
 
 
-def test_kill_9_of_the_worker_leaves_no_training_running(tmp_path):
+def test_kill_9_of_the_worker_leaves_no_training_running_once_its_lease_ran_out(tmp_path):
+    # The training waits [training] local_lease_seconds for a retry to reattach (here 2 s), then stops, grandchildren
+    # and all.
     request = make_job(tmp_path, """
         import os, subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -206,7 +295,7 @@ def test_kill_9_of_the_worker_leaves_no_training_running(tmp_path):
         from operators.hooks.launcher import LaunchRequest
         from operators.hooks.local_launcher import LocalLauncherHook
         request = LaunchRequest.from_dict(json.loads(sys.argv[1]))
-        LocalLauncherHook().run(request, lambda line: print(line, flush=True))
+        LocalLauncherHook(lease_seconds=2).run(request, lambda line: print(line, flush=True))
     """), json.dumps(request.to_dict())], stdout=subprocess.PIPE, text=True)
     try:
         for line in worker.stdout:  # the launcher's own log lines come first
@@ -216,7 +305,7 @@ def test_kill_9_of_the_worker_leaves_no_training_running(tmp_path):
         assert len(tree) >= 3  # (bwrap,) train, the script, its child
         worker.kill()  # kill -9 of the Airflow worker
         worker.wait(10)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while _live(tree) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _live(tree), "the training outlived its worker"

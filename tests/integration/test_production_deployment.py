@@ -1,0 +1,160 @@
+"""The production shape (docs/operations.md): PostgreSQL as the metadata DB (Debian's package, a private cluster per
+session), the api-server, scheduler (LocalExecutor: its task workers are its own child processes), dag-processor
+and triggerer as separate processes, runs triggered over the REST API; and what users see when those processes are
+killed or restarted mid-run.
+
+Each kill test checks what a user would: the run ends in success, the training script ran once (it appends a line
+to a file in its job root on every start), and the model was uploaded once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_server import airflow_deployment
+from postgres_server import postgres_server  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.slow
+
+# Short retry delay and heartbeat timeout: a killed task is retried in seconds, not the default 5 + 5 minutes.
+FAST_RECOVERY = {
+    "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+}
+
+# The training: counts its starts in the job root, prints a numbered line a second, writes a model.
+SCRIPT = """
+    import os, sys, time
+    root = os.environ["TRAINING_ROOT"]
+    with open(os.path.join(root, "starts"), "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    steps = int(os.environ.get("STEPS", "10"))
+    for step in range(steps):
+        print(f"step {step} loss={1.0 / (step + 1):.3f}", flush=True)
+        time.sleep(1)
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w") as f:
+        f.write("trained\\n")
+"""
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory, postgres_server):
+    with airflow_deployment(tmp_path_factory, db_url=postgres_server.url, extra_env=FAST_RECOVERY,
+                            name="airflow-production") as server:
+        server.postgres = postgres_server
+        yield server
+
+
+def job_conf(tmp_path: Path, name: str, steps: int = 10, **extra) -> dict:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text(textwrap.dedent(SCRIPT))
+    return {"job_name": name, "source_dir": str(code), "entry_point": "train.py",
+            "output_path": str(tmp_path / "models"), "environment": {"STEPS": str(steps)}, **extra}
+
+
+def job_root(server, name: str) -> Path:
+    return server.home / "workspace" / "jobs" / name
+
+
+def wait_for(what: str, check, timeout: float = 120, server=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if server is not None:
+            server._check_alive()
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def task_log(server, run_id: str, task_id: str, try_number: int) -> str:
+    status, body = server.api.call(
+        "GET", f"/api/v2/dags/training_job/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true")
+    assert status == 200, body
+    content = body.get("content", body)
+    if isinstance(content, list):
+        return "\n".join(str(e.get("event", e)) if isinstance(e, dict) else str(e) for e in content)
+    return str(content)
+
+
+def assert_trained_once_and_uploaded(server, tmp_path: Path, name: str) -> None:
+    starts = (job_root(server, name) / "starts").read_text().split()
+    assert len(starts) == 1, f"the training script started {len(starts)} times"
+    model = tmp_path / "models" / name / "output" / "model.tar.gz"
+    assert model.is_file(), "no model.tar.gz was uploaded"
+
+
+def test_runs_triggered_over_rest_complete_on_postgresql_with_separate_components(production, tmp_path):
+    server = production
+    # Every component is its own process, all on the same PostgreSQL database.
+    assert set(server.procs) == {"api-server", "scheduler", "dag-processor", "triggerer"}
+    assert len({p.pid for p in server.procs.values()}) == 4 and all(p.poll() is None for p in server.procs.values())
+    assert server.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
+    status, config = server.api.call("GET", "/api/v2/monitor/health")
+    assert config["metadatabase"]["status"] == "healthy"
+
+    run = server.trigger("training_job", job_conf(tmp_path, "prod-smoke", steps=2), run_id="prod-smoke")
+    assert server.wait_for_run("training_job", run["dag_run_id"])["state"] == "success"
+    # The run, its task instances and the scheduler's job rows are PostgreSQL's rows.
+    rows = server.postgres.sql("SELECT task_id, state FROM task_instance WHERE run_id = 'prod-smoke'")
+    assert dict(rows)["upload_artifacts"] == "success" and len(rows) == 8
+    executors = server.postgres.sql("SELECT DISTINCT executor FROM task_instance WHERE run_id = 'prod-smoke'")
+    assert_trained_once_and_uploaded(server, tmp_path, "prod-smoke")
+    assert executors in ([(None,)], [("LocalExecutor",)]), executors
+
+
+def test_a_scheduler_killed_mid_run_is_started_again_and_the_run_completes(production, tmp_path):
+    server = production
+    name = "prod-scheduler-kill"
+    server.trigger("training_job", job_conf(tmp_path, name, steps=12), run_id=name)
+    wait_for("the training to start", lambda: (job_root(server, name) / "starts").is_file(), server=server)
+    server.kill("scheduler")  # kill -9 of the scheduler's process (its executor's workers are its children)
+    time.sleep(3)
+    server.restart("scheduler")
+    run = server.wait_for_run("training_job", name, timeout=300)
+    assert run["state"] == "success", server.log_tail("scheduler")
+    assert (tmp_path / "models" / name / "output" / "model.tar.gz").is_file()
+
+
+def test_a_killed_worker_s_task_is_retried_and_reattaches_to_the_running_training(production, tmp_path):
+    server = production
+    name = "prod-worker-kill"
+    server.trigger("training_job", job_conf(tmp_path, name, steps=40), run_id=name)
+    root = job_root(server, name)
+    wait_for("the training's second step", lambda: "step 2" in _read(root / ".launch" / "algo-1.log"), server=server)
+    sandbox_pid = json.loads((root / ".launch-pids.json").read_text())[0][0]
+    task = psutil.Process(sandbox_pid).parent()  # the task process: runs launch_training, launched the training
+    supervisor = task.parent()  # LocalExecutor's worker process: the task SDK supervisor
+    scheduler = psutil.Process(server.procs["scheduler"].pid)
+    assert scheduler in supervisor.parents(), "the task did not run in a worker of the scheduler's LocalExecutor"
+    for proc in (supervisor, task):  # kill -9 of the worker: no on_kill, no cleanup, no heartbeat any more
+        proc.kill()
+    assert psutil.pid_exists(sandbox_pid), "the training died with the worker"
+
+    run = server.wait_for_run("training_job", name, timeout=300)
+    assert run["state"] == "success", server.log_tail("scheduler")
+    _, tis = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training")
+    assert tis["try_number"] == 2, tis  # the killed try failed by its missing heartbeat, the retry succeeded
+    retry_log = task_log(server, name, "launch_training", 2)
+    assert "Reattached to the training" in retry_log and "step 39" in retry_log
+    assert_trained_once_and_uploaded(server, tmp_path, name)
+    _, upload = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/upload_artifacts")
+    assert upload["try_number"] == 1 and upload["state"] == "success"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
