@@ -21,10 +21,7 @@ an earlier try's Job of the same name must not decide this one. Warning events: 
 
 Logs: each running pod's log is followed (follow=true, timestamps=true, operators/hooks/log_stream.py); the
 consumer of the event fetches each pod's log once more at the end and passes on only the lines after the cursor.
-With ``keep_cursors`` (the trigger), the cursors are also kept on the Job itself (annotation
-``training.airflow/log-cursors``, patched when they moved, at most once a poll, and once more when the watch is
-cancelled): a restarted triggerer recreates the trigger from its original arguments, and without them it would show
-every pod's log again from the start. The Job is the one place both triggerers can reach.
+``keep_cursors`` (the trigger) keeps them on the Job: a restarted triggerer repeats no line (kubernetes_log_cursors.py).
 """
 
 from __future__ import annotations
@@ -57,6 +54,7 @@ from operators.hooks.kubernetes_pods import (
     short_text,
     train_status,
 )
+from operators.hooks.kubernetes_log_cursors import CursorKeeper
 from operators.hooks.log_stream import Emit, LogCursor, deliver_line, since_seconds
 from operators.kubernetes_manifests import CONTAINER_NAME
 
@@ -66,7 +64,6 @@ CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 # difference between this machine and the node loses nothing (the cursor drops what was seen already).
 SINCE_MARGIN_SECONDS = 120
 HEARTBEAT_SECONDS = 300
-CURSORS_ANNOTATION = "training.airflow/log-cursors"
 NO_PODS_HINT_SECONDS = 60
 
 
@@ -86,8 +83,7 @@ class JobWatch:
         keep_cursors: bool = False,
     ):
         self.hook = hook
-        self.keep_cursors = keep_cursors
-        self.saved_cursors: str | None = None  # the annotation's value as last read or written
+        self.keeper = CursorKeeper(name, namespace, self.say, enabled=keep_cursors)
         self.name = name
         self.namespace = namespace
         self.instance_count = instance_count
@@ -368,52 +364,10 @@ class JobWatch:
         return None
 
     # ---- the loop -------------------------------------------------------------------------------------
-    # ---- log cursors kept on the Job (see the module docstring) ---------------------------------------
-    def load_cursors(self, job: Any) -> None:
-        """Once, from the first look at the Job: continue where an earlier watch of it left each pod's log."""
-        import json
-
-        if self.saved_cursors is not None:
-            return
-        self.saved_cursors = raw = (job.metadata.annotations or {}).get(CURSORS_ANNOTATION) or ""
-        try:
-            kept = {pod: [int(c[0]), int(c[1])] for pod, c in json.loads(raw).items()} if raw else {}
-        except (ValueError, TypeError, AttributeError, IndexError):
-            kept = {}
-        for pod, cursor in kept.items():
-            self.cursors.setdefault(pod, cursor)
-        if kept:
-            self.say(f"resuming the logs of {len(kept)} pod(s) where an earlier watch left them")
-
-    async def save_cursors(self, batch: Any) -> None:
-        import json
-
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        if not self.keep_cursors or self.saved_cursors is None:
-            return
-        value = json.dumps({pod: list(c) for pod, c in sorted(self.cursors.items()) if c[0]}, separators=(",", ":"))
-        if value == self.saved_cursors or value == "{}":
-            return
-        try:
-            await batch.patch_namespaced_job(self.name, self.namespace,
-                                             {"metadata": {"annotations": {CURSORS_ANNOTATION: value}}})
-            self.saved_cursors = value
-        except ApiException as err:
-            if err.status in (401, 403):
-                self.keep_cursors = False
-                self.say(f"cannot keep the log position on Job {self.namespace}/{self.name} (HTTP {err.status}: "
-                         "the Role lacks patch on jobs, docs/kubernetes.md): a triggerer restart will show the logs "
-                         "again from the start")
-            elif err.status != 404:
-                self.say(f"could not keep the log position on the Job (HTTP {err.status}); trying again",
-                         f"cursor:{err.status}")
-
     async def list_pods(self, core: Any) -> list[Any]:
         result = await core.list_namespaced_pod(
             namespace=self.namespace, label_selector=f"{CONTROLLER_UID_LABEL}={self.job_uid}")
         return list(result.items or [])
-
 
     async def run(self) -> dict[str, Any]:
         from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
@@ -424,19 +378,15 @@ class JobWatch:
                 try:
                     result = await self._watch(core, batch)
                 except asyncio.CancelledError:  # the triggerer stops: keep the log position for the next one
-                    await asyncio.wait_for(self.save_cursors(batch), 10)
+                    await asyncio.wait_for(self.keeper.save(batch, self.cursors), 10)
                     raise
                 # Give the follow streams a moment to end on their own (containers have exited).
                 await self.stop_followers(wait=2.0)
         finally:
             for task in self.followers.values():
                 task.cancel()
-        result.update(
-            name=self.name,
-            namespace=self.namespace,
-            pods=dict(self.pods),
-            log_cursors={pod: list(cursor) for pod, cursor in self.cursors.items()},
-        )
+        result.update(name=self.name, namespace=self.namespace, pods=dict(self.pods),
+                      log_cursors={pod: list(cursor) for pod, cursor in self.cursors.items()})
         return result
 
     async def _watch(self, core: Any, batch: Any) -> dict[str, Any]:
@@ -448,20 +398,14 @@ class JobWatch:
             try:
                 job = await self.hook.get_job_status(name=self.name, namespace=self.namespace)
                 self.job_uid = job.metadata.uid
-                if self.keep_cursors:
-                    self.load_cursors(job)
+                self.keeper.load(job, self.cursors)
                 pods = await self.list_pods(core)
                 events = await list_warnings(core, self.namespace)
                 errors = 0
             except ApiException as err:
                 if err.status == 404:
-                    result = self.failure(
-                        PLATFORM_ERROR,
-                        f"Job {self.namespace}/{self.name} no longer exists (deleted outside Airflow?); "
-                        "retry to start it again",
-                    )
-                    result["job_missing"] = True
-                    return result
+                    return {**self.failure(PLATFORM_ERROR, f"Job {self.namespace}/{self.name} no longer exists "
+                                           "(deleted outside Airflow?); retry to start it again"), "job_missing": True}
                 errors += 1
                 if errors >= 10:
                     raise
@@ -472,5 +416,5 @@ class JobWatch:
             result = self.verdict(job, pods, events)
             if result is not None:
                 return result
-            await self.save_cursors(batch)
+            await self.keeper.save(batch, self.cursors)
             await asyncio.sleep(self.poll_interval)

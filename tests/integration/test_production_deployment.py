@@ -10,8 +10,7 @@ to a file in its job root on every start), and the model was uploaded once.
 from __future__ import annotations
 
 import json
-import os
-import signal
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ FAST_RECOVERY = {
 # The training: counts its starts in the job root, prints a numbered line a second, writes a model.
 SCRIPT = """
     import os, sys, time
-    root = os.environ["TRAINING_ROOT"]
+    root = os.path.dirname(os.environ["SM_MODEL_DIR"].rstrip("/"))  # the job root, on the worker or in a container
     with open(os.path.join(root, "starts"), "a") as f:
         f.write(f"{os.getpid()}\\n")
     steps = int(os.environ.get("STEPS", "10"))
@@ -79,8 +78,10 @@ def wait_for(what: str, check, timeout: float = 120, server=None):
 
 
 def task_log(server, run_id: str, task_id: str, try_number: int) -> str:
-    status, body = server.api.call(
-        "GET", f"/api/v2/dags/training_job/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true")
+    path = f"/api/v2/dags/training_job/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+    status, body = server.api.call("GET", path + "?full_content=true")
+    if status == 404:  # the task has not started yet
+        return ""
     assert status == 200, body
     content = body.get("content", body)
     if isinstance(content, list):
@@ -120,11 +121,16 @@ def test_a_scheduler_killed_mid_run_is_started_again_and_the_run_completes(produ
     server.trigger("training_job", job_conf(tmp_path, name, steps=12), run_id=name)
     wait_for("the training to start", lambda: (job_root(server, name) / "starts").is_file(), server=server)
     server.kill("scheduler")  # kill -9 of the scheduler's process (its executor's workers are its children)
+    killed = time.monotonic()
     time.sleep(3)
     server.restart("scheduler")
     run = server.wait_for_run("training_job", name, timeout=300)
     assert run["state"] == "success", server.log_tail("scheduler")
     assert (tmp_path / "models" / name / "output" / "model.tar.gz").is_file()
+    _, launch = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training")
+    starts = len((job_root(server, name) / "starts").read_text().split())
+    print(f"scheduler kill: run done {time.monotonic() - killed:.0f}s after the kill; launch_training try "
+          f"{launch['try_number']}, training started {starts} time(s)")
 
 
 def test_a_killed_worker_s_task_is_retried_and_reattaches_to_the_running_training(production, tmp_path):
@@ -158,3 +164,72 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.cluster
+def test_a_triggerer_restarted_while_a_kubernetes_job_waits_shows_no_log_line_twice(production, kube_cluster,
+                                                                                    kube_admin, tmp_path):
+    from kube_cluster import PLAY, make_namespace
+
+    server = production
+    namespace = make_namespace(kube_admin["core"], server.home / "workspace")
+    try:
+        extra = json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)})
+        status, body = server.api.call("POST", "/api/v2/connections", {
+            "connection_id": "kubernetes_default", "conn_type": "kubernetes", "extra": extra})
+        assert status in (201, 409), body
+        name = "prod-triggerer-restart"
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "train.py").write_text("print('kwok plays this container')\n")
+        server.trigger("training_job", {
+            "job_name": name, "backend": "kubernetes", "image_uri": "training-base:latest",
+            "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "models"),
+            "resources": {"cpu": "1", "memory": "1Gi"},
+            # kwok's container "runs" 90 s; its log (tools/k8s: 500 numbered lines) is served at once
+            "kubernetes": {"namespace": namespace, "annotations": {PLAY + "run": "90s"}}}, run_id=name)
+
+        def streamed() -> str:
+            ti = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training")[1]
+            return ti.get("state") == "deferred" and "line 0500/500" in task_log(server, name, "launch_training", 1)
+
+        wait_for("the deferred task's log to show the pod's whole log", streamed, timeout=240, server=server)
+        restarted = time.monotonic()
+        server.restart("triggerer")  # SIGTERM (a deploy, a node drain), then a fresh triggerer
+        print(f"triggerer restarted in {time.monotonic() - restarted:.1f}s")
+        run = server.wait_for_run("training_job", name, timeout=300)
+        log = task_log(server, name, "launch_training", 1)
+        assert run["state"] == "success", log[-4000:]
+        numbered = re.findall(r"line (\d{4})/500 epoch", log)
+        assert numbered == [f"{i:04d}" for i in range(1, 501)], "a pod log line was lost or repeated"
+        assert "resuming the logs of 1 pod(s) where an earlier watch left them" in log
+    finally:
+        kube_admin["core"].delete_namespace(namespace)
+        kube_admin["core"].delete_persistent_volume(namespace)
+
+
+def test_a_killed_worker_s_docker_training_is_reattached_not_restarted(production, tmp_path):
+    from docker_support import TRAINING_IMAGE, engine, require_image
+
+    client = engine()
+    require_image(client, TRAINING_IMAGE)
+    server = production
+    name = "prod-docker-worker-kill"
+    server.trigger("training_job", job_conf(tmp_path, name, steps=40, backend="docker", image_uri=TRAINING_IMAGE),
+                   run_id=name)
+    wait_for("the container's second step", lambda: "step 2" in task_log(server, name, "launch_training", 1),
+             timeout=240, server=server)
+    containers = client.containers(all=True, filters={"name": name})
+    assert len(containers) == 1 and containers[0]["State"] == "running", containers
+    _, ti = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training")
+    task = psutil.Process(ti["pid"])  # the task process, waiting on the container
+    supervisor = task.parent()
+    assert psutil.Process(server.procs["scheduler"].pid) in supervisor.parents()
+    for proc in (supervisor, task):
+        proc.kill()
+
+    run = server.wait_for_run("training_job", name, timeout=300)
+    retry_log = task_log(server, name, "launch_training", 2)
+    assert run["state"] == "success", retry_log[-4000:]
+    assert f"reattaching to the containers of job {name}" in retry_log and "step 39" in retry_log
+    assert_trained_once_and_uploaded(server, tmp_path, name)
