@@ -222,6 +222,7 @@ class LocalLauncherHook:
                 except SandboxUnavailable as err:
                     return LaunchResult(False, None, str(err), PLATFORM_ERROR)
             self._start(request)
+        supervisor = os.getppid()  # the task SDK's supervisor: it reports our result and heartbeats the try
         lines: queue.Queue = queue.Queue()
         done = threading.Event()
         threading.Thread(target=self._renew_lease, args=(request.job_root, done), daemon=True).start()
@@ -233,9 +234,14 @@ class LocalLauncherHook:
             return self._wait(request, lines, on_line)
         finally:
             done.set()
-            if any(p.poll() is None for p in self._procs):
-                kill_trees([], children=self._procs)
-            self._forget_pids(request.job_root)
+            if os.getppid() != supervisor:
+                # Our supervisor died: nobody reports this result, the try fails by its missing heartbeat and the
+                # retry must find the training (running or ended) to reattach to, not start it again.
+                log.warning("The task's supervisor died: leaving the training of %s to the retry", request.job_name)
+            else:
+                if any(p.poll() is None for p in self._procs):
+                    kill_trees([], children=self._procs)
+                self._forget_pids(request.job_root)
 
     # -- internals ------------------------------------------------------------------------------------
     def _environment(self, request: LaunchRequest) -> dict[str, str]:

@@ -136,7 +136,7 @@ def test_a_scheduler_killed_mid_run_is_started_again_and_the_run_completes(produ
 def test_a_killed_worker_s_task_is_retried_and_reattaches_to_the_running_training(production, tmp_path):
     server = production
     name = "prod-worker-kill"
-    server.trigger("training_job", job_conf(tmp_path, name, steps=40), run_id=name)
+    server.trigger("training_job", job_conf(tmp_path, name, steps=25), run_id=name)
     root = job_root(server, name)
     wait_for("the training's second step", lambda: "step 2" in _read(root / ".launch" / "algo-1.log"), server=server)
     sandbox_pid = json.loads((root / ".launch-pids.json").read_text())[0][0]
@@ -153,7 +153,7 @@ def test_a_killed_worker_s_task_is_retried_and_reattaches_to_the_running_trainin
     _, tis = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training")
     assert tis["try_number"] == 2, tis  # the killed try failed by its missing heartbeat, the retry succeeded
     retry_log = task_log(server, name, "launch_training", 2)
-    assert "Reattached to the training" in retry_log and "step 39" in retry_log
+    assert "Reattached to the training" in retry_log and "step 24" in retry_log
     assert_trained_once_and_uploaded(server, tmp_path, name)
     _, upload = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/upload_artifacts")
     assert upload["try_number"] == 1 and upload["state"] == "success"
@@ -215,7 +215,7 @@ def test_a_killed_worker_s_docker_training_is_reattached_not_restarted(productio
     require_image(client, TRAINING_IMAGE)
     server = production
     name = "prod-docker-worker-kill"
-    server.trigger("training_job", job_conf(tmp_path, name, steps=40, backend="docker", image_uri=TRAINING_IMAGE),
+    server.trigger("training_job", job_conf(tmp_path, name, steps=25, backend="docker", image_uri=TRAINING_IMAGE),
                    run_id=name)
     wait_for("the container's second step", lambda: "step 2" in task_log(server, name, "launch_training", 1),
              timeout=240, server=server)
@@ -231,5 +231,5 @@ def test_a_killed_worker_s_docker_training_is_reattached_not_restarted(productio
     run = server.wait_for_run("training_job", name, timeout=300)
     retry_log = task_log(server, name, "launch_training", 2)
     assert run["state"] == "success", retry_log[-4000:]
-    assert f"reattaching to the containers of job {name}" in retry_log and "step 39" in retry_log
+    assert f"reattaching to the containers of job {name}" in retry_log and "step 24" in retry_log
     assert_trained_once_and_uploaded(server, tmp_path, name)

@@ -174,6 +174,23 @@ def test_a_training_that_ended_while_nobody_watched_is_not_run_again(tmp_path):
     assert "step 2" in lines
 
 
+def test_a_launcher_whose_supervisor_died_leaves_the_ended_training_to_the_retry(tmp_path):
+    import pickle
+
+    request = make_job(tmp_path, COUNTING.replace("STEPS", "6"))
+    # supervisor -> launcher, as the task SDK's supervisor -> task process; only the supervisor is killed
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[1:]).wait()",
+         sys.executable, "-c", LAUNCHER, pickle.dumps(request).hex(), "60"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, stdout=subprocess.DEVNULL)
+    kill_launcher_once_training(supervisor, request)
+    launcher = psutil.Process(json.loads(Path(request.job_root, PIDS_FILE).read_text())[0][0]).parent()
+    launcher.wait(60)  # it watched the training to its end, with nobody left to report to
+    assert Path(request.job_root, PIDS_FILE).exists(), "the launcher forgot a training whose result nobody reported"
+    result = LocalLauncherHook(lease_seconds=60).run(request, lambda line: None)
+    assert result.succeeded and Path(request.job_root, "starts").read_text().split() == ["started"]
+
+
 def test_a_reattached_failure_is_reported_with_its_exit_code_and_reason(tmp_path):
     request = make_job(tmp_path, textwrap.dedent(COUNTING.replace("STEPS", "4"))
                        + "raise SystemExit('bad data in shard 3')\n")
