@@ -23,16 +23,14 @@ a secret and never a stack of botocore internals (the original exception is logg
 The hook is the public face; the parts live next to it: storage_location (URIs, listings), storage_errors
 (the one-line errors), storage_client (clients from Airflow connections), storage_listing (listing prefixes),
 storage_downloads, storage_uploads and storage_stream (the transfer engines; why small objects bypass s3transfer),
-storage_transfers (what the engines share, local copies).
+storage_small (whole small objects, deletes), storage_transfers (what the engines share, local copies),
+storage_retries (what is retried, how often).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import os
-import shutil
 import threading
 import time
 from contextlib import contextmanager
@@ -49,17 +47,18 @@ from operators.hooks.storage_location import (
     ObjectListing,
     StorageLocation,
     TransferStats,
-    is_md5_etag,
-    normalize_etag,
     parse_uri,
 )
-from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds, body_errors
+from operators.hooks.storage_small import (
+    delete_keys,
+    delete_local,
+    put_object,
+    read_object,
+    write_local,
+)
 from operators.hooks.storage_transfers import (
     TransferTuning,
     copy_local_files,
-    etag_is_not_md5,
-    remove_quietly,
-    temp_name,
 )
 from operators.hooks.storage_uploads import upload_files
 from operators.hooks.transfer_progress import DEFAULT_INTERVAL_SECONDS, TransferProgress
@@ -347,7 +346,7 @@ class ObjectStorageHook:
         progress.finish()
         return TransferStats(files=1, bytes=size, seconds=time.monotonic() - started)
 
-    # -- small objects ------------------------------------------------------------------------------------------
+    # -- small objects (storage_small) ---------------------------------------------------------------------------
 
     def read_bytes(self, uri: str) -> bytes:
         loc = parse_uri(uri)
@@ -357,84 +356,34 @@ class ObjectStorageHook:
                     return fh.read()
         remote = self._remote(loc)
         with self._errors("read", loc.uri, remote):
-            for attempt in range(1, BODY_ATTEMPTS + 1):
-                response = remote.client.get_object(Bucket=loc.bucket, Key=loc.key)
-                try:
-                    data = response["Body"].read()  # botocore retried the request, not a body that breaks off
-                    break
-                except body_errors():
-                    if attempt == BODY_ATTEMPTS:
-                        raise
-                    time.sleep(backoff_seconds(attempt))
-            etag = normalize_etag(response.get("ETag"))
-        if len(data) != int(response.get("ContentLength", len(data))):
-            raise StorageError(f"read {loc.uri}: got {len(data)} bytes, expected {response['ContentLength']}; retry")
-        if is_md5_etag(etag) and hashlib.md5(data, usedforsecurity=False).hexdigest() != etag:
-            if not etag_is_not_md5(remote, loc.bucket, loc.key):
-                raise StorageError(f"read {loc.uri}: content does not match its ETag; retry")
-        return data
+            return read_object(remote, loc)
 
     def write_bytes(self, uri: str, data: bytes) -> None:
         loc = parse_uri(uri)
         if isinstance(data, str):
             data = data.encode()
         if loc.is_local:
-            path = loc.local_path or ""
-            with self._errors("write", path, None):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                temp = temp_name(path)
-                try:
-                    with open(temp, "wb") as fh:
-                        fh.write(data)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                    os.replace(temp, path)
-                except BaseException:
-                    remove_quietly(temp)
-                    raise
+            with self._errors("write", loc.local_path or "", None):
+                write_local(loc.local_path or "", data)
             return
         if not loc.key or loc.key.endswith("/"):
             raise StorageError(f"cannot write to {loc.uri}: it names a prefix; give an object key", permanent=True)
         remote = self._remote(loc)
-        md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         with self._errors("write", loc.uri, remote):
-            # Content-MD5 makes the server reject a body corrupted on the way.
-            remote.client.put_object(Bucket=loc.bucket, Key=loc.key, Body=data, ContentMD5=md5)
+            put_object(remote, loc, data)
 
     def delete(self, uri: str) -> int:
         """Delete an object, or every object under a prefix; returns how many were deleted (missing => 0)."""
         loc = parse_uri(uri)
         if loc.is_local:
-            path = loc.local_path or ""
-            with self._errors("delete", path, None):
-                if os.path.isdir(path) and not os.path.islink(path):
-                    count = sum(len(files) for _, _, files in os.walk(path))
-                    shutil.rmtree(path)
-                    return count
-                if os.path.lexists(path):
-                    os.unlink(path)
-                    return 1
-                return 0
+            with self._errors("delete", loc.local_path or "", None):
+                return delete_local(loc.local_path or "")
         if not loc.key:
             raise StorageError(f"refusing to delete the whole bucket {loc.uri}; give a prefix", permanent=True)
         listing = self.describe(uri)
         remote = self._remote(loc)
-        keys = [o.key for o in listing.objects]
         with self._errors("delete", loc.uri, remote):
-            for start in range(0, len(keys), 1000):
-                batch = keys[start : start + 1000]
-                response = remote.client.delete_objects(
-                    Bucket=loc.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
-                )
-                errors = response.get("Errors") or []
-                if errors:
-                    first = errors[0]
-                    raise StorageError(
-                        f"cannot delete {loc.scheme}://{loc.bucket}/{first.get('Key')} via connection "
-                        f"'{remote.conn_id}': {first.get('Code')}; check the permissions of the connection's credentials",
-                        permanent=True,
-                    )
-        return len(keys)
+            return delete_keys(remote, loc, [o.key for o in listing.objects])
 
 
 __all__ = [
