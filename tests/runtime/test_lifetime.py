@@ -91,3 +91,33 @@ def test_kill_9_of_the_launching_process_takes_the_training_down(make_job):
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def test_train_stops_itself_once_its_lease_goes_unrenewed(make_job, tmp_path):
+    # A launcher that may be replaced (the local backend's task retry) renews a lease instead of being train's
+    # parent for life; nobody renews this one.
+    job = make_job(code={"train.py": SLEEPER})
+    lease = tmp_path / "lease"
+    lease.touch()
+    started = time.monotonic()
+    result = job.run("--lease", str(lease), "--lease-seconds", "2", "--exit-file", str(tmp_path / "exit"), timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.returncode != 0 and "stopped renewing its lease" in result.stderr
+    assert "training was stopped" in job.failure
+    script_pid, grandchild_pid = map(int, (job.root / "pids").read_text().split())
+    assert _gone([script_pid, grandchild_pid], 5)
+    assert (tmp_path / "exit").read_text().strip() == str(result.returncode)  # for a launcher that reattached
+
+
+def test_a_renewed_lease_keeps_the_training_running(make_job, tmp_path):
+    job = make_job(code={"train.py": "import time; time.sleep(4)\n"})
+    lease = tmp_path / "lease"
+    lease.touch()
+    renewing = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
+                                 "while True: os.utime(sys.argv[1]); time.sleep(0.3)", str(lease)])
+    try:
+        result = job.run("--lease", str(lease), "--lease-seconds", "1.5", "--exit-file", str(tmp_path / "exit"))
+    finally:
+        renewing.kill()
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "exit").read_text().strip() == "0"
