@@ -156,7 +156,9 @@ def test_a_retry_reattaches_to_the_running_job(real_namespace, real_admin, conf,
                             "--task-params", json.dumps(job)],
                            cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, timeout=400)
     output = retry.stdout + retry.stderr
-    assert "Reattaching to Job" in output and "still running" in output, output[-4000:]
+    # Still running as a rule; on a very busy machine the retry's Airflow may start after the Job completed, and
+    # the retry must then reattach to the complete Job just the same.
+    assert "Reattaching to Job" in output, output[-4000:]
     steps = [line[line.index("step "):line.index("step ") + 8] for line in output.splitlines() if " of 400" in line]
     assert steps == [f"step {i:03d}" for i in range(1, 401)], "a pod log line was lost or repeated"
     assert "completed on 1 host(s)" in output, output[-4000:]
@@ -164,3 +166,4 @@ def test_a_retry_reattaches_to_the_running_job(real_namespace, real_admin, conf,
     assert real_admin["batch"].read_namespaced_job("real-retry", real_namespace).metadata.uid == job_uid
     pods = real_admin["core"].list_namespaced_pod(real_namespace, label_selector="job-name=real-retry").items
     assert {p.metadata.name: p.metadata.uid for p in pods} == before
+    print(f"\nreal node, retry: reattached to the Job {'while running' if 'still running' in output else 'complete'}")
