@@ -9,6 +9,7 @@ containerds ever share a store. The pause image is a static Go binary built here
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ def image_store(index: int) -> Path:
 
 def import_images(ctr: Callable[..., subprocess.CompletedProcess], socket: Path, images: list[str]) -> None:
     """Copy images from the local Docker engine into the node's containerd, skipped when this image ID is there."""
-    present = set(ctr("images", "ls", "-q").stdout.split())
+    present = present_image_ids(ctr)
     for image in images:
         if image == PAUSE_IMAGE:
             build_pause_image()
@@ -49,6 +50,24 @@ def import_images(ctr: Callable[..., subprocess.CompletedProcess], socket: Path,
         if save.wait() != 0 or result.returncode != 0:
             raise SystemExit(f"importing {image} into containerd failed: {result.stderr.strip()}")
         log(f"imported {image} in {time.monotonic() - started:.1f}s")
+
+
+def present_image_ids(ctr: Callable[..., subprocess.CompletedProcess]) -> set[str]:
+    """Docker image IDs (config digests) of the images in the store. The CRI plugin adds a `sha256:<ID>` name for
+    the images it has indexed, but not at once for a fresh import: read each manifest's config digest too."""
+    ids = set()
+    for line in ctr("images", "ls").stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        if fields[0].startswith("sha256:"):
+            ids.add(fields[0])
+            continue
+        try:
+            ids.add(json.loads(ctr("content", "get", fields[2]).stdout)["config"]["digest"])
+        except (ValueError, KeyError, TypeError, subprocess.CalledProcessError):
+            pass  # an index or a foreign media type: not one of ours, imported from a docker save
+    return ids
 
 
 def build_pause_image() -> None:
