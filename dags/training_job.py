@@ -6,13 +6,14 @@
 from airflow.sdk import DAG
 
 from operators.params import training_job_params
+from operators.settings import training_settings
 from operators.template import model_asset_for, training_job_tasks
 
 with DAG(
     dag_id="training_job",
     schedule=None,
     catchup=False,
-    max_active_runs=4,
+    max_active_runs=training_settings().max_active_runs,
     params=training_job_params(),
     tags=["training"],
     doc_md=__doc__,

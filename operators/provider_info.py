@@ -59,6 +59,9 @@ TRAINING = {
                                    "float"),
     "retention_days": _option("Job roots and cache entries unused for this many days are removed; dead jobs' "
                               "cache pins released (0 = keep them).", "0", "float"),
+    "max_active_runs": _option("training_job runs that run at once (the DAG's max_active_runs; more wait queued). "
+                               "Raise [core] parallelism with it, on PostgreSQL: SQLite's writers deadlock under "
+                               "many runs at once.", "4", "integer"),
 }
 
 KUBERNETES = {

@@ -86,6 +86,7 @@ class TrainingSettings:
     retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
     artifact_links: str = "presigned"  # the UI's object-storage artifact links: presigned | console
     presigned_url_seconds: int = 900
+    max_active_runs: int = 4  # training_job runs at once (its DAG's max_active_runs); more wait in the queue
 
     @property
     def jobs_dir(self) -> str:
@@ -161,6 +162,7 @@ def training_settings() -> TrainingSettings:
         retention_days=_get_float(s, "retention_days", 0.0),
         artifact_links=_choice(s, "artifact_links", "presigned", ("presigned", "console")),
         presigned_url_seconds=_get_int(s, "presigned_url_seconds", 900, minimum=1),
+        max_active_runs=_get_int(s, "max_active_runs", 4, minimum=1),
     )
 
 
