@@ -14,9 +14,10 @@ holds and cannot finish while the loop is blocked; every writer then waits until
 lock). So the shipped airflow.cfg keeps 4 runs at once for SQLite; load belongs on PostgreSQL.
 
 Why the served components and not 20 `airflow dags test` processes (cheaper: no process per task): tried, the 20
-processes stalled for minutes after "Bulk-writing dags to db", each syncing the same DAGs to the database at once.
-The price of the real thing: ~7 minutes on these 2 shared cores (160 task processes at ~3 CPU-seconds of Airflow's own
-each), not the 4 minutes aimed at.
+processes, each writing the same DAGs to the database at once ("Bulk-writing dags to db"), had not got past that after
+5 minutes (not diagnosed further).
+The price of the real thing: 5.5-7 minutes on these 2 shared cores (160 task processes at ~3 CPU-seconds of Airflow's
+own each), not the 4 minutes aimed at.
 """
 
 from __future__ import annotations
