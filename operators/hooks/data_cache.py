@@ -47,6 +47,12 @@ self-contained tree of hard links instead (symlinks per file where hard links fa
 for callers that need the job dir to stand alone. A single-object channel becomes a directory
 input/data/<channel>/ holding one link named after the object (`CacheEntry.file_name`).
 
+Disk space. The listing gives every object's size, so a cold prefetch checks the cache's file system first
+(disk_space.entry_space: sizes rounded up to blocks, plus the entry's own files); when the entry cannot fit, unused
+entries are evicted, least recently used first, and if it still cannot fit the prefetch fails before its first GET
+with the figures (DiskFullError). A disk that fills during the download (another writer) gives the same one line;
+the tmp-* directory is removed, nothing of the entry is visible.
+
 The entry's files and directories are made read-only so a job writing through its view fails instead of
 corrupting the shared copy (root ignores mode bits: mount read-only where jobs run as root).
 """
