@@ -98,7 +98,7 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
     if isinstance(err, RetriesExceededError) and err.last_exception is not None:
         err = err.last_exception
     if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:  # never "check the path": the disk is full
-        where = str(err.filename or uri)
+        where = str(err.filename2 or err.filename or uri)  # shutil names the source first, the destination second
         return DiskFullError(f"disk full: cannot {action} {uri}: no space left on the file system of {where}; free "
                              "space there and retry the task", path=where)
     if remote is None:  # local file system

@@ -193,3 +193,27 @@ def test_a_disk_filling_while_packing_aborts_the_multipart_upload_and_the_retry_
     body = object_store.client.get_object(Bucket=bucket, Key=key)["Body"].read()
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:
         assert tar.extractfile("weights.bin").read() == weights
+
+
+def test_a_full_disk_at_a_local_output_path_leaves_no_partial_model_there(small_disk, tmp_path):
+    jobs, outputs = small_disk(32 * MiB), small_disk(8 * MiB)
+    model = jobs.path / "jobs" / "j" / "model"
+    model.mkdir(parents=True)
+    (model / "weights.bin").write_bytes(os.urandom(6 * MiB))
+    archive = jobs.path / "jobs" / "j" / ".artifacts" / "model.tar.gz"
+    published = outputs.path / "models" / "j" / "output" / "model.tar.gz"
+    outputs.fill(leave=2 * MiB)  # the shared file system the models go to is full
+    storage = ObjectStorageHook(None, settings=TrainingSettings(workspace=str(jobs.path)))
+
+    with pytest.raises(DiskFullError) as caught:
+        storage.upload_packed_directory(str(model), str(published), str(archive))
+
+    message = str(caught.value)
+    assert message.startswith(f"disk full: cannot copy {published}: no space left on the file system of "
+                              f"{published.parent}/.model.tar.gz.part-"), message
+    assert [p.name for p in published.parent.iterdir()] == []  # no partial model.tar.gz (nor its temp file)
+    assert archive.is_file()  # packed: a retry only copies it
+
+    outputs.free()
+    storage.upload_packed_directory(str(model), str(published), str(archive))
+    assert published.read_bytes() == archive.read_bytes()
