@@ -30,6 +30,39 @@ for _var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", 
     os.environ.pop(_var, None)
 
 
+# `make test` runs the suite on xdist workers (-n auto --dist loadgroup): a module's tests stay on one worker (its
+# module fixtures start once), and every module that needs the real node runs on one worker too (one real node per
+# machine: its image store holds the multi-GB training images). Other session fixtures (MinIO, kwok clusters,
+# PostgreSQL, Airflow) start per worker, on free ports and in private directories.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    real_node_modules = {item.nodeid.split("::")[0] for item in items if "real_cluster" in item.fixturenames}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("real-node" if module in real_node_modules else module))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The differential tests' figure, gathered from the workers (tests/runtime/conftest.py prints it)."""
+    results = getattr(node, "workeroutput", {}).get("peer_scoreboard")
+    if results:
+        import peer_runtimes
+
+        for peer, (matched, total) in results.items():
+            peer_runtimes.SCOREBOARD.add(peer, matched, total)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The differential tests' figure: checks matched / total per peer runtime."""
+    peer_runtimes = sys.modules.get("peer_runtimes")
+    if peer_runtimes is None or not peer_runtimes.SCOREBOARD.results:
+        return
+    terminalreporter.section("differential tests against the real runtimes")
+    for line in peer_runtimes.SCOREBOARD.lines():
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

@@ -133,11 +133,8 @@ def record_script() -> str:
     return RECORD_SCRIPT
 
 
-def pytest_terminal_summary(terminalreporter):
-    """The differential tests' figure: checks matched / total per peer runtime."""
+def pytest_sessionfinish(session):
+    """Under xdist, a worker hands its part of the figure to the controller (pytest_testnodedown in tests/conftest.py)."""
     peer_runtimes = sys.modules.get("peer_runtimes")
-    if peer_runtimes is None or not peer_runtimes.SCOREBOARD.results:
-        return
-    terminalreporter.section("differential tests against the real runtimes")
-    for line in peer_runtimes.SCOREBOARD.lines():
-        terminalreporter.write_line(line)
+    if hasattr(session.config, "workeroutput") and peer_runtimes is not None:
+        session.config.workeroutput["peer_scoreboard"] = peer_runtimes.SCOREBOARD.results
