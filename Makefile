@@ -108,8 +108,11 @@ browser-deps:
 lint: install
 	$(VENV)/bin/ruff check --quiet .
 
+# Most tests wait (on Airflow, pods, servers) more than they compute, so they run on more workers than cores; a module
+# stays on one worker, and the real node's modules share one (tests/conftest.py). TEST_WORKERS=0 runs them in turn.
+TEST_WORKERS ?= 4
 test: install lint peers images browser-deps node-tools minio k8s-tools postgres
-	$(PY) -m pytest -q -rs --durations=15
+	$(PY) -m pytest -q -rs --durations=20 -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: install peers minio
 	$(PY) -m pytest -q -m "not slow"
