@@ -87,6 +87,7 @@ class AirflowServer:
         self.password = PASSWORD
         self.api = Api(self.base_url)
         self.procs: dict[str, subprocess.Popen] = {}
+        self._groups: list[int] = []  # every component process group started (pgid = its first pid)
         self.extra_env = dict(extra_env or {})
         self.env: dict[str, str] = {}
 
@@ -153,6 +154,7 @@ class AirflowServer:
         with (self.home / f"{name}.log").open("ab") as out:  # the child keeps its own copy of the descriptor
             self.procs[name] = subprocess.Popen(cmd, env=self.env, cwd=self.home, stdout=out,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
+        self._groups.append(self.procs[name].pid)
         return self.procs[name]
 
     def kill(self, name: str, sig: int = signal.SIGKILL, group: bool = False) -> None:
@@ -172,15 +174,22 @@ class AirflowServer:
         self._wait_healthy(timeout)
 
     def stop(self) -> None:
-        for name, proc in reversed(list(self.procs.items())):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+        # Every process group ever started, not only the live components': a component killed with -9 leaves its
+        # children (LocalExecutor's workers, log servers) behind in its group.
+        for pgid in reversed(self._groups):
+            _signal_group(pgid, signal.SIGTERM)
         for proc in self.procs.values():
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+                pass
+        deadline = time.monotonic() + 10
+        while any(_signal_group(pgid, 0) for pgid in self._groups) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pgid in self._groups:
+            _signal_group(pgid, signal.SIGKILL)
+        for proc in self.procs.values():
+            proc.poll()
 
     def log_tail(self, name: str, chars: int = 4000) -> str:
         path = self.home / f"{name}.log"
@@ -237,6 +246,15 @@ class AirflowServer:
     def task_states(self, dag_id: str, run_id: str) -> dict:
         _, body = self.api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
         return {(t["task_id"], t["map_index"]): t["state"] for t in body["task_instances"]}
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False once it has no process left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _read_env(path: Path) -> dict[str, str]:
