@@ -112,7 +112,7 @@ lint: install
 # stays on one worker, and the real node's modules share one (tests/conftest.py). TEST_WORKERS=0 runs them in turn.
 TEST_WORKERS ?= 4
 test: install lint peers images browser-deps node-tools minio k8s-tools postgres
-	$(PY) -m pytest -q -rs --durations=20 -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -rs --durations=20 -n $(TEST_WORKERS)
 
 test-fast: install peers minio
 	$(PY) -m pytest -q -m "not slow"

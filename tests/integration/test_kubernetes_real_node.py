@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from real_node import IMAGE, pod_s3_endpoint, real_admin, real_cluster, real_namespace  # noqa: F401
+from real_node import IMAGE, pod_s3_endpoint  # noqa: F401 - a fixture (the real-node fixtures come from conftest.py)
 from test_kubernetes_local_cluster_dag import dags_test
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]

@@ -15,7 +15,6 @@ import time
 import pytest
 
 from dag_runner import DDP_SCRIPT
-from real_node import real_admin, real_cluster, real_namespace  # noqa: F401
 from test_kubernetes_local_cluster_dag import dags_test
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]

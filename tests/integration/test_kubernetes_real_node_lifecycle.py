@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from real_node import IMAGE, real_admin, real_cluster, real_namespace  # noqa: F401
+from real_node import IMAGE
 from test_kubernetes_local_cluster_dag import dags_test
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(600)]

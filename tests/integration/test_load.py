@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pytest
 from airflow_server import AirflowServer
-from postgres_server import postgres_server  # noqa: F401  (the fixture)
 
 from conftest import CountingProxy, aws_connection_json
 

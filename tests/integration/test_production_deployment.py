@@ -19,7 +19,6 @@ import psutil
 import pytest
 
 from airflow_server import airflow_deployment
-from postgres_server import postgres_server  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 

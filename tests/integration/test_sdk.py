@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-from airflow_server import airflow_server  # noqa: F401  (the fixture)
 
 from training_sdk import (
     CategoricalParameter,

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airflow_server import REPO, airflow_server  # noqa: F401  (the fixture)
+from airflow_server import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

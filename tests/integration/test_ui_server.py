@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from airflow_server import airflow_server  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
