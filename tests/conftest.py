@@ -30,7 +30,7 @@ for _var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", 
     os.environ.pop(_var, None)
 
 
-# `make test` runs the suite on xdist workers (-n N): a module's tests stay on one worker (its module fixtures start
+# `make test` runs the tests outside tests/integration on xdist workers (-n N): a module's tests stay on one worker (its module fixtures start
 # once), and every module that needs the real node runs on that one worker too (one real node at a time: its image
 # store holds the multi-GB training images). Other session fixtures (MinIO, kwok clusters, PostgreSQL, Airflow) start
 # per worker, on free ports and in private directories. xdist's own --dist loadgroup can't do this under pytest 9
