@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from airflow_server import AirflowServer
 
-from conftest import CountingProxy, aws_connection_json
+from counting_proxy import CountingProxy, aws_connection_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
