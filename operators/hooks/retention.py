@@ -20,7 +20,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from operators.hooks.data_cache import DataCacheHook, remove_tree
+from operators.hooks.data_cache_eviction import CacheEntries
+from operators.safe_tar import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def _last_activity(job_root: str) -> float:
     return newest
 
 
-def collect_garbage(jobs_dir: str, cache: DataCacheHook, retention_days: float, now: float | None = None) -> Collected:
+def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, now: float | None = None) -> Collected:
     now = time.time() if now is None else now
     max_age = retention_days * DAY if retention_days > 0 else None
     done = Collected()

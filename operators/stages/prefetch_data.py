@@ -29,6 +29,7 @@ class PrefetchDataOperator(JobStageOperator):
                                   None, CACHE_TODO) from None
 
     def _prefetch(self) -> dict:
+        from operators.hooks.cache_views import link_view
         from operators.hooks.data_cache import DataCacheHook
         from operators.hooks.launcher_registry import launcher_for
 
@@ -40,7 +41,7 @@ class PrefetchDataOperator(JobStageOperator):
             entry = cache.prefetch(uri, user=self.spec.job_name)
             view = self.layout.channel_dir(channel)
             if not mounts:
-                cache.link_view(entry, view)
+                link_view(entry, view)
             else:  # the backend mounts the entry read-only here: leave an empty mount point
                 if os.path.islink(view):
                     os.unlink(view)

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from cache_trees import entry_dirs, new_cache, put_tree, read_tree
 
-from operators.hooks.data_cache import COMPLETE_MARKER, DataCacheHook
-from operators.hooks.object_storage import ObjectStorageHook, StorageError
+from operators.hooks.data_cache_eviction import COMPLETE_MARKER
+from operators.hooks.object_storage import StorageError
 from operators.settings import TrainingSettings
 
 KiB = 1024
@@ -24,26 +25,6 @@ KiB = 1024
 @pytest.fixture
 def settings(tmp_path) -> TrainingSettings:
     return TrainingSettings(workspace=str(tmp_path / "ws"), transfer_concurrency=4)
-
-
-def new_cache(settings: TrainingSettings, max_bytes: int = 0, connections=None) -> DataCacheHook:
-    """A fresh hook pair, as a new Airflow task would build it."""
-    return DataCacheHook(settings.cache_dir, ObjectStorageHook(connections, settings=settings), max_bytes=max_bytes)
-
-
-def put_tree(object_store, bucket: str, prefix: str, files: dict[str, bytes]) -> None:
-    for rel, data in files.items():
-        object_store.put(bucket, f"{prefix}{rel}", data)
-
-
-def read_tree(root) -> dict[str, bytes]:
-    root = Path(root)
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def entry_dirs(settings) -> list[str]:
-    cache = Path(settings.cache_dir)
-    return sorted(p.name for p in cache.iterdir() if len(p.name) == 64) if cache.exists() else []
 
 
 def test_cold_then_warm_prefetch_transfers_zero_object_bytes(settings, storage_connections, object_store, s3_proxy):
@@ -156,7 +137,7 @@ def test_killed_download_leaves_no_complete_entry_and_next_prefetch_repairs(
 def test_two_concurrent_prefetches_of_one_channel_download_once(
     settings, storage_connections, object_store, s3_proxy, caplog
 ):
-    caplog.set_level(logging.INFO, logger="operators.hooks.data_cache")
+    caplog.set_level(logging.INFO, logger="operators.hooks.data_cache_eviction")  # the key lock logs the wait
     bucket = object_store.bucket()
     data = os.urandom(512 * KiB)
     object_store.put(bucket, "shared/data.bin", data)
@@ -187,57 +168,6 @@ def test_two_concurrent_prefetches_of_one_channel_download_once(
     assert [i.users for i in new_cache(settings).entries()] == [("job-x", "job-y")]
     assert "being prefetched by another task; waiting" in caplog.text  # they really did collide
 
-
-def test_lru_eviction_never_evicts_an_entry_in_use(settings, storage_connections, object_store):
-    bucket = object_store.bucket()
-    for name in ("c1", "c2", "c3"):
-        object_store.put(bucket, f"{name}/data.bin", os.urandom(100 * KiB))
-    limit = 250 * KiB
-    e1 = new_cache(settings, limit).prefetch(f"s3://{bucket}/c1/", user="job-1")  # oldest, stays in use
-    e2 = new_cache(settings, limit).prefetch(f"s3://{bucket}/c2/", user="job-2")
-    new_cache(settings, limit).release("job-2")  # job-2 finished: its entry may go
-
-    e3 = new_cache(settings, limit).prefetch(f"s3://{bucket}/c3/", user="job-3")
-
-    assert set(entry_dirs(settings)) == {e1.key, e3.key}  # e2 went, although e1 is older
-    assert (Path(e1.path) / "data.bin").stat().st_size == 100 * KiB
-
-    cache = new_cache(settings, limit)
-    assert cache.release("job-1") == [e1.key]
-    again = cache.prefetch(f"s3://{bucket}/c2/", user="job-4")  # now e1 is the LRU unused entry
-    assert not again.reused and again.key == e2.key
-    assert set(entry_dirs(settings)) == {e2.key, e3.key}
-    assert cache.total_bytes() <= limit
-
-    # Everything in use: the cache goes over its limit rather than pull data from under a running job.
-    e1b = new_cache(settings, limit).prefetch(f"s3://{bucket}/c1/", user="job-5")
-    assert set(entry_dirs(settings)) == {e1b.key, e2.key, e3.key}
-
-
-def test_link_view_symlink_hardlink_and_single_file(settings, storage_connections, object_store, tmp_path):
-    bucket = object_store.bucket()
-    put_tree(object_store, bucket, "imgs/", {"a.png": b"A", "sub/b.png": b"B"})
-    object_store.put(bucket, "tables/train.csv", b"1,2,3")
-    cache = new_cache(settings)
-    directory = cache.prefetch(f"s3://{bucket}/imgs/", user="job")
-    single = cache.prefetch(f"s3://{bucket}/tables/train.csv", user="job")
-    job_data = tmp_path / "ws" / "jobs" / "job" / "input" / "data"
-    (job_data / "images").mkdir(parents=True)  # the layout creates empty channel dirs before prefetch
-
-    view = Path(cache.link_view(directory, str(job_data / "images")))
-    assert view.is_symlink() and not os.path.isabs(os.readlink(view))  # one relative symlink
-    assert read_tree(view) == {"a.png": b"A", "sub/b.png": b"B"}
-    cache.link_view(directory, str(job_data / "images"))  # idempotent (task retries)
-    assert read_tree(view) == {"a.png": b"A", "sub/b.png": b"B"}
-
-    hard = Path(cache.link_view(directory, str(job_data / "images"), mode="hardlink"))
-    assert hard.is_dir() and not hard.is_symlink()
-    assert os.stat(hard / "sub" / "b.png").st_ino == os.stat(Path(directory.path) / "sub" / "b.png").st_ino
-
-    table = Path(cache.link_view(single, str(job_data / "train")))
-    assert sorted(os.listdir(table)) == ["train.csv"] and (table / "train.csv").read_bytes() == b"1,2,3"
-    assert (table / "train.csv").is_symlink()
-    assert sorted(os.listdir(job_data)) == ["images", "train"]  # no staging leftovers
 
 
 def test_cos_and_local_channels_and_connection_in_key(settings, storage_connections, object_store, cos_proxy, tmp_path):
