@@ -90,7 +90,9 @@ def test_a_disk_filling_during_the_download_leaves_no_partial_entry_and_the_retr
     with pytest.raises(DiskFullError) as caught:
         new_cache(disk.path / "ws").prefetch(f"s3://{bucket}/train/", user="job-a")
 
-    assert disk.filled.is_set()
+    # The download can hit ENOSPC while the filler's fallocate is still returning: wait for it, briefly. An error
+    # from the up-front check (no tmp- entry yet) never sets it, and fails here.
+    assert disk.filled.wait(30)
     message = str(caught.value)
     assert message.startswith(f"disk full: the data cache: prefetching s3://{bucket}/train/ (48 objects) needs 6.")
     needed, free = re.search(r"needs ([0-9.]+) MiB .*, ([0-9.]+ \w+) free", message).groups()
