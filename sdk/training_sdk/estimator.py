@@ -248,12 +248,14 @@ def _upload_to_storage(packed, code_location: str) -> str:
     name = f"{packed.sha256[:16]}/sourcedir.tar.gz"
     if _is_remote(code_location):
         try:
-            import boto3
+            from training_sdk.storage import s3_client
+
+            client = s3_client()
         except ImportError:
             raise TrainingSdkError(f"uploading code to {code_location} needs boto3 (pip install boto3)") from None
         bucket, _, prefix = code_location.split("://", 1)[1].partition("/")
         key = f"{prefix.rstrip('/')}/{name}".lstrip("/")
-        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=packed.data)
+        client.put_object(Bucket=bucket, Key=key, Body=packed.data)
         return f"{code_location.split('://', 1)[0]}://{bucket}/{key}"
     base = code_location.removeprefix("file://")
     path = os.path.join(os.path.abspath(base), name)

@@ -129,18 +129,19 @@ def _download(uri: str, cache: Path) -> Path:
     import hashlib
 
     try:
-        import boto3
+        from training_sdk.storage import s3_client, transfer_config
+
+        client, config = s3_client(), transfer_config()
     except ImportError:
         raise TrainingSdkError(f"local mode downloads {uri} with boto3: pip install boto3 (or give a local path)") \
             from None
     bucket, _, key = uri.split("://", 1)[1].partition("/")
     dest = cache / hashlib.sha256(uri.encode()).hexdigest()[:16]
-    client = boto3.client("s3")
     if key and not key.endswith("/"):
         path = dest / os.path.basename(key)
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, key, str(path))
+            client.download_file(bucket, key, str(path), Config=config)
         return path
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
         for obj in page.get("Contents", []):
@@ -150,7 +151,7 @@ def _download(uri: str, cache: Path) -> Path:
             path = dest / rel
             if not path.is_file():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                client.download_file(bucket, obj["Key"], str(path))
+                client.download_file(bucket, obj["Key"], str(path), Config=config)
     dest.mkdir(parents=True, exist_ok=True)
     return dest
 
