@@ -6,8 +6,10 @@ XCom or the trigger's arguments (LaunchRequest.secret_env is not serialized).
 Order, and why: the Secret is created first (no owner), then the Job, then the Secret is patched to be owned by the
 Job (ownerReferences -> the Job's uid, which only exists once the Job does). The other order (Job first, then the
 Secret with its owner in the create body) lets the kubelet try to start a pod before the Secret exists; the pod then
-reports CreateContainerConfigError, which the watch rightly treats as a missing Secret and fails fast on. Creating
-the Job suspended and resuming it would need `patch` on Jobs; `patch` on Secrets is the smaller right.
+reports CreateContainerConfigError, which the watch rightly treats as a missing Secret and fails fast on. Not a Job
+created suspended and resumed once its Secret exists: `patch` on Jobs is optional (log cursors only) and would
+become necessary to launch, and a worker dying before the resume would leave a suspended Job that a retry reattaches
+to; dying here leaves only an unowned Secret, which the next try replaces.
 
 Once owned, the control plane's garbage collector deletes the Secret with the Job (TTL, stop(), `kubectl delete
 job`); stop() and the trigger's fail-fast clean-up also delete it by name. One name per job (``<name>-env``): a retry
