@@ -242,6 +242,7 @@ class LocalLauncherHook:
                 if any(p.poll() is None for p in self._procs):
                     kill_trees([], children=self._procs)
                 self._forget_pids(request.job_root)
+                self._remove_logs()
 
     # -- internals ------------------------------------------------------------------------------------
     def _environment(self, request: LaunchRequest) -> dict[str, str]:
@@ -405,3 +406,9 @@ class LocalLauncherHook:
     @staticmethod
     def _forget_pids(job_root: str) -> None:
         Path(job_root, PIDS_FILE).unlink(missing_ok=True)
+
+    def _remove_logs(self) -> None:
+        # The raw output may hold secrets the script printed: the task log has every line, masked; the job root
+        # (kept for resumes and retention) must not keep them.
+        for host in self._hosts:
+            Path(host.log_path).unlink(missing_ok=True)

@@ -25,16 +25,10 @@ from pathlib import Path
 import pytest
 
 KUBECONFIG = os.environ.get("KUBECONFIG", os.path.expanduser("~/.kube/config")).split(os.pathsep)[0]
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(
-        os.environ.get("TRAINING_E2E_CLUSTER") != "1" or not Path(KUBECONFIG).is_file(),
-        reason="needs TRAINING_E2E_CLUSTER=1 and a kubeconfig (see docs/kubernetes.md)",
-    ),
-]
+EXTERNAL = os.environ.get("TRAINING_E2E_CLUSTER") == "1"
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 IMAGE = os.environ.get("TRAINING_E2E_IMAGE", "training-base:latest")
-WORKSPACE = Path(os.environ.get("TRAINING_E2E_WORKSPACE", "/tmp/training-e2e"))
 
 SCRIPT = r'''
 import json, os, socket, sys, time
@@ -60,20 +54,26 @@ print(f"{me} done", flush=True)
 '''
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A throw-away namespace enforcing the restricted profile, and the workspace volume in it."""
-    os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": KUBECONFIG}}
-    )
+@pytest.fixture
+def cluster(request, monkeypatch):
+    """(namespace, workspace claim, workspace directory): a throw-away namespace enforcing the restricted profile."""
+    if not EXTERNAL:
+        namespace = request.getfixturevalue("real_namespace")  # points kubernetes_default at the real node
+        yield namespace, "training-workspace", Path(os.environ["AIRFLOW__TRAINING__WORKSPACE"])
+        return
+    if not Path(KUBECONFIG).is_file():
+        pytest.fail(f"TRAINING_E2E_CLUSTER=1 but there is no kubeconfig at {KUBECONFIG} (set KUBECONFIG)")
+    workspace = Path(os.environ.get("TRAINING_E2E_WORKSPACE", "/tmp/training-e2e"))
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": KUBECONFIG}}))
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     core = KubernetesHook(conn_id="kubernetes_default").core_v1_client
-    WORKSPACE.mkdir(parents=True, exist_ok=True)
-    os.chmod(WORKSPACE, 0o777)
+    workspace.mkdir(parents=True, exist_ok=True)
+    os.chmod(workspace, 0o777)
     claim = os.environ.get("TRAINING_E2E_PVC")
     if claim:
-        yield os.environ.get("TRAINING_E2E_NAMESPACE", "default"), claim
+        yield os.environ.get("TRAINING_E2E_NAMESPACE", "default"), claim, workspace
         return
     suffix = uuid.uuid4().hex[:6]
     namespace, pv = f"training-e2e-{suffix}", f"training-e2e-{suffix}"
@@ -96,7 +96,7 @@ def cluster():
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
                 "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(WORKSPACE), "type": "Directory"},
+                "hostPath": {"path": str(workspace), "type": "Directory"},
                 "claimRef": {"namespace": namespace, "name": "training-workspace"},
             },
         }
@@ -114,7 +114,7 @@ def cluster():
         },
     )
     try:
-        yield namespace, "training-workspace"
+        yield namespace, "training-workspace", workspace
     finally:
         core.delete_namespace(namespace)
         core.delete_persistent_volume(pv)
@@ -124,10 +124,10 @@ def job_request(cluster, job_name: str, hosts: int, mode: str = "ok", image: str
     from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
     from operators.hooks.launcher import LaunchRequest
 
-    namespace, claim = cluster
+    namespace, claim, workspace = cluster
     hook = KubernetesLauncherHook()
     host_names = hook.hosts(job_name, hosts)
-    root = WORKSPACE / "jobs" / job_name
+    root = workspace / "jobs" / job_name
     for sub in ("code", "input/config", "model", "output/data", "checkpoints"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     (root / "code" / "train.py").write_text(SCRIPT)
@@ -143,15 +143,15 @@ def job_request(cluster, job_name: str, hosts: int, mode: str = "ok", image: str
              "processes_per_host": 1, "num_gpus": 0, "num_cpus": 1}
         )
     )
-    entry = WORKSPACE / "cache" / f"{job_name}-train"
+    entry = workspace / "cache" / f"{job_name}-train"
     entry.mkdir(parents=True, exist_ok=True)
     (entry / "part-0.csv").write_text("x,y\n1,2\n")
-    for path in [root, *root.rglob("*"), entry, WORKSPACE / "jobs", WORKSPACE / "cache"]:
+    for path in [root, *root.rglob("*"), entry, workspace / "jobs", workspace / "cache"]:
         os.chmod(path, 0o777 if path.is_dir() else 0o666)  # the pods run as uid 1000
     request = LaunchRequest(
         job_name=job_name,
         job_root=str(root),
-        workspace=str(WORKSPACE),
+        workspace=str(workspace),
         layout="ti",
         instance_count=hosts,
         hosts=tuple(host_names),

@@ -55,6 +55,17 @@ def test_lines_stream_as_they_are_produced_and_success_is_reported(tmp_path):
     assert not Path(request.job_root, PIDS_FILE).exists()
 
 
+def test_what_the_script_printed_is_not_kept_in_the_job_root_once_reported(tmp_path):
+    # A script that prints a secret: the task log gets the line (masked there by Airflow); the job root, kept for
+    # resumes and retention, must not keep the raw copy the launcher tailed.
+    request = make_job(tmp_path, "import base64\nprint('the token is', base64.b64decode('dG9rLTVlM2Y=').decode())\n")
+    lines: list[str] = []
+    result = LocalLauncherHook(lease_seconds=60).run(request, lines.append)
+    assert result.succeeded and "the token is tok-5e3f" in lines
+    kept = [str(f) for f in Path(request.job_root).rglob("*") if f.is_file() and b"tok-5e3f" in f.read_bytes()]
+    assert kept == []
+
+
 def test_user_failure_carries_the_reason_and_is_not_retryable(tmp_path):
     request = make_job(tmp_path, "raise SystemExit('ValueError: bad learning rate')\n")
     result = LocalLauncherHook().run(request, lambda line: None)
