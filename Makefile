@@ -112,12 +112,14 @@ lint: install
 
 # The unit and component tests (real MinIO, Docker, peer runtimes, ...) wait more than they compute: they run on
 # TEST_WORKERS xdist workers, a module per worker (tests/conftest.py): 656 tests in 2 min 10 s instead of 9 min.
-# The integration tests (whole Airflow deployments, clusters, real pods) run one at a time: on 4 workers over these
-# 2 cores they timed out against each other.
+# The integration tests (whole Airflow deployments, clusters, real pods) mostly wait too (load ~1.2 run one at a time,
+# 36 min), but on 4 workers over these 2 cores they timed out against each other: INTEGRATION_WORKERS, the real
+# node's modules all on one of them.
 TEST_WORKERS ?= 4
+INTEGRATION_WORKERS ?= 2
 test: install lint peers images browser-deps node-tools minio k8s-tools postgres
 	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --ignore=tests/integration tests
-	$(PY) -m pytest -q -rs --durations=20 tests/integration
+	$(PY) -m pytest -q -rs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration
 
 test-fast: install peers minio
 	$(PY) -m pytest -q -m "not slow"
