@@ -207,6 +207,63 @@ def test_a_triggerer_restarted_while_a_kubernetes_job_waits_shows_no_log_line_tw
         kube_admin["core"].delete_persistent_volume(namespace)
 
 
+@pytest.mark.cluster
+def test_marking_a_deferred_kubernetes_task_failed_deletes_its_job_through_the_triggerer(production, kube_cluster,
+                                                                                        kube_admin, tmp_path):
+    """The user's "mark failed" on a deferred task: no worker holds the task, so the triggerer's on_kill must stop
+    the Job. A real API server and a real triggerer; kwok plays the kubelet (the deletes are all API-side)."""
+    from kube_cluster import PLAY, make_namespace
+
+    server, core, batch = production, kube_admin["core"], kube_admin["batch"]
+    namespace = make_namespace(core, server.home / "workspace")
+    name = "prod-mark-failed"
+
+    def left() -> dict:
+        return {"job": [j.metadata.name for j in batch.list_namespaced_job(namespace).items],
+                "pods": [p.metadata.name for p in core.list_namespaced_pod(namespace).items],
+                "service": [s.metadata.name for s in core.list_namespaced_service(namespace).items],
+                "secret": [s.metadata.name for s in core.list_namespaced_secret(namespace).items
+                           if s.metadata.name.startswith(name)]}
+
+    try:
+        status, body = server.api.call("POST", "/api/v2/connections", {
+            "connection_id": "kubernetes_default", "conn_type": "kubernetes",
+            "extra": json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)})})
+        assert status in (201, 409), body
+        server.api.call("POST", "/api/v2/variables", {"key": "mark_failed_token", "value": "tok-mark-failed"})
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "train.py").write_text("print('kwok plays this container')\n")
+        server.trigger("training_job", {
+            "job_name": name, "backend": "kubernetes", "image_uri": "training-base:latest",
+            "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "models"),
+            "environment": {"TOKEN": {"variable": "mark_failed_token"}},  # so the Job has a Secret to delete too
+            "kubernetes": {"namespace": namespace, "annotations": {PLAY + "run": "600s"}}}, run_id=name)
+        ti_path = f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training"
+
+        def waiting() -> bool:
+            deferred = server.api.call("GET", ti_path)[1].get("state") == "deferred"
+            running = [p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"]
+            return deferred and bool(running)
+
+        wait_for("the task deferred and its pod running", waiting, timeout=240, server=server)
+        assert all(left().values()), left()  # Job, pod, Service and Secret are there to be deleted
+
+        status, body = server.api.call("PATCH", ti_path, {"new_state": "failed"})
+        assert status == 200, body
+        marked = time.monotonic()
+        wait_for("the Job, its pods, its Service and its Secret to be deleted",
+                 lambda: not any(left().values()), timeout=90, server=server)
+        seconds = time.monotonic() - marked
+        run = server.wait_for_run("training_job", name, timeout=120)
+        ti = server.api.call("GET", ti_path)[1]
+        assert run["state"] == "failed" and ti["state"] == "failed" and ti["try_number"] == 1, (run, ti)
+        print(f"\nmarked failed while deferred: Job, pods, Service and Secret gone in {seconds:.1f}s")
+    finally:
+        core.delete_namespace(namespace)
+        core.delete_persistent_volume(namespace)
+
+
 def test_a_killed_worker_s_docker_training_is_reattached_not_restarted(production, tmp_path):
     from docker_support import TRAINING_IMAGE, engine, require_image
 
