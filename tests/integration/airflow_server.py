@@ -178,13 +178,12 @@ class AirflowServer:
         # children (LocalExecutor's workers, log servers) behind in its group.
         for pgid in reversed(self._groups):
             _signal_group(pgid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
-        deadline = time.monotonic() + 10
+        # One deadline for all of them: waiting 30 s per component that ignores SIGTERM (the scheduler draining its
+        # executor, the API server's workers) made the teardown of a test session take a minute.
+        deadline = time.monotonic() + 15
         while any(_signal_group(pgid, 0) for pgid in self._groups) and time.monotonic() < deadline:
+            for proc in self.procs.values():
+                proc.poll()  # reap, or a zombie keeps its group alive
             time.sleep(0.2)
         for pgid in self._groups:
             _signal_group(pgid, signal.SIGKILL)

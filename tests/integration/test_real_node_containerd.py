@@ -67,3 +67,33 @@ def test_down_leaves_no_bridge_cgroup_or_process(tmp_path):
     assert f" {state['bridge']}:" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert not Path("/sys/fs/cgroup/memory", state["cgroup"]).exists()
     assert not node.running()
+
+
+def test_a_node_left_by_a_killed_run_gives_its_index_and_image_store_to_the_next(tmp_path):
+    # Each index has its own image store (~9 GB with the training images): a killed run's leftover bridge used to
+    # push every later node to a fresh index, importing the images again until the disk was full.
+    reason = cannot_run_reason()
+    if reason:
+        pytest.skip(f"this machine cannot run a real node: {reason}")
+    import signal
+    import time
+
+    first = RealNode(tmp_path / "first").up([])
+    index = first.state()["index"]
+    second = RealNode(tmp_path / "second").up([])
+    try:
+        assert second.state()["index"] != index, "a running node's index was taken"
+    finally:
+        second.down()
+    containerd = first.state()["pids"]["containerd"]
+    os.killpg(containerd, signal.SIGKILL)  # its test process was killed: nothing ever runs first.down()
+    deadline = time.monotonic() + 10
+    while first.running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f" trn{index}:" in links  # what the killed node left
+    third = RealNode(tmp_path / "third").up([])
+    try:
+        assert third.state()["index"] == index
+    finally:
+        third.down()

@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from certs import issue_client_certificate, issue_serving_certificate  # noqa: E402
 from images import PAUSE_IMAGE, image_store, import_images  # noqa: E402
+from slots import free_index, remove_cgroups  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -123,7 +124,7 @@ class RealNode:
         started = time.monotonic()
         for sub in ("logs", "cni", "kubelet", "pod-logs", "pki"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        state = {"index": _free_index(), "pids": {}}
+        state = {"index": free_index(log), "pids": {}}
         self.save(state)
         index = state["index"]
         state.update(bridge=f"trn{index}", subnet=f"10.213.{index}.0/24", gateway=f"10.213.{index}.1",
@@ -234,9 +235,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "clusterDomain": "cluster.local", "clusterDNS": [state["gateway"]],
             "podCIDR": state["subnet"], "podLogsDir": str(self.dir / "pod-logs"),
             "failSwapOn": False, "makeIPTablesUtilChains": False, "serializeImagePulls": False,
-            # A shared disk whose use others change: never evict training pods or collect our imported images.
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                             "nodefs.inodesFree": "1%"},
+            # A shared disk whose use others change: never evict training pods or delete our imported images. With
+            # "1%", a disk filled for a moment had the eviction manager delete the pause image (no registry to pull
+            # it back from): every later pod stayed in ContainerCreating. "0%" switches a threshold off.
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "0%", "imagefs.available": "0%",
+                             "nodefs.inodesFree": "0%", "imagefs.inodesFree": "0%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "nodeStatusReportFrequency": "10s", "shutdownGracePeriod": "0s",
         }
@@ -308,8 +311,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             run("iptables", "-D", "FORWARD", "-i", state["bridge"], "-o", state["bridge"], "-j", "ACCEPT", check=False)
             run("ip", "link", "del", state["bridge"], check=False)
         if state.get("cgroup"):
-            for controller in CGROUP.iterdir():
-                _remove_cgroup(controller / state["cgroup"])
+            remove_cgroups(state["cgroup"])
         shutil.rmtree(self.dir / "cni-ipam", ignore_errors=True)
         if state:
             self.save({k: v for k, v in state.items() if k not in ("pids", "bridge", "cgroup")})
@@ -350,28 +352,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 last = err
             time.sleep(0.5)
         raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({last!r}); logs in {self.dir / 'logs'}")
-
-
-def _free_index() -> int:
-    links = run("ip", "-o", "link", "show").stdout
-    for index in range(1, 250):
-        if f" trn{index}:" not in links and not (CGROUP / "memory" / f"training-node-{index}").exists():
-            return index
-    raise SystemExit("no free pod subnet 10.213.N.0/24 (bridges trn1..trn249 all exist)")
-
-
-def _remove_cgroup(path: Path) -> None:
-    if not path.is_dir():
-        return
-    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        try:
-            child.rmdir()
-        except OSError:
-            pass
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def _http_ok(url: str) -> bool:
