@@ -28,6 +28,7 @@ KUBERNETES_OPTION_KEYS = (
     "secret_env",
     "env_from_secrets",
     "image_pull_grace_seconds",
+    "startup_timeout_seconds",
     "poll_interval",
     "propagation_policy",
 )

@@ -57,8 +57,14 @@ class KubernetesJobOptions:
     secret_env: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # VAR -> (secret, key)
     env_from_secrets: tuple[str, ...] = ()
     image_pull_grace_seconds: int = 600  # how long a registry rate limit (429) is waited out
+    startup_timeout_seconds: int = 600  # a pod on a node that has not started its container by then has failed
     poll_interval: float = 5.0
     propagation_policy: str = "Foreground"
+
+    def waiting(self) -> dict[str, float]:
+        """How the job's watch waits (the same in the worker and in the triggerer)."""
+        return {"poll_interval": self.poll_interval, "image_pull_grace_seconds": self.image_pull_grace_seconds,
+                "startup_timeout_seconds": self.startup_timeout_seconds}
 
 
 def _fail(key: str, problem: str, fix: str) -> ValueError:
@@ -195,6 +201,7 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         secret_env=secret_env,
         env_from_secrets=_as_str_tuple("env_from_secrets", pick("env_from_secrets", ())),
         image_pull_grace_seconds=_as_int("image_pull_grace_seconds", pick("image_pull_grace_seconds", 600)),
+        startup_timeout_seconds=_as_int("startup_timeout_seconds", pick("startup_timeout_seconds", 600), minimum=1),
         poll_interval=poll,
         propagation_policy=propagation,
     )

@@ -149,6 +149,9 @@ class KubernetesOptions(Strict):
         None, description='Variable -> "<secret>/<key>" of a Kubernetes Secret.')
     env_from_secrets: list[str] | None = None
     image_pull_grace_seconds: Count | None = Field(None, ge=0)
+    startup_timeout_seconds: Count | None = Field(
+        None, ge=1, description="How long a pod placed on a node may take to start its container (the image pull "
+        "included) before the job fails as a platform error; empty: 600.")
     poll_interval: float | None = Field(None, gt=0, le=300)
     propagation_policy: Literal["Foreground", "Background"] | None = None
 

@@ -238,8 +238,7 @@ class KubernetesLauncherHook(BaseHook):
             namespace=options.namespace,
             instance_count=request.instance_count,
             kubernetes_conn_id=self.settings.conn_id or None,
-            poll_interval=options.poll_interval,
-            image_pull_grace_seconds=options.image_pull_grace_seconds,
+            **options.waiting(),
             propagation_policy=options.propagation_policy,
             metric_definitions=[dict(m) for m in request.metric_definitions],
             has_secret=bool(request.secret_env),
@@ -264,8 +263,7 @@ class KubernetesLauncherHook(BaseHook):
             name=kube_name(request.job_name),
             namespace=options.namespace,
             instance_count=request.instance_count,
-            poll_interval=options.poll_interval,
-            image_pull_grace_seconds=options.image_pull_grace_seconds,
+            **options.waiting(),
             emit=on_line,
         )
         event = asyncio.run(watch.run())

@@ -53,6 +53,27 @@ def pull_error_is_permanent(pod: Any) -> str | None:
     return None
 
 
+def not_started(pod: Any) -> str | None:
+    """Why a pod that is on a node has not started its training container ("ContainerCreating", ...); None when
+    it is not scheduled yet (waiting for capacity is no failure), has started, or waits on an image pull error or
+    a missing Secret (failed apart, with their own messages)."""
+    status = pod.status
+    if status is None or status.phase != "Pending":
+        return None
+    scheduled = bool(pod.spec and pod.spec.node_name) or any(
+        c.type == "PodScheduled" and c.status == "True" for c in status.conditions or [])
+    if not scheduled:
+        return None
+    train = train_status(pod)
+    waiting = train.state.waiting if train is not None and train.state is not None else None
+    if train is not None and train.state is not None and waiting is None:
+        return None  # running or terminated: the phase lags behind
+    reason = (waiting.reason if waiting is not None else None) or "ContainerCreating"
+    if reason in PULL_WAITING_REASONS or reason in FATAL_WAITING_REASONS or reason == "CreateContainerConfigError":
+        return None
+    return reason
+
+
 def short_text(text: str | None, limit: int = 2000) -> str:
     text = (text or "").strip()
     return text if len(text) <= limit else "..." + text[-limit:]

@@ -31,24 +31,21 @@ import time
 from typing import Any
 
 from operators.hooks.launcher import (
-    EVICTED,
     IMAGE_ERROR,
     OOM,
     PLATFORM_ERROR,
-    TIMEOUT,
     USER_ERROR,
-    describe_exit,
-    exit_failure_class,
     is_rate_limited,
-    is_runtime_exit_code,
 )
 from operators.hooks.kubernetes_events import list_warnings, read_warnings
+from operators.hooks.kubernetes_job_failure import failure_event, job_failure
 from operators.hooks.kubernetes_pods import (
     DEFINITE_PULL_ERROR,
     FATAL_WAITING_REASONS,
     MISSING_CLAIM,
     PULL_WAITING_REASONS,
     disruption,
+    not_started,
     pod_index,
     pull_error_is_permanent,
     short_text,
@@ -80,6 +77,7 @@ class JobWatch:
         poll_interval: float,
         image_pull_grace_seconds: float,
         emit: Emit,
+        startup_timeout_seconds: float = 600,
         keep_cursors: bool = False,
     ):
         self.hook = hook
@@ -89,6 +87,7 @@ class JobWatch:
         self.instance_count = instance_count
         self.poll_interval = poll_interval
         self.image_pull_grace_seconds = image_pull_grace_seconds
+        self.startup_timeout_seconds = startup_timeout_seconds
         self.emit = emit
         self.cursors: dict[str, list[int]] = {}
         self.pods: dict[str, int] = {}
@@ -97,6 +96,8 @@ class JobWatch:
         self.followers: dict[str, asyncio.Task] = {}
         self.disruptions: dict[str, str] = {}  # pod -> why
         self.throttled_since: dict[str, float] = {}
+        self.starting_since: dict[str, float] = {}  # pod -> when first seen on a node, not started
+        self.last_warning: dict[str, str] = {}  # pod uid -> its latest warning event
         self.said: set[str] = set()
         self.job_uid: str | None = None
         self.started = time.monotonic()
@@ -213,6 +214,9 @@ class JobWatch:
         for pod in pods:
             name = pod.metadata.name
             host = self.host(name)
+            stalled = self.stalled_start(pod, host, now)
+            if stalled is not None:
+                return stalled
             for condition in (pod.status and pod.status.conditions) or []:
                 missing = MISSING_CLAIM.search(condition.message or "")
                 if condition.type == "PodScheduled" and condition.status == "False" and missing:
@@ -270,6 +274,28 @@ class JobWatch:
                 )
         return None
 
+    def stalled_start(self, pod: Any, host: str, now: float) -> dict[str, Any] | None:
+        """A pod on a node that has not started its container within startup_timeout_seconds: the node cannot
+        run it (a sandbox, network or volume failure). Kubernetes retries that forever; the task would wait until
+        max_run_seconds. Waiting for a node (capacity) is not counted."""
+        name, reason = pod.metadata.name, not_started(pod)
+        if reason is None:
+            self.starting_since.pop(name, None)
+            return None
+        waited = now - self.starting_since.setdefault(name, now)
+        if waited <= self.startup_timeout_seconds:
+            return None
+        warning = self.last_warning.get(pod.metadata.uid)
+        return self.failure(
+            PLATFORM_ERROR,
+            f"{host} (pod {name}) is on node {pod.spec.node_name or '?'} but has not started its container after "
+            f"{int(waited)} s ({reason}{'; last warning: ' + warning if warning else ''}); the node cannot start it: "
+            f"see `kubectl -n {self.namespace} describe pod {name}`; for an image that takes longer to pull, raise "
+            "the kubernetes option startup_timeout_seconds",
+            host=host,
+            finished=False,
+        )
+
     def image_failure(self, host: str, reason: str, detail: str) -> dict[str, Any]:
         return self.failure(
             IMAGE_ERROR,
@@ -279,62 +305,17 @@ class JobWatch:
             finished=False,
         )
 
-    def failure(self, failure_class: str | None, message: str, *, exit_code: int | None = None,
-                host: str | None = None, finished: bool = True, status: str = "failed") -> dict[str, Any]:
-        return {"status": status, "failure_class": failure_class, "message": message, "detail": None,
-                "exit_code": exit_code, "host": host, "job_finished": finished}
+    def failure(self, failure_class: str | None, message: str, **fields: Any) -> dict[str, Any]:
+        return failure_event(failure_class, message, **fields)
 
     def job_failure(self, condition: Any, pods: list[Any]) -> dict[str, Any]:
-        reason = condition.reason or "Failed"
-        failed = []
-        for pod in pods:
-            status = train_status(pod)
-            terminated = status.state.terminated if status and status.state else None
-            if terminated is not None and terminated.exit_code:
-                finished_at = terminated.finished_at
-                failed.append((pod.metadata.name, terminated, str(finished_at or "")))
-        # The runtime's own exit codes (1-4) name the cause; 137/143 are the peers the Job controller killed.
-        failed.sort(key=lambda item: (not is_runtime_exit_code(item[1].exit_code), item[2]))
-        if reason == "DeadlineExceeded":
-            return self.failure(
-                TIMEOUT,
-                f"the job ran longer than max_run_seconds and Kubernetes stopped it ({condition.message or reason})",
-            )
-        for name, terminated, _ in failed:
-            if terminated.reason == "OOMKilled":
-                return self.failure(
-                    OOM,
-                    f"{self.host(name)} ran out of memory (OOMKilled); raise resources.memory or lower the batch size",
-                    exit_code=terminated.exit_code,
-                    host=self.host(name),
-                )
-        if self.disruptions and (self.instance_count > 1 or not failed):
-            pod, why = next(iter(self.disruptions.items()))
-            after = ""
-            if failed:
-                name, terminated, _ = failed[0]
-                after = f"; then {self.host(name)} failed with exit code {terminated.exit_code}"
-            return self.failure(
-                EVICTED,
-                f"{self.host(pod)} was evicted or preempted ({why}){after}; retry to resume from the last checkpoint",
-                exit_code=failed[0][1].exit_code if failed else None,
-                host=self.host(pod),
-            )
-        if failed:
-            name, terminated, _ = failed[0]
-            code = terminated.exit_code
-            failure_class = exit_failure_class(code)
-            what = describe_exit(code, f"the container was killed or crashed ({terminated.reason or 'Error'})")
-            result = self.failure(
-                failure_class, f"{what} on {self.host(name)}, exit code {code}", exit_code=code, host=self.host(name)
-            )
-            # The pod's termination message: its last log lines (terminationMessagePolicy FallbackToLogsOnError).
-            result["detail"] = short_text(terminated.message, 2000) or None
-            return result
-        return self.failure(PLATFORM_ERROR, f"Kubernetes failed the Job: {reason}: {condition.message or ''}".strip())
+        return job_failure(condition, pods, self.host, self.disruptions, self.instance_count)
 
     def warnings(self, events: list[Any], pods: list[Any]) -> dict[str, Any] | None:
         refused, notes = read_warnings(events, self.job_uid, pods, self.instance_count, self.host, self.name)
+        for event in events:  # sorted by time: the latest of each pod stays
+            if event.involved_object is not None and event.involved_object.uid:
+                self.last_warning[event.involved_object.uid] = f"{event.reason}: {short_text(event.message, 300)}"
         for key, line in notes:
             self.say(line, key)
         return self.failure(USER_ERROR, refused, finished=False) if refused else None

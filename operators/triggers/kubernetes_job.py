@@ -27,6 +27,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         kubernetes_conn_id: str | None = None,
         poll_interval: float = 5.0,
         image_pull_grace_seconds: float = 600,
+        startup_timeout_seconds: float = 600,
         propagation_policy: str = "Foreground",
         metric_definitions: list[dict[str, str]] | None = None,
         kube_config_path: str | None = None,
@@ -46,6 +47,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.poll_interval = poll_interval
         self.image_pull_grace_seconds = image_pull_grace_seconds
+        self.startup_timeout_seconds = startup_timeout_seconds
         self.propagation_policy = propagation_policy
         # The Job has a Secret of secrets by reference (operators/hooks/kubernetes_secrets.py): its values are read
         # here, in the triggerer, and masked in the lines streamed from the pods; only this flag is serialized.
@@ -61,6 +63,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "kubernetes_conn_id": self.kubernetes_conn_id,
                 "poll_interval": self.poll_interval,
                 "image_pull_grace_seconds": self.image_pull_grace_seconds,
+                "startup_timeout_seconds": self.startup_timeout_seconds,
                 "propagation_policy": self.propagation_policy,
                 "metric_definitions": self.metric_definitions,
                 "kube_config_path": self.kube_config_path,
@@ -98,6 +101,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
             instance_count=self.instance_count,
             poll_interval=self.poll_interval,
             image_pull_grace_seconds=self.image_pull_grace_seconds,
+            startup_timeout_seconds=self.startup_timeout_seconds,
             emit=emit,
             keep_cursors=True,  # a restarted triggerer continues each pod's log where this one left it
         )

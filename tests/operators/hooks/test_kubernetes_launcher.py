@@ -457,6 +457,45 @@ def test_max_run_seconds_is_a_timeout(kube, workspace):
     assert result.failure_class == TIMEOUT and "max_run_seconds" in result.failure_reason
 
 
+def test_a_pod_on_a_node_that_never_starts_its_container_fails_as_a_platform_error(kube, workspace):
+    # A node that cannot create the pod's sandbox (runtime, CNI, volumes) leaves it in ContainerCreating for ever,
+    # and Kubernetes never fails the Job: without startup_timeout_seconds the task waited until max_run_seconds.
+    hook = KubernetesLauncherHook()
+    request = make_request(workspace, startup_timeout_seconds=1)
+    name = kube_name(request.job_name)
+    hook.start(request)
+    pod = kube.pod_names(name)[0]
+
+    async def drive():
+        kube.set_waiting(pod, "ContainerCreating")
+
+    started = time.monotonic()
+    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    result = hook.result_from_event(request, event, lambda line: None)
+    assert result.failure_class == PLATFORM_ERROR, result.failure_reason  # retryable: another try, maybe another node
+    assert f"pod {pod}) is on node" in result.failure_reason and "has not started its container" in result.failure_reason
+    assert "startup_timeout_seconds" in result.failure_reason and "(ContainerCreating" in result.failure_reason
+    assert time.monotonic() - started < 10
+    assert not kube.jobs and not kube.pod_names(name)  # the stuck Job is deleted
+
+
+def test_waiting_for_a_node_is_not_a_failed_start(kube, workspace):
+    hook = KubernetesLauncherHook()
+    request = make_request(workspace, startup_timeout_seconds=1)
+    name = kube_name(request.job_name)
+    hook.start(request)
+    pod = kube.pod_names(name)[0]
+
+    async def drive():
+        kube.set_unschedulable(pod, "0/3 nodes are available: 3 Insufficient cpu.")
+        await asyncio.sleep(2.5)  # longer than startup_timeout_seconds: capacity is waited for
+        kube.set_running(pod)
+        kube.terminate(pod, 0)
+
+    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    assert event["status"] == "success", event
+
+
 def test_a_missing_secret_fails_fast(kube, workspace):
     hook = KubernetesLauncherHook()
     request = make_request(workspace, secret_env={"HF_TOKEN": "hf/token"})
@@ -576,3 +615,29 @@ def test_a_literal_credential_never_reaches_the_cluster(kube, workspace):
     with pytest.raises(ValueError, match="WANDB_API_KEY looks like a credential"):
         KubernetesLauncherHook().start(request)
     assert not kube.count("POST", "/jobs$")
+
+
+def test_a_failed_start_names_the_pods_latest_warning():
+    from kubernetes.client import (V1ContainerState, V1ContainerStateWaiting, V1ContainerStatus, CoreV1Event,
+                                   V1ObjectMeta, V1ObjectReference, V1Pod, V1PodCondition, V1PodSpec, V1PodStatus)
+
+    from operators.hooks.kubernetes_watch import JobWatch
+
+    pod = V1Pod(metadata=V1ObjectMeta(name="job-0-abcde", uid="pod-uid", annotations={}),
+                spec=V1PodSpec(containers=[], node_name="node-7"),
+                status=V1PodStatus(phase="Pending", conditions=[V1PodCondition(type="PodScheduled", status="True")],
+                                   container_statuses=[V1ContainerStatus(
+                                       name="train", image="i", image_id="", ready=False, restart_count=0,
+                                       state=V1ContainerState(waiting=V1ContainerStateWaiting(
+                                           reason="ContainerCreating")))]))
+    sandbox = CoreV1Event(metadata=V1ObjectMeta(name="e"), involved_object=V1ObjectReference(uid="pod-uid"),
+                      reason="FailedCreatePodSandBox", message='failed to get sandbox image "pause": not found')
+    watch = JobWatch(None, name="job", namespace="ns", instance_count=1, poll_interval=1, image_pull_grace_seconds=1,
+                     startup_timeout_seconds=30, emit=lambda line: None)
+    watch.warnings([sandbox], [pod])
+    assert watch.fail_fast([pod]) is None  # first seen now: not yet
+    watch.starting_since["job-0-abcde"] -= 31
+    failure = watch.fail_fast([pod])
+    assert failure["failure_class"] == PLATFORM_ERROR and failure["job_finished"] is False
+    assert "on node node-7" in failure["message"]
+    assert 'last warning: FailedCreatePodSandBox: failed to get sandbox image "pause": not found' in failure["message"]
