@@ -217,3 +217,42 @@ def test_stop_leaves_nothing_behind(cluster):
     assert not pods.items
     with pytest.raises(ApiException):
         hook.kube.batch_v1_client.read_namespaced_job(name, namespace)
+
+
+def test_a_node_that_cannot_start_the_pod_fails_the_job_after_startup_timeout(cluster, request):
+    # What this machine's node did once its only pause image was deleted (no registry to pull it back from):
+    # every pod stayed in ContainerCreating and Kubernetes never failed the Job. Replayed on the real node.
+    if EXTERNAL:
+        pytest.skip("breaks a node on purpose: only on this machine's own real node")
+    import subprocess
+
+    from realnode import PAUSE_IMAGE  # tools/node, on the path through real_node.py
+
+    from operators.kubernetes_names import kube_name
+
+    _, node = request.getfixturevalue("real_cluster")
+    pause_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", PAUSE_IMAGE],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    hook, launch = job_request(cluster, f"e2e-stuck-{uuid.uuid4().hex[:5]}", hosts=1)
+    launch.options["startup_timeout_seconds"] = 20
+    node.ctr("images", "rm", PAUSE_IMAGE, pause_id, check=False)  # its name and the CRI's ID alias
+    try:
+        lines: list[str] = []
+        started = time.monotonic()
+        result = hook.run(launch, lines.append)
+        seconds = time.monotonic() - started
+    finally:
+        node.import_images([PAUSE_IMAGE])
+    assert result.failure_class == "platform_error" and result.retryable, result.failure_reason
+    assert "has not started its container after" in result.failure_reason
+    assert "FailedCreatePodSandBox" in result.failure_reason, result.failure_reason
+    assert seconds < 120
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    batch = KubernetesHook(conn_id="kubernetes_default").batch_v1_client
+    deadline = time.monotonic() + 60
+    while batch.list_namespaced_job(cluster[0], field_selector=f"metadata.name={kube_name(launch.job_name)}").items:
+        assert time.monotonic() < deadline, "the stuck Job was not deleted"
+        time.sleep(1)
+    print(f"\nreal node without its pause image: failed after {seconds:.1f}s (startup_timeout_seconds=20)")
+
