@@ -247,13 +247,22 @@ def test_marking_a_deferred_kubernetes_task_failed_deletes_its_job_through_the_t
             return deferred and bool(running)
 
         wait_for("the task deferred and its pod running", waiting, timeout=240, server=server)
+        # Marked failed before the triggerer has taken the trigger up (it looks every few seconds), there is no
+        # trigger to cancel and Airflow calls no on_kill (docs/kubernetes.md): wait for the trigger's first line.
+        trigger_logs = server.home / "logs" / "dag_id=training_job" / f"run_id={name}" / "task_id=launch_training"
+        wait_for("the trigger to run in the triggerer", lambda: any(
+            "[kubernetes]" in log.read_text() for log in trigger_logs.glob("attempt=1.log.trigger.*.log")),
+            timeout=60, server=server)
         assert all(left().values()), left()  # Job, pod, Service and Secret are there to be deleted
 
         status, body = server.api.call("PATCH", ti_path, {"new_state": "failed"})
         assert status == 200, body
         marked = time.monotonic()
-        wait_for("the Job, its pods, its Service and its Secret to be deleted",
-                 lambda: not any(left().values()), timeout=90, server=server)
+        try:
+            wait_for("the Job, its pods, its Service and its Secret to be deleted",
+                     lambda: not any(left().values()), timeout=90, server=server)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; still there: {left()}\n{server.log_tail('triggerer')}") from None
         seconds = time.monotonic() - marked
         run = server.wait_for_run("training_job", name, timeout=120)
         ti = server.api.call("GET", ti_path)[1]
