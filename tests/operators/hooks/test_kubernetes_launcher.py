@@ -65,6 +65,14 @@ def make_request(workspace: Path, job_name="bert-finetune", hosts=1, **options) 
     )
 
 
+def start_job(workspace: Path, **request_options) -> tuple[KubernetesLauncherHook, LaunchRequest, str]:
+    """A Job started through the hook: (the hook, its request, the Job's Kubernetes name)."""
+    hook = KubernetesLauncherHook()
+    request = make_request(workspace, **request_options)
+    hook.start(request)
+    return hook, request, kube_name(request.job_name)
+
+
 def rebuilt(trigger):
     """The trigger as the triggerer gets it: from its serialized form."""
     classpath, kwargs = trigger.serialize()
@@ -280,10 +288,7 @@ def test_a_foreign_job_with_the_same_name_is_not_taken_over(kube, workspace):
 
 
 def test_user_error_reports_exit_code_and_failure_file(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, hosts=2)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, hosts=2)
     pods = kube.pod_names(name)
 
     async def drive():
@@ -302,10 +307,7 @@ def test_user_error_reports_exit_code_and_failure_file(kube, workspace):
 
 
 def test_platform_error_is_retryable(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, backoff_limit=0)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, backoff_limit=0)
     pod = kube.pod_names(name)[0]
 
     async def drive():
@@ -346,10 +348,7 @@ def test_oom_fails_fast_and_stops_the_job(kube, workspace):
     ],
 )
 def test_image_errors_fail_fast_with_a_clear_message(kube, workspace, reason, message):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
 
     async def drive():
         kube.set_waiting(kube.pod_names(name)[0], reason, message)
@@ -364,10 +363,7 @@ def test_image_errors_fail_fast_with_a_clear_message(kube, workspace, reason, me
 
 
 def test_a_registry_rate_limit_is_waited_out(kube, workspace, capsys):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
     pod = kube.pod_names(name)[0]
     out = Output(capsys)
     limit = "toomanyrequests: You have reached your unauthenticated pull rate limit"
@@ -385,10 +381,7 @@ def test_a_registry_rate_limit_is_waited_out(kube, workspace, capsys):
 
 
 def test_a_rate_limit_that_outlasts_the_grace_period_fails(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, image_pull_grace_seconds=0)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, image_pull_grace_seconds=0)
 
     async def drive():
         kube.set_waiting(kube.pod_names(name)[0], "ErrImagePull", "429 Too Many Requests: toomanyrequests")
@@ -399,10 +392,7 @@ def test_a_rate_limit_that_outlasts_the_grace_period_fails(kube, workspace):
 
 
 def test_an_evicted_pod_is_replaced_and_the_job_goes_on(kube, workspace, capsys):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
     first = kube.pod_names(name)[0]
     out = Output(capsys)
 
@@ -422,10 +412,7 @@ def test_an_evicted_pod_is_replaced_and_the_job_goes_on(kube, workspace, capsys)
 
 
 def test_a_failure_after_an_eviction_is_retryable(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, hosts=2)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, hosts=2)
     pods = kube.pod_names(name)
 
     async def drive():
@@ -442,10 +429,7 @@ def test_a_failure_after_an_eviction_is_retryable(kube, workspace):
 
 
 def test_max_run_seconds_is_a_timeout(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
     assert kube.job(name)["spec"]["activeDeadlineSeconds"] == 3600
 
     async def drive():
@@ -460,10 +444,7 @@ def test_max_run_seconds_is_a_timeout(kube, workspace):
 def test_a_pod_on_a_node_that_never_starts_its_container_fails_as_a_platform_error(kube, workspace):
     # A node that cannot create the pod's sandbox (runtime, CNI, volumes) leaves it in ContainerCreating for ever,
     # and Kubernetes never fails the Job: without startup_timeout_seconds the task waited until max_run_seconds.
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, startup_timeout_seconds=1)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, startup_timeout_seconds=1)
     pod = kube.pod_names(name)[0]
 
     async def drive():
@@ -480,10 +461,7 @@ def test_a_pod_on_a_node_that_never_starts_its_container_fails_as_a_platform_err
 
 
 def test_waiting_for_a_node_is_not_a_failed_start(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, startup_timeout_seconds=1)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, startup_timeout_seconds=1)
     pod = kube.pod_names(name)[0]
 
     async def drive():
@@ -497,10 +475,7 @@ def test_waiting_for_a_node_is_not_a_failed_start(kube, workspace):
 
 
 def test_a_missing_secret_fails_fast(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, secret_env={"HF_TOKEN": "hf/token"})
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, secret_env={"HF_TOKEN": "hf/token"})
 
     async def drive():
         kube.set_waiting(kube.pod_names(name)[0], "CreateContainerConfigError", 'secret "hf" not found')
@@ -511,10 +486,7 @@ def test_a_missing_secret_fails_fast(kube, workspace):
 
 
 def test_a_missing_workspace_claim_fails_fast(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
 
     async def drive():
         kube.set_unschedulable(kube.pod_names(name)[0], 'persistentvolumeclaim "training-workspace" not found')
@@ -526,10 +498,7 @@ def test_a_missing_workspace_claim_fails_fast(kube, workspace):
 
 
 def test_a_job_deleted_behind_our_back_is_a_platform_error(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
 
     async def drive():
         kube.set_running(kube.pod_names(name)[0])
@@ -542,10 +511,7 @@ def test_a_job_deleted_behind_our_back_is_a_platform_error(kube, workspace):
 
 def test_a_job_our_own_stop_deleted_is_reported_as_stopped(kube, workspace):
     # Blocking mode: on_kill (SIGTERM in the worker) calls stop() while run() watches; the watch then finds no Job.
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
 
     async def drive():
         kube.set_running(kube.pod_names(name)[0])
@@ -558,10 +524,7 @@ def test_a_job_our_own_stop_deleted_is_reported_as_stopped(kube, workspace):
 
 
 def test_unschedulable_pods_are_reported_once(kube, workspace, capsys):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace)
     pod = kube.pod_names(name)[0]
     out = Output(capsys)
     why = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
@@ -577,10 +540,7 @@ def test_unschedulable_pods_are_reported_once(kube, workspace, capsys):
 
 
 def test_stop_deletes_the_job_its_pods_and_the_service(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, hosts=4)
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, hosts=4)
     for pod in kube.pod_names(name):
         kube.set_running(pod)
 
@@ -591,10 +551,7 @@ def test_stop_deletes_the_job_its_pods_and_the_service(kube, workspace):
 
 
 def test_killing_the_deferred_task_deletes_everything(kube, workspace):
-    hook = KubernetesLauncherHook()
-    request = make_request(workspace, propagation_policy="Background")
-    name = kube_name(request.job_name)
-    hook.start(request)
+    hook, request, name = start_job(workspace, propagation_policy="Background")
     trigger = rebuilt(hook.trigger(request))
     asyncio.run(trigger.on_kill())  # what the triggerer calls when a user marks the task failed
     assert not kube.jobs and not kube.services and not kube.pod_names(name)
