@@ -1,4 +1,4 @@
-"""Safe .tar.gz extraction, packing a directory into a .tar.gz, and atomic directory replacement.
+"""Safe .tar.gz extraction and packing a directory into a .tar.gz.
 
 Code archives come from users and object storage, so extraction trusts nothing in them:
 - only regular files and directories; symbolic links, hard links, device files, FIFOs and anything
@@ -21,18 +21,16 @@ incompressible (float32 weights: 7.1% saved at level 1, 7.4% at level 6, for 5x 
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import gzip
 import logging
 import lzma
 import os
-import shutil
-import stat
 import tarfile
 import tempfile
 import zlib
 from dataclasses import dataclass
+
+from operators.directories import remove_tree, replace_directory
 
 log = logging.getLogger(__name__)
 
@@ -61,77 +59,6 @@ class PackStats:
     files: int
     bytes_in: int  # content bytes packed
     bytes_out: int  # size of the .tar.gz
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# directory helpers
-
-
-def _rename_exchange(a: str, b: str) -> bool:
-    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), b)
-
-
-def remove_tree(path: str) -> None:
-    """rmtree that also removes read-only trees (cache entries are made read-only on purpose)."""
-
-    def make_writable_and_retry(func, failed_path, exc_info):
-        if isinstance(exc_info[1], FileNotFoundError):
-            return  # removed concurrently (another sweep): that is the goal anyway
-        parent = os.path.dirname(failed_path)
-        for target in (parent, failed_path):
-            try:
-                mode = os.lstat(target).st_mode
-                if stat.S_ISDIR(mode):
-                    os.chmod(target, mode | stat.S_IRWXU)
-            except OSError:
-                pass
-        try:
-            func(failed_path)
-        except FileNotFoundError:
-            pass
-
-    try:
-        if os.path.islink(path) or not os.path.isdir(path):
-            os.unlink(path)
-        else:
-            shutil.rmtree(path, onerror=make_writable_and_retry)
-    except FileNotFoundError:
-        pass
-
-
-def replace_directory(new_dir: str, dest: str) -> None:
-    """Put `new_dir` at `dest` atomically, replacing whatever is there (directory, symlink or file).
-
-    `new_dir` must be on the same file system as `dest` (create it in the same parent). Readers see either
-    the old or the new tree, never a mix and never nothing (RENAME_EXCHANGE; elsewhere a brief gap).
-    """
-    if not os.path.lexists(dest):
-        try:
-            os.rename(new_dir, dest)
-            return
-        except OSError as err:
-            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
-                raise
-    if _rename_exchange(new_dir, dest):
-        remove_tree(new_dir)  # now holds the previous content
-        return
-    aside = f"{dest}.old-{os.urandom(4).hex()}"
-    os.rename(dest, aside)
-    os.rename(new_dir, dest)
-    remove_tree(aside)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -278,8 +205,8 @@ class _GzipWriter:
     block's last 32 KiB, deflated by ISA-L on its own thread, one standard gzip member, mtime 0) with the tell()
     tarfile asks for once.
 
-    Why this one: measured against the hand-written parallel writer it replaces (bench/bench_gzip_writers.py,
-    bench/README.md, 1 GiB mixed set), it was as fast or faster and used less CPU at the same archive size; and it
+    Why this one: measured against the hand-written parallel writer it replaces (bench/README.md, 1 GiB mixed
+    set), it was as fast or faster and used less CPU at the same archive size; and it
     is kept by others. ISA-L stores incompressible blocks itself (float32 mantissas, random data).
     """
 
@@ -423,7 +350,5 @@ __all__ = [
     "UnsafeArchiveError",
     "default_pack_threads",
     "pack_directory",
-    "remove_tree",
-    "replace_directory",
     "safe_extract",
 ]

@@ -21,7 +21,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING
 
-from operators.safe_tar import remove_tree, replace_directory
+from operators.directories import remove_tree, replace_directory
 
 if TYPE_CHECKING:
     from operators.hooks.data_cache import CacheEntry

@@ -20,11 +20,11 @@ from operators.hooks.object_storage import (
     TransferStats,
     parse_uri,
 )
+from operators.directories import replace_directory
 from operators.safe_tar import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_MEMBERS,
     BadArchiveError,
-    replace_directory,
     safe_extract,
 )
 

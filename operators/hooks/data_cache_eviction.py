@@ -30,7 +30,7 @@ from typing import Iterator
 from urllib.parse import quote
 
 from operators.hooks.disk_space import fits
-from operators.safe_tar import remove_tree
+from operators.directories import remove_tree
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from operators.hooks.data_cache_eviction import CacheEntries
-from operators.safe_tar import remove_tree
+from operators.directories import remove_tree
 
 log = logging.getLogger(__name__)
 
