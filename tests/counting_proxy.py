@@ -28,20 +28,20 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> 
     deadline = _time.monotonic() + timeout
     while _time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited with {proc.returncode}")
+            raise RuntimeError(f"server exited with {proc.returncode}")
         try:
             with _socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
             _time.sleep(0.1)
-    raise RuntimeError(f"moto server did not listen on port {port} within {timeout}s")
+    raise RuntimeError(f"server did not listen on port {port} within {timeout}s")
 
 
 class CountingProxy:
     """Loopback reverse proxy in front of the S3 server.
 
-    `requests` holds one dict per request: method, path, query, status, bytes_in (request body) and
-    bytes_out (response body bytes actually sent). `throttle_bytes_per_s` slows every response body
+    `requests` holds one dict per request: method, path, query, status, bytes_in (request body),
+    bytes_out (response body bytes actually sent) and the request's headers (names lower-cased). `throttle_bytes_per_s` slows every response body
     down (per response) so a test can interrupt a transfer half-way or make it long enough to log
     progress. `corrupt_object_bodies` flips the first byte of every object GET response body (a
     transfer corrupted on the way, which only an MD5 check notices). `fail_requests(status, code, count)` answers
@@ -100,6 +100,7 @@ class CountingProxy:
                     "status": response.status,
                     "bytes_in": len(body),
                     "bytes_out": 0,
+                    "headers": {key.lower(): value for key, value in self.headers.items()},
                 }
                 with proxy._lock:
                     proxy.requests.append(record)

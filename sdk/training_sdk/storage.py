@@ -8,7 +8,8 @@ breaks off (which botocore does not retry: it is read after the request returned
 s3transfer.
 """
 
-# A copy of operators/hooks/storage_retries.py's figures and quota fix, not an import: the SDK installs on its own
+# A copy of operators/hooks/storage_retries.py's figures and quota fix (and storage_client.py's checksum setting
+# for stores that are not AWS), not an import: the SDK installs on its own
 # (training-sdk[s3] is boto3 without the platform), so it must not import `operators`. Keep the two in step.
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ BODY_ATTEMPTS = 10
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 _QUOTA_CAPACITY = 10**9
+_AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
 
 
 def s3_client():
@@ -36,8 +38,22 @@ def s3_client():
     config = Config(retries={"mode": "standard", "max_attempts": REQUEST_RETRIES}, connect_timeout=CONNECT_TIMEOUT_S,
                     read_timeout=READ_TIMEOUT_S, tcp_keepalive=True)
     client = boto3.client("s3", config=config)
+    if not _is_aws(client.meta.endpoint_url):
+        # boto3 >= 1.36 sends CRC checksums in aws-chunked bodies by default, which S3-compatible stores (COS, OSS,
+        # OBS, older MinIO) may refuse: only where the API requires one, as the platform does. The endpoint is known
+        # only once boto3 has read its variables and files, hence the second client.
+        config = config.merge(Config(request_checksum_calculation="when_required",
+                                     response_checksum_validation="when_required"))
+        client = boto3.client("s3", config=config)
     _widen_retry_quota(client)
     return client
+
+
+def _is_aws(endpoint_url: str | None) -> bool:
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(endpoint_url or "").hostname or "").lower()
+    return not host or host.endswith(_AWS_HOST_SUFFIXES)
 
 
 def transfer_config():

@@ -147,7 +147,10 @@ def test_cos_uses_cos_default_and_its_own_endpoint(tmp_path, storage_connections
     assert (tmp_path / "code" / "train.py").read_bytes() == b"print('hi')"
     assert object_store.get(bucket, "copy/train.py") == b"print('hi')"
     assert s3_proxy.snapshot() == []  # nothing went to the aws_default endpoint
-    assert object_gets(cos_proxy) and [r for r in cos_proxy.snapshot() if r["method"] == "PUT"]
+    puts = [r for r in cos_proxy.snapshot() if r["method"] == "PUT"]
+    assert object_gets(cos_proxy) and puts
+    # boto3's default CRC32 trailer (an aws-chunked body) is refused by some COS/OSS/OBS endpoints: none is sent.
+    assert not [h for r in puts for h in r["headers"] if h.startswith(("x-amz-checksum-", "x-amz-trailer"))], puts
     assert hook.connection_id("cos") == "cos_default"
 
 
