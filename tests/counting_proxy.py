@@ -213,3 +213,16 @@ def aws_connection_json(access_key: str, secret_key: str, endpoint: str, region:
         }
     )
 
+
+def point_boto3_at(monkeypatch, server, endpoint: str, home) -> None:
+    """boto3's own AWS_* variables (what the SDK and user scripts read) aimed at `endpoint` with the server's keys;
+    no profile, config or credentials file of this machine, no retry or checksum settings of its environment."""
+    for name in ("AWS_PROFILE", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3",
+                 "AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(home / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from counting_proxy import point_boto3_at
 from fault_proxy import FaultProxy
 from training_sdk import Estimator
 
@@ -36,14 +37,7 @@ def _proxy(s3_server):
 @pytest.fixture
 def faults(_proxy, s3_server, monkeypatch, tmp_path) -> FaultProxy:
     """The fault proxy, injecting nothing until the test says so; boto3's AWS_* variables point the SDK at it."""
-    for name in ("AWS_PROFILE", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", _proxy.url)
+    point_boto3_at(monkeypatch, s3_server, _proxy.url, tmp_path)
     _proxy.set(rate=0.0)
     yield _proxy
     _proxy.set(rate=0.0)

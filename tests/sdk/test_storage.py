@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from counting_proxy import CountingProxy
+from counting_proxy import CountingProxy, point_boto3_at
 from training_sdk import Estimator
 from training_sdk.storage import s3_client
 
@@ -19,15 +19,7 @@ CHECKSUM_HEADERS = ("x-amz-checksum-", "x-amz-sdk-checksum-algorithm", "x-amz-tr
 def proxied_store(s3_server, monkeypatch, tmp_path):
     """boto3's AWS_* variables point the SDK at a counting proxy in front of MinIO (a COS/OSS/OBS-like endpoint)."""
     proxy = CountingProxy(s3_server.port, "sdk-store")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REQUEST_CHECKSUM_CALCULATION",
-                 "AWS_RESPONSE_CHECKSUM_VALIDATION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    point_boto3_at(monkeypatch, s3_server, proxy.url, tmp_path)
     yield proxy
     proxy.close()
 
@@ -57,11 +49,8 @@ def test_code_uploaded_to_a_store_that_is_not_aws_carries_no_checksum_of_boto3s_
     assert files == {"train.py": b"print('hello')\n"}
 
 
-def test_aws_itself_keeps_boto3s_checksums(monkeypatch, tmp_path):
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REQUEST_CHECKSUM_CALCULATION"):
-        monkeypatch.delenv(name, raising=False)
+def test_aws_itself_keeps_boto3s_checksums(monkeypatch, tmp_path, s3_server):
+    point_boto3_at(monkeypatch, s3_server, "https://s3.eu-west-1.amazonaws.com", tmp_path)
     assert s3_client().meta.config.request_checksum_calculation == "when_supported"
     monkeypatch.setenv("AWS_ENDPOINT_URL", "https://cos.ap-guangzhou.myqcloud.com")
     assert s3_client().meta.config.request_checksum_calculation == "when_required"
