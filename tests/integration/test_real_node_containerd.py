@@ -97,3 +97,21 @@ def test_a_node_left_by_a_killed_run_gives_its_index_and_image_store_to_the_next
         assert third.state()["index"] == index
     finally:
         third.down()
+
+
+def test_two_nodes_started_at_once_take_two_indexes(tmp_path):
+    # Two test sessions on one machine start their nodes at the same moment: both used to see the same index free.
+    reason = cannot_run_reason()
+    if reason:
+        pytest.skip(f"this machine cannot run a real node: {reason}")
+    from concurrent.futures import ThreadPoolExecutor
+
+    nodes = [RealNode(tmp_path / name) for name in ("a", "b")]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda node: node.up([]), nodes))
+        indexes = [node.state()["index"] for node in nodes]
+        assert indexes[0] != indexes[1] and all(node.running() for node in nodes), indexes
+    finally:
+        for node in nodes:
+            node.down()

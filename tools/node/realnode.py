@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from certs import issue_client_certificate, issue_serving_certificate  # noqa: E402
 from images import PAUSE_IMAGE, image_store, import_images  # noqa: E402
-from slots import free_index, remove_cgroups  # noqa: E402
+from slots import choosing, free_index, remove_cgroups  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -124,17 +124,18 @@ class RealNode:
         started = time.monotonic()
         for sub in ("logs", "cni", "kubelet", "pod-logs", "pki"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        state = {"index": free_index(log), "pids": {}}
-        self.save(state)
-        index = state["index"]
-        state.update(bridge=f"trn{index}", subnet=f"10.213.{index}.0/24", gateway=f"10.213.{index}.1",
-                     cgroup=f"training-node-{index}")
-        self.save(state)
-        self._network(state)
-        self._cgroups(state)
-        self._write_containerd_config(state)
-        self._spawn(state, "containerd", ["containerd", "--config", str(self.dir / "containerd.toml")])
-        self._wait("containerd", lambda: self.ctr("version", check=False).returncode == 0, 30)
+        with choosing():  # until this node's containerd holds its store: no other node takes the index
+            state = {"index": free_index(log), "pids": {}}
+            self.save(state)
+            index = state["index"]
+            state.update(bridge=f"trn{index}", subnet=f"10.213.{index}.0/24", gateway=f"10.213.{index}.1",
+                         cgroup=f"training-node-{index}")
+            self.save(state)
+            self._network(state)
+            self._cgroups(state)
+            self._write_containerd_config(state)
+            self._spawn(state, "containerd", ["containerd", "--config", str(self.dir / "containerd.toml")])
+            self._wait("containerd", lambda: self.ctr("version", check=False).returncode == 0, 30)
         self._remove_containers()  # left in the kept store by an earlier node of this index that crashed
         self.import_images([PAUSE_IMAGE, *images])
         if self.kubeconfig:

@@ -6,12 +6,16 @@ it), or processes live in its cgroup. A node whose test process was killed leave
 and each store holds its own copy of the training images (~9 GB): taking a fresh index then meant importing them
 all again into a new store, which filled this machine's disk. An abandoned index is reclaimed instead, lowest
 first, so the stores that already hold the images are the ones reused.
+
+Two nodes starting at once (two test sessions) would see the same index free: `choosing()` is a machine-wide lock
+held from the choice until the new node's containerd holds its store.
 """
 
 from __future__ import annotations
 
 import fcntl
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 from images import image_store
@@ -76,7 +80,18 @@ def reclaim(index: int, log) -> None:
     log(f"reclaimed index {index} from a node that was not stopped (bridge {bridge}, its cgroups)")
 
 
+@contextmanager
+def choosing():
+    """Hold the machine's index lock (a flock, released when this process dies)."""
+    lock = image_store(0).parent / "slots.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def free_index(log) -> int:
+    """The lowest index no running node holds (reclaiming an abandoned one); call it under `choosing()`."""
     links = _run("ip", "-o", "link", "show").stdout
     for index in range(1, MAX_INDEX):
         leftovers = f" trn{index}:" in links or (CGROUP / "memory" / f"training-node-{index}").exists()
