@@ -220,7 +220,7 @@ class JobWatch:
             for condition in (pod.status and pod.status.conditions) or []:
                 missing = MISSING_CLAIM.search(condition.message or "")
                 if condition.type == "PodScheduled" and condition.status == "False" and missing:
-                    return self.failure(
+                    return failure_event(
                         USER_ERROR,
                         f"{host} cannot be scheduled: {condition.message}; create the ReadWriteMany claim "
                         f"{missing.group(1)!r} of the workspace in namespace {self.namespace} (or set "
@@ -233,7 +233,7 @@ class JobWatch:
                 continue
             waiting, terminated = status.state.waiting, status.state.terminated
             if terminated is not None and terminated.reason == "OOMKilled":
-                return self.failure(
+                return failure_event(
                     OOM,
                     f"{host} ran out of memory (OOMKilled, exit code {terminated.exit_code}); "
                     "raise resources.memory or lower the batch size",
@@ -265,7 +265,7 @@ class JobWatch:
                         host, reason, f"still rate-limited after {int(now - first)} s: {detail}"
                     )
             elif reason == "CreateContainerConfigError":
-                return self.failure(
+                return failure_event(
                     USER_ERROR,
                     f"{host} cannot start: {detail or reason}; create the Secret/ConfigMap it refers to "
                     "(options.secret_env / env_from_secrets) in namespace " + self.namespace,
@@ -286,7 +286,7 @@ class JobWatch:
         if waited <= self.startup_timeout_seconds:
             return None
         warning = self.last_warning.get(pod.metadata.uid)
-        return self.failure(
+        return failure_event(
             PLATFORM_ERROR,
             f"{host} (pod {name}) is on node {pod.spec.node_name or '?'} but has not started its container after "
             f"{int(waited)} s ({reason}{'; last warning: ' + warning if warning else ''}); the node cannot start it: "
@@ -297,19 +297,13 @@ class JobWatch:
         )
 
     def image_failure(self, host: str, reason: str, detail: str) -> dict[str, Any]:
-        return self.failure(
+        return failure_event(
             IMAGE_ERROR,
             f"{host} cannot pull its image ({reason}): {detail}; check image_uri, the registry and "
             "image_pull_secrets",
             host=host,
             finished=False,
         )
-
-    def failure(self, failure_class: str | None, message: str, **fields: Any) -> dict[str, Any]:
-        return failure_event(failure_class, message, **fields)
-
-    def job_failure(self, condition: Any, pods: list[Any]) -> dict[str, Any]:
-        return job_failure(condition, pods, self.host, self.disruptions, self.instance_count)
 
     def warnings(self, events: list[Any], pods: list[Any]) -> dict[str, Any] | None:
         refused, notes = read_warnings(events, self.job_uid, pods, self.instance_count, self.host, self.name)
@@ -318,16 +312,16 @@ class JobWatch:
                 self.last_warning[event.involved_object.uid] = f"{event.reason}: {short_text(event.message, 300)}"
         for key, line in notes:
             self.say(line, key)
-        return self.failure(USER_ERROR, refused, finished=False) if refused else None
+        return failure_event(USER_ERROR, refused, finished=False) if refused else None
 
     def verdict(self, job: Any, pods: list[Any], events: list[Any] = ()) -> dict[str, Any] | None:
         self.observe(pods)
         conditions = {c.type: c for c in (job.status and job.status.conditions) or [] if c.status == "True"}
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-            return self.failure(None, "completed", exit_code=0, status="success")
+            return failure_event(None, "completed", exit_code=0, status="success")
         failed = conditions.get("Failed") or conditions.get("FailureTarget")
         if failed is not None:
-            return self.job_failure(failed, pods)
+            return job_failure(failed, pods, self.host, self.disruptions, self.instance_count)
         early = self.warnings(events, pods) or self.fail_fast(pods)
         if early is not None:
             return early
@@ -385,7 +379,7 @@ class JobWatch:
                 errors = 0
             except ApiException as err:
                 if err.status == 404:
-                    return {**self.failure(PLATFORM_ERROR, f"Job {self.namespace}/{self.name} no longer exists "
+                    return {**failure_event(PLATFORM_ERROR, f"Job {self.namespace}/{self.name} no longer exists "
                                            "(deleted outside Airflow?); retry to start it again"), "job_missing": True}
                 errors += 1
                 if errors >= 10:
