@@ -117,9 +117,12 @@ lint: install
 # node's modules all on one of them.
 TEST_WORKERS ?= 4
 INTEGRATION_WORKERS ?= 2
+# A hung run ends here, with pytest's summary, not at CI's own limit (each test also has a limit: pyproject.toml).
+INTEGRATION_LIMIT ?= 3600
 test: install lint peers images browser-deps node-tools minio k8s-tools postgres
 	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --ignore=tests/integration tests
-	$(PY) -m pytest -q -rs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration
+	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
+	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (23 min is usual): interrupted; the tests it was running are named above"; exit $$rc; }
 
 test-fast: install peers minio
 	$(PY) -m pytest -q -m "not slow"

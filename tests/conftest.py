@@ -30,35 +30,11 @@ for _var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", 
     os.environ.pop(_var, None)
 
 
-# `make test` runs the tests outside tests/integration on xdist workers (-n N): a module's tests stay on one worker (its module fixtures start
-# once), and every module that needs the real node runs on that one worker too (one real node at a time: its image
-# store holds the multi-GB training images). Other session fixtures (MinIO, kwok clusters, PostgreSQL, Airflow) start
-# per worker, on free ports and in private directories. xdist's own --dist loadgroup can't do this under pytest 9
-# (it renames items through an attribute pytest 9 no longer reads), hence a scheduler of ours.
-_REAL_NODE_FIXTURES = ("real_cluster", "real_namespace", "real_admin")
-
-
-def _real_node_modules() -> set[str]:
-    modules = set()
-    for path in (REPO / "tests").rglob("test_*.py"):
-        text = path.read_text(errors="replace")
-        if "real_node" in path.name or any(name in text for name in _REAL_NODE_FIXTURES):
-            modules.add(path.relative_to(REPO).as_posix())
-    return modules
-
-
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config, log):
-    from xdist.scheduler import LoadScopeScheduling
-
-    real_node = _real_node_modules()
-
-    class ModuleScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::")[0]
-            return "real-node" if module in real_node else module
-
-    return ModuleScheduling(config, log)
+# xdist: a module per worker, the real node's modules on one; timed-out tests fail without ending their worker.
+from xdist_scheduling import (  # noqa: E402, F401
+    pytest_keyboard_interrupt, pytest_runtest_logreport, pytest_runtest_logstart, pytest_xdist_make_scheduler)
+from timeout_guard import (  # noqa: E402, F401
+    pytest_runtest_teardown, pytest_timeout_cancel_timer, pytest_timeout_set_timer, pytest_unconfigure)
 
 
 @pytest.hookimpl(optionalhook=True)

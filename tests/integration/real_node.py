@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from timeout_guard import on_hard_exit
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "k8s"))
@@ -65,11 +66,14 @@ def real_cluster(tmp_path_factory):
     started = time.monotonic()
     cluster.up()
     node = RealNode(directory / "node", cluster.kubeconfig, cluster.pki, k8s_bin=bin_dir)
+    # The pods' processes are not this process's children: a test process that must be ended stops the node first.
+    forget = on_hard_exit(node.down)
     try:
         node.up([IMAGE])
         print(f"control plane and real node up in {time.monotonic() - started:.1f}s")
         yield cluster, node
     finally:
+        forget()
         node.down()
         cluster.down()
 
