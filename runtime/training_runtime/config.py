@@ -31,6 +31,7 @@ from typing import Optional
 
 from training_runtime import hyperparameters as hps
 from training_runtime.errors import InvalidJobError
+from training_runtime.files import write_atomically
 from training_runtime.layouts import CONTAINER_ROOTS, DEFAULT_LAYOUT, LAYOUT_NAMES, layout_for
 
 log = logging.getLogger(__name__)
@@ -374,9 +375,4 @@ def write_config_files(
     for name, document in documents:
         if document is None:
             continue
-        path = layout.config_file(name)
-        partial = "%s.%d.partial" % (path, os.getpid())
-        with open(partial, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=2)
-            f.write("\n")
-        os.replace(partial, path)
+        write_atomically(layout.config_file(name), json.dumps(document, indent=2) + "\n")

@@ -40,6 +40,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
+from training_runtime.files import write_atomically
+
 HOSTFILE = "hostfile"
 
 
@@ -153,15 +155,9 @@ def _write_shared_file(path, content):
     """Every host writes the same content (local hosts share one root): write a
     private file and rename it over the final name, so no reader sees half a file.
     A read-only config dir (e.g. a mounted ConfigMap) falls back to a temp dir."""
-    directory = os.path.dirname(path)
     try:
-        handle, partial = tempfile.mkstemp(dir=directory, prefix=".hostfile.")
+        write_atomically(path, content)
     except OSError:
-        directory = tempfile.mkdtemp(prefix="training-runtime-")
-        path = os.path.join(directory, os.path.basename(path))
-        handle, partial = tempfile.mkstemp(dir=directory, prefix=".hostfile.")
-    with os.fdopen(handle, "w") as f:
-        f.write(content)
-    os.chmod(partial, 0o644)
-    os.replace(partial, path)
+        path = os.path.join(tempfile.mkdtemp(prefix="training-runtime-"), os.path.basename(path))
+        write_atomically(path, content)
     return path

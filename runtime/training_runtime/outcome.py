@@ -20,6 +20,8 @@ import json
 import logging
 import os
 
+from training_runtime.files import write_atomically
+
 log = logging.getLogger(__name__)
 
 MAX_FAILURE_BYTES = 16 * 1024
@@ -98,7 +100,4 @@ def _remove(path):
 
 def _write(path, text):
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    partial = "%s.%d.partial" % (path, os.getpid())
-    with open(partial, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(partial, path)
+    write_atomically(path, text)

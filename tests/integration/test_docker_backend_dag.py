@@ -15,7 +15,7 @@ import pytest
 from dag_runner import DDP_SCRIPT, load_dag, model_json, put_code, run_dag
 from docker_support import TORCH_IMAGE, TRAINING_IMAGE, engine, require_image
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("airflow_db")]
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]  # `dags test` may take 600 s
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from airflow_server import airflow_deployment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # waits of up to 240 + 300 s, each with its own message
 
 # Short retry delay and heartbeat timeout: a killed task is retried in seconds, not the default 5 + 5 minutes.
 FAST_RECOVERY = {

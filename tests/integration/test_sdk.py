@@ -32,7 +32,7 @@ from training_sdk import (
     TrainingJobError,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # its own waits go up to 600 s, each with its own message
 REPO = Path(__file__).resolve().parents[2]
 LOSS = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
 

@@ -10,7 +10,7 @@ import pytest
 
 from dag_runner import DDP_SCRIPT, asset_events, load_dag, model_json, put_code, run_dag
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(600)]  # `dags test` may take 300 s
 
 TI_SCRIPT = textwrap.dedent('''
     import argparse, json, os

@@ -119,3 +119,26 @@ def test_a_peer_that_failed_before_this_host_started_keeps_its_failure(make_job)
     assert job.run("--current-host", "algo-1", "--host-wait", "0").returncode == 1
     assert job.failure.startswith("algo-2 lost its data")
     assert not job.succeeded
+
+
+def test_two_hosts_with_the_same_pid_finishing_at_once_both_write_success(tmp_path, monkeypatch):
+    """Each host has its own pid namespace, so both hosts' `train` can be pid 2: their private file names must not
+    depend on the pid (one host renamed the other's file away, and a job whose training succeeded failed)."""
+    from training_runtime import outcome
+    from training_runtime.layouts import layout_for
+
+    layout = layout_for("ti", str(tmp_path))
+    monkeypatch.setattr(os, "getpid", lambda: 2)
+    replace = os.replace
+    peers = []
+
+    def replace_after_the_peer_finishes(src, dst):
+        if not peers:  # the other host writes its success file between this host's write and rename
+            peers.append(src)
+            outcome.write_success(layout, "ti")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_after_the_peer_finishes)
+    outcome.write_success(layout, "ti")
+    assert Path(layout.success_file).read_text() == "success"
+    assert sorted(p.name for p in Path(layout.output_dir).iterdir()) == ["success"]  # no private file left
