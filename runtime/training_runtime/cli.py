@@ -2,10 +2,10 @@
 
 import argparse
 import logging
-import os
 import sys
 
 from training_runtime import __version__
+from training_runtime.files import write_atomically
 from training_runtime.layouts import LAYOUT_NAMES
 
 LOG_PREFIX = "[train]"
@@ -108,8 +108,5 @@ def main(argv=None):
         lease=(args.lease, args.lease_seconds) if args.lease and args.lease_seconds else None,
     )
     if args.exit_file:
-        tmp = "%s.%d" % (args.exit_file, os.getpid())
-        with open(tmp, "w") as f:
-            f.write("%d\n" % code)
-        os.replace(tmp, args.exit_file)  # a reader sees no file or the whole code
+        write_atomically(args.exit_file, "%d\n" % code)  # a reader sees no file or the whole code
     return code
