@@ -11,7 +11,8 @@ def write_atomically(path, text):
     name built from the pid is not, as each host has its own pid namespace (two
     hosts' ``train`` were both pid 2, and one renamed the other's file away).
     """
-    handle, partial = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".%s." % os.path.basename(path), suffix=".partial")
+    directory, name = os.path.split(path)
+    handle, partial = tempfile.mkstemp(dir=directory or ".", prefix=".%s." % name, suffix=".partial")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as f:
             f.write(text)
