@@ -38,6 +38,7 @@ def setup_airflow_home(workdir: str) -> str:
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
     os.environ["AIRFLOW__TRAINING__WORKSPACE"] = os.path.join(workdir, "workspace")
+    os.environ["AIRFLOW__TRAINING__LOCAL_ROOTS"] = workdir  # the benchmarks' code dirs (source_dir) live there
     os.environ.setdefault("NO_PROXY", "*")
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         os.environ.pop(var, None)

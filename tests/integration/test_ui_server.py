@@ -5,12 +5,12 @@ shared secrets (a task token the API server refused would fail every task with a
 from __future__ import annotations
 
 import json
-import sqlite3
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+
+from metadata_db import clone_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -69,37 +69,10 @@ def test_a_failed_job_shows_its_stage_class_and_reason_and_the_links_serve_them(
     status, body, _ = api.raw("GET", "/training-jobs/api/jobs/training_job/ui-failing-job/-1/artifacts/model.tar.gz")
     assert status == 404 and b"does not exist" in body  # no model after a failure, and the reply says so
 
-def clone_run(db: Path, dag_id: str, run_id: str, copies: int) -> None:
-    """Copy one finished run (dag_run, task_instance, xcom rows) `copies` times, straight in the SQLite metadata DB:
-    a thousand real-looking jobs in seconds instead of hours of training."""
-    with sqlite3.connect(db, timeout=60) as con:
-        def columns(table):
-            return [row[1] for row in con.execute(f"PRAGMA table_info({table})")]
-
-        run_cols = [c for c in columns("dag_run") if c != "id"]
-        ti_cols = columns("task_instance")
-        xcom_cols = columns("xcom")
-        for n in range(copies):
-            new = f"{run_id}-copy{n:04d}"
-            values = [("?" if c == "run_id" else c) for c in run_cols]
-            con.execute(f"INSERT INTO dag_run ({', '.join(run_cols)}) SELECT {', '.join(values)} FROM dag_run "
-                        "WHERE dag_id = ? AND run_id = ?", (new, dag_id, run_id))
-            values = [{"run_id": "?", "id": "lower(hex(randomblob(16)))"}.get(c, c) for c in ti_cols]
-            con.execute(f"INSERT INTO task_instance ({', '.join(ti_cols)}) SELECT {', '.join(values)} "
-                        "FROM task_instance WHERE dag_id = ? AND run_id = ?", (new, dag_id, run_id))
-            values = [{"run_id": "?", "dag_run_id": "(SELECT id FROM dag_run WHERE dag_id = ? AND run_id = ?)"}.get(c, c)
-                      for c in xcom_cols]
-            args = []
-            for c in xcom_cols:
-                if c == "run_id":
-                    args.append(new)
-                elif c == "dag_run_id":
-                    args.extend([dag_id, new])
-            con.execute(f"INSERT INTO xcom ({', '.join(xcom_cols)}) SELECT {', '.join(values)} FROM xcom "
-                        "WHERE dag_id = ? AND run_id = ?", (*args, dag_id, run_id))
+HANG = 30.0
 
 
-def test_the_jobs_list_stays_fast_with_a_thousand_jobs(airflow_server, tmp_path):
+def test_the_jobs_list_pages_a_thousand_jobs(airflow_server, tmp_path):
     conf = job_conf(tmp_path, "scale-job")
     airflow_server.trigger("training_job", conf, run_id="scale-job")
     assert airflow_server.wait_for_run("training_job", "scale-job")["state"] == "success"
@@ -114,8 +87,10 @@ def test_the_jobs_list_stays_fast_with_a_thousand_jobs(airflow_server, tmp_path)
         assert status == 200, page
         assert page["total"] >= 1001 and len(page["items"]) == 50, (name, page["total"])
     print("\njobs list with", page["total"], "jobs:", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in timings.items()))
-    assert max(timings.values()) < 3.0, timings  # two shared cores under a full test suite: generous on purpose
+    # Not a speed target (bench/bench_console.py measures the list's speed on a quiet machine; here two shared cores
+    # run the whole suite): a page this slow is a hang a user would report.
+    assert max(timings.values()) < HANG, timings
     start = time.perf_counter()
     status, job = api.call("GET", "/training-jobs/api/jobs/training_job/scale-job-copy0500/-1")
     assert status == 200 and job["status"] == "succeeded" and job["metrics"]["loss"] == pytest.approx(0.3)
-    assert time.perf_counter() - start < 3.0
+    assert time.perf_counter() - start < HANG

@@ -1,4 +1,3 @@
-import time
 from datetime import datetime, timedelta, timezone
 
 from training_console.jobs import STAGES, Job, query_items
@@ -59,10 +58,11 @@ def test_sort_by_a_metric_puts_jobs_without_it_last_and_filters_combine():
     assert page["total"] == 4 and names(page) == ["m1", "m2"]
 
 
-def test_a_thousand_jobs_are_listed_sorted_by_a_metric_in_well_under_a_second():
+def test_a_thousand_jobs_sorted_by_a_metric_page_in_order():
+    # Speed is measured in bench/bench_console.py, not here: a timed unit test fails on a loaded CI machine.
     jobs = [job(f"j{i:04d}", OK, metrics={"loss": (i * 7919 % 1000) / 1000}) for i in range(1000)]
-    start = time.perf_counter()
-    result = query_items(jobs, sort="metric:loss", descending=False, limit=50)
-    elapsed = time.perf_counter() - start
-    assert result["total"] == 1000 and result["items"][0]["metrics"]["loss"] == 0.0
-    assert elapsed < 0.5, f"{elapsed:.3f} s"
+    first = query_items(jobs, sort="metric:loss", descending=False, limit=50)
+    third = query_items(jobs, sort="metric:loss", descending=False, offset=100, limit=50)
+    assert first["total"] == 1000 and len(first["items"]) == 50
+    assert [i["metrics"]["loss"] for i in first["items"]] == [n / 1000 for n in range(50)]
+    assert [i["metrics"]["loss"] for i in third["items"]] == [n / 1000 for n in range(100, 150)]
