@@ -471,12 +471,12 @@ def test_a_failed_small_object_cancels_a_large_download_in_flight_with_the_real_
     object_store.put(bucket, "mixed/b-small.bin", os.urandom(4096))
     hook = make_hook(tmp_path, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, transfer_concurrency=2)
     s3_proxy.corrupt_object_bodies = True  # the multipart object's ETag is no MD5: only the small one notices
-    s3_proxy.throttle_bytes_per_s = 2 * MiB  # the large one would take ~6 s
+    s3_proxy.throttle_bytes_per_s = MiB // 2  # the large one would take ~24 s
 
     started = time.monotonic()
     with pytest.raises(StorageError) as info:
         hook.download(f"s3://{bucket}/mixed/", str(tmp_path / "out"))
 
     assert "mixed/b-small.bin" in str(info.value) and "MD5" in str(info.value)
-    assert time.monotonic() - started < 5  # the large transfer was cancelled, not waited for
+    assert time.monotonic() - started < 12  # the large transfer was cancelled, not waited for
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []  # no partial or temp files
