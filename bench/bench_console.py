@@ -21,12 +21,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import REPO, RESULTS_DIR, load_average, markdown_table, remove, save_results, setup_airflow_home  # noqa: E402
-from _s3server import S3Server  # noqa: E402  (puts tests/ on sys.path)
-from bench_pipeline import ensure_db, run_dag  # noqa: E402
-from metadata_db import clone_run  # noqa: E402
+from _common import REPO, RESULTS_DIR, load_average, markdown_table, remove, save_results  # noqa: E402
+from bench_pipeline import airflow_and_s3, run_dag  # noqa: E402
 
-sys.path.insert(0, os.path.join(REPO, "plugins"))
+sys.path.insert(0, os.path.join(REPO, "plugins"))  # training_console, as the API server loads it
+sys.path.insert(0, os.path.join(REPO, "tests"))  # metadata_db
+
+from metadata_db import clone_run  # noqa: E402
 
 BUCKET = "bench-console"
 QUERIES = {  # what the list page asks for (tests/integration/test_ui_server.py asks the same through HTTP)
@@ -72,13 +73,7 @@ def main() -> None:
 
     workdir = os.path.abspath(args.workdir)
     remove(workdir)  # a fresh metadata DB: the job counts below are all there is
-    home = setup_airflow_home(workdir)
-    env = dict(os.environ)
-    env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
-    ensure_db(env)
-    server = S3Server(os.path.join(workdir, "minio-console.log"))
-    server.start()
-    env.update(server.airflow_connection_env())
+    env, server = airflow_and_s3(workdir, "console")
     try:
         server.create_bucket(BUCKET)
         code = os.path.join(workdir, "code")
@@ -93,7 +88,7 @@ def main() -> None:
     finally:
         server.stop()
 
-    db = os.path.join(home, "airflow.db")
+    db = os.path.join(env["AIRFLOW_HOME"], "airflow.db")
     with sqlite3.connect(db) as con:
         (run_id,) = con.execute("SELECT run_id FROM dag_run WHERE dag_id = 'training_job'").fetchone()
     results, have = [], 1

@@ -100,6 +100,19 @@ def parse_times(env: dict, repeats: int) -> list[dict]:
     return rows
 
 
+def airflow_and_s3(workdir: str, name: str) -> tuple[dict, S3Server]:
+    """A private AIRFLOW_HOME with a fresh metadata DB under `workdir` and a started loopback S3 server: the
+    environment for dag.test() runs (its S3 connection included) and the server, which the caller stops."""
+    setup_airflow_home(workdir)
+    env = dict(os.environ)
+    env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
+    ensure_db(env)
+    server = S3Server(os.path.join(workdir, f"minio-{name}.log"))
+    server.start()
+    env.update(server.airflow_connection_env())
+    return env, server
+
+
 def run_dag(env: dict, workdir: str, dag_file: str, dag_id: str, runs: int, conf: dict | None) -> list[dict]:
     """dag.test() in a fresh process, with a DAGs folder holding only this file (dag.test re-parses the folder)."""
     folder = os.path.join(workdir, f"dags-{dag_id}")
@@ -133,18 +146,11 @@ def main() -> None:
     repeats = 1 if args.quick else args.repeats
 
     workdir = os.path.abspath(args.workdir)
-    home = setup_airflow_home(workdir)
-    env = dict(os.environ)
-    env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
-    ensure_db(env)
-
-    print(f"== parse times; load {load_average()[0]:.2f}", flush=True)
-    parses = parse_times(env, repeats)
-
-    server = S3Server(os.path.join(workdir, "minio-pipeline.log"))
-    server.start()
-    env.update(server.airflow_connection_env())
+    env, server = airflow_and_s3(workdir, "pipeline")
+    home = env["AIRFLOW_HOME"]
     try:
+        print(f"== parse times; load {load_average()[0]:.2f}", flush=True)
+        parses = parse_times(env, repeats)
         server.create_bucket(BUCKET)
         client = server.client()
         for i in range(5):

@@ -21,9 +21,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import REPO, RESULTS_DIR, load_average, markdown_table, remove, save_results, setup_airflow_home  # noqa: E402
-from _s3server import S3Server  # noqa: E402
-from bench_pipeline import ensure_db, run_dag  # noqa: E402
+from _common import REPO, RESULTS_DIR, load_average, markdown_table, remove, save_results  # noqa: E402
+from bench_pipeline import airflow_and_s3, run_dag  # noqa: E402
 
 BUCKET = "bench-search"
 TRIAL_SCRIPT = "import sys\nprint('loss=0.5', flush=True)\n"
@@ -45,13 +44,7 @@ def main() -> None:
         return
 
     workdir = os.path.abspath(args.workdir)
-    setup_airflow_home(workdir)
-    env = dict(os.environ)
-    env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
-    ensure_db(env)
-    server = S3Server(os.path.join(workdir, "minio-search.log"))
-    server.start()
-    env.update(server.airflow_connection_env())
+    env, server = airflow_and_s3(workdir, "search")
     results = {}
     try:
         server.create_bucket(BUCKET)
