@@ -49,6 +49,10 @@ TRAINING = {
     "local_sandbox": _option("The local backend's sandbox for user code: bubblewrap (a mount and PID namespace "
                              "showing only the job root, its channels and the system read-only) or none.",
                              "bubblewrap"),
+    "local_network": _option("The local sandbox's network: none (the job's own namespace, loopback only), "
+                             "slirp4netns (outbound through Debian's slirp4netns, never the worker's loopback) or "
+                             "host (the worker's network and its loopback services: weakens isolation).", "none",
+                             example="slirp4netns"),
     "local_environment": _option("More names of the worker's environment that reach local user code, "
                                  "comma-separated, beyond the built-in allowlist.", "", example="WANDB_API_KEY"),
     "sdk_code_max_bytes": _option("Largest code archive (bytes) the SDK's staging endpoint accepts; larger uploads "

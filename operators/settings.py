@@ -83,6 +83,9 @@ class TrainingSettings:
     local_sandbox: str = "bubblewrap"  # the local backend's sandbox: bubblewrap | none
     local_environment: tuple[str, ...] = ()  # more names of the worker's environment that reach local user code
     local_lease_seconds: float = 900.0  # a local training whose launcher died waits this long for a retry to reattach
+    # The local sandbox's network (operators/hooks/local_network.py): none = loopback only (the job's own),
+    # slirp4netns = outbound too, never the worker's loopback; host = the worker's network (weakens isolation).
+    local_network: str = "none"
     retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
     artifact_links: str = "presigned"  # the UI's object-storage artifact links: presigned | console
     presigned_url_seconds: int = 900
@@ -159,6 +162,7 @@ def training_settings() -> TrainingSettings:
         local_sandbox=_choice(s, "local_sandbox", "bubblewrap", ("bubblewrap", "none")),
         local_environment=_get_list(s, "local_environment"),
         local_lease_seconds=_get_float(s, "local_lease_seconds", 900.0),
+        local_network=_choice(s, "local_network", "none", ("none", "slirp4netns", "host")),
         retention_days=_get_float(s, "retention_days", 0.0),
         artifact_links=_choice(s, "artifact_links", "presigned", ("presigned", "console")),
         presigned_url_seconds=_get_int(s, "presigned_url_seconds", 900, minimum=1),

@@ -60,22 +60,22 @@ class SandboxUnavailable(RuntimeError):
     pass
 
 
-@functools.lru_cache(maxsize=1)
-def _probe() -> str | None:
-    """None when bubblewrap can make a namespace here, else why not (one line)."""
+@functools.lru_cache(maxsize=2)
+def _probe(unshare_net: bool) -> str | None:
+    """None when bubblewrap can make the namespaces here, else why not (one line)."""
     bwrap = shutil.which("bwrap")
     if not bwrap:
         return "bwrap is not installed"
-    probe = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL",
-                            "true"], capture_output=True, text=True)
+    probe = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", *(["--unshare-net"] if unshare_net else []),
+                            "--die-with-parent", "--cap-drop", "ALL", "true"], capture_output=True, text=True)
     if probe.returncode:
         return (probe.stderr or probe.stdout).strip().splitlines()[-1] if (probe.stderr or probe.stdout) else \
             f"bwrap exited {probe.returncode}"
     return None
 
 
-def check_available() -> None:
-    problem = _probe()
+def check_available(unshare_net: bool = True) -> None:
+    problem = _probe(unshare_net)
     if problem:
         raise SandboxUnavailable(
             f"the local backend's sandbox cannot start ({problem}): install Debian's bubblewrap "
@@ -92,12 +92,22 @@ def _inside(path: str, top: str) -> bool:
 
 
 def bwrap_command(command: list[str], job_root: str, readonly: list[str] = (), hide: str | None = None,
-                  die_with_parent: bool = True) -> list[str]:
+                  die_with_parent: bool = True, unshare_net: bool = False, files_readonly: dict[str, str] = None,
+                  status_fd: int | None = None, block_fd: int | None = None) -> list[str]:
     """`command` wrapped in bubblewrap: sees the system and Python read-only, `job_root` read-write, `readonly`
     read-only; `hide` (AIRFLOW_HOME) is covered by an empty tmpfs should it lie inside the system tree.
-    die_with_parent=False: the sandbox outlives its launcher (the local launcher's lease stops it instead)."""
+    die_with_parent=False: the sandbox outlives its launcher (the local launcher's lease stops it instead).
+    unshare_net: a network namespace of its own (local_network.py). files_readonly: {path on the worker: path inside}
+    bound read-only (the same inode: the worker's updates show through). status_fd: bubblewrap writes the sandbox's
+    pid and namespaces, then its exit code, there (JSON lines; never visible to the sandbox). block_fd: the command
+    starts once something can be read from it."""
     argv = [shutil.which("bwrap") or "bwrap", *(["--die-with-parent"] if die_with_parent else []), "--unshare-pid",
-            "--unshare-ipc", "--unshare-uts", "--new-session", "--cap-drop", "ALL"]
+            *(["--unshare-net"] if unshare_net else []), "--unshare-ipc", "--unshare-uts", "--new-session",
+            "--cap-drop", "ALL"]
+    if status_fd is not None:
+        argv += ["--json-status-fd", str(status_fd)]
+    if block_fd is not None:
+        argv += ["--block-fd", str(block_fd)]
     for top in ("/usr", "/etc"):
         if os.path.isdir(top):
             argv += ["--ro-bind", top, top]
@@ -116,5 +126,8 @@ def bwrap_command(command: list[str], job_root: str, readonly: list[str] = (), h
         argv += ["--ro-bind", path, path]
     for path in readonly:
         argv += ["--ro-bind-try", path, path]
-    argv += ["--bind", job_root, job_root, "--chdir", job_root, "--"]
+    argv += ["--bind", job_root, job_root]
+    for path, inside in (files_readonly or {}).items():
+        argv += ["--ro-bind", path, inside]  # after the job root: a link the job made there cannot redirect it
+    argv += ["--chdir", job_root, "--"]
     return argv + command

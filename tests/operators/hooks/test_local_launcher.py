@@ -16,7 +16,16 @@ from training_runtime.config import write_config_files
 from training_runtime.layouts import create_directories, layout_for
 
 from operators.hooks.launcher import TIMEOUT, USER_ERROR, LaunchRequest
-from operators.hooks.local_launcher import PIDS_FILE, LocalLauncherHook
+from operators.hooks.local_launcher import LocalLauncherHook
+from operators.job_state import LAUNCH_DIR, LAUNCH_PIDS, state_path
+
+
+def pids_file(request: LaunchRequest) -> Path:
+    return Path(state_path(request.workspace, request.job_name, LAUNCH_PIDS))
+
+
+def launch_file(request: LaunchRequest, name: str) -> Path:
+    return Path(state_path(request.workspace, request.job_name, LAUNCH_DIR, name))
 
 
 def make_job(tmp_path: Path, script: str, instance_count: int = 1, max_run_seconds: int | None = 60,
@@ -52,7 +61,7 @@ def test_lines_stream_as_they_are_produced_and_success_is_reported(tmp_path):
     steps = [(t, line) for t, line in seen if line.startswith("step")]
     assert [line for _, line in steps] == ["step 0", "step 1", "step 2"]
     assert steps[2][0] - steps[0][0] > 0.4  # streamed while running, not dumped at the end
-    assert not Path(request.job_root, PIDS_FILE).exists()
+    assert not pids_file(request).exists()
 
 
 def test_what_the_script_printed_is_not_kept_in_the_job_root_once_reported(tmp_path):
@@ -150,8 +159,8 @@ def launch_in_a_process(request, lease_seconds: float) -> subprocess.Popen:
 
 def kill_launcher_once_training(launcher: subprocess.Popen, request) -> None:
     deadline = time.monotonic() + 60
-    while "step 1" not in Path(request.job_root, ".launch", "algo-1.log").read_text(errors="replace") \
-            if Path(request.job_root, ".launch", "algo-1.log").exists() else True:
+    while "step 1" not in launch_file(request, "algo-1.log").read_text(errors="replace") \
+            if launch_file(request, "algo-1.log").exists() else True:
         assert time.monotonic() < deadline and launcher.poll() is None, "the training did not start"
         time.sleep(0.2)
     launcher.kill()  # kill -9: no on_kill, no cleanup
@@ -161,7 +170,7 @@ def kill_launcher_once_training(launcher: subprocess.Popen, request) -> None:
 def test_a_retry_reattaches_to_the_training_a_killed_launcher_left_running(tmp_path):
     request = make_job(tmp_path, COUNTING.replace("STEPS", "8"))
     kill_launcher_once_training(launch_in_a_process(request, 60), request)
-    pids = [pid for pid, _ in json.loads(Path(request.job_root, PIDS_FILE).read_text())]
+    pids = [pid for pid, _ in json.loads(pids_file(request).read_text())]
     assert all(psutil.pid_exists(pid) for pid in pids), "the training died with its launcher"
     # The retry: a fresh hook in another process. It must wait for that training, not start a second one.
     lines: list[str] = []
@@ -169,15 +178,15 @@ def test_a_retry_reattaches_to_the_training_a_killed_launcher_left_running(tmp_p
     assert result.succeeded and result.exit_code == 0
     assert Path(request.job_root, "starts").read_text().split() == ["started"], "the training started twice"
     assert [line for line in lines if line.startswith("step")] == [f"step {i}" for i in range(8)]
-    assert not Path(request.job_root, PIDS_FILE).exists()
+    assert not pids_file(request).exists()
 
 
 def test_a_training_that_ended_while_nobody_watched_is_not_run_again(tmp_path):
     request = make_job(tmp_path, COUNTING.replace("STEPS", "3"))
     kill_launcher_once_training(launch_in_a_process(request, 60), request)
-    exit_file = Path(request.job_root, ".launch", "algo-1.exit")
+    status = launch_file(request, "algo-1.status")  # bubblewrap writes the exit code there
     deadline = time.monotonic() + 60
-    while not exit_file.exists():
+    while "exit-code" not in status.read_text():
         assert time.monotonic() < deadline
         time.sleep(0.2)
     lines: list[str] = []
@@ -196,9 +205,9 @@ def test_a_launcher_whose_supervisor_died_leaves_the_ended_training_to_the_retry
          sys.executable, "-c", LAUNCHER, pickle.dumps(request).hex(), "60"],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, stdout=subprocess.DEVNULL)
     kill_launcher_once_training(supervisor, request)
-    launcher = psutil.Process(json.loads(Path(request.job_root, PIDS_FILE).read_text())[0][0]).parent()
+    launcher = psutil.Process(json.loads(pids_file(request).read_text())[0][0]).parent()
     launcher.wait(60)  # it watched the training to its end, with nobody left to report to
-    assert Path(request.job_root, PIDS_FILE).exists(), "the launcher forgot a training whose result nobody reported"
+    assert pids_file(request).exists(), "the launcher forgot a training whose result nobody reported"
     result = LocalLauncherHook(lease_seconds=60).run(request, lambda line: None)
     assert result.succeeded and Path(request.job_root, "starts").read_text().split() == ["started"]
 
@@ -217,13 +226,13 @@ def test_a_training_whose_launcher_died_for_good_stops_when_its_lease_runs_out(t
     launcher = launch_in_a_process(request, 3)
     kill_launcher_once_training(launcher, request)
     killed_at = time.monotonic()
-    pids = [pid for pid, _ in json.loads(Path(request.job_root, PIDS_FILE).read_text())]
+    pids = [pid for pid, _ in json.loads(pids_file(request).read_text())]
     tree = [p for pid in pids for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]]
     _, alive = psutil.wait_procs(tree, timeout=30)
     assert not alive, f"still running {time.monotonic() - killed_at:.0f} s after the launcher died: {alive}"
     assert time.monotonic() - killed_at > 2  # not before the lease ran out
     assert "training was stopped" in Path(request.job_root, "output", "failure").read_text()
-    assert "stopped renewing its lease" in Path(request.job_root, ".launch", "algo-1.log").read_text()
+    assert "stopped renewing its lease" in launch_file(request, "algo-1.log").read_text()
 
 
 def test_a_retry_that_finds_half_a_training_kills_it_and_starts_again(tmp_path):
