@@ -2,7 +2,8 @@
 
 A second run naming the same job_name while the first runs would kill the first's training (the local launcher
 stops what an "earlier attempt" left running) and overwrite its model.tar.gz: lost data. So the first stage that
-touches the job root claims it with `.owner.json` ({dag_id, run_id}), created in one step (written to a private
+touches the job root claims it with `owner.json` ({dag_id, run_id}) in the job's state directory (outside the job
+root, where user code cannot forge or remove it: operators/job_state.py), created in one step (written to a private
 name, then hard-linked into place: link fails if the file exists, so two runs racing cannot both win and nobody
 reads half a file). Later stages check it; a retry of the same run (same run_id) passes and reattaches, any other run
 fails fast with one line naming the job and the run that holds it. The claim lives as long as the job root
@@ -15,7 +16,7 @@ import json
 import os
 import time
 
-OWNER_FILE = ".owner.json"
+from operators.job_state import OWNER
 
 
 class JobNameTaken(RuntimeError):
@@ -30,13 +31,14 @@ def _read(path: str) -> dict:
         return {}
 
 
-def claim(job_root: str, job_name: str, dag_id: str, run_id: str) -> bool:
-    """Claim `job_root` for (dag_id, run_id); True when this call claimed it, False when the run already held it.
+def claim(state: str, job_name: str, dag_id: str, run_id: str) -> bool:
+    """Claim the job whose state directory is `state` for (dag_id, run_id); True when this call claimed it, False
+    when the run already held it.
 
     Raises JobNameTaken when another run holds it.
     """
-    os.makedirs(job_root, exist_ok=True)
-    path = os.path.join(job_root, OWNER_FILE)
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    path = os.path.join(state, OWNER)
     tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
     with open(tmp, "w") as f:
         json.dump({"dag_id": dag_id, "run_id": run_id, "claimed_at": time.time()}, f)

@@ -7,8 +7,9 @@ worker's uid:gid, so the job root's files stay the worker's and nothing needs ch
 
 Credentials (`secret_variables`: environment variable -> Airflow Variable key): read through the Task SDK's
 Variable (any secrets backend; Airflow masks the values in task logs), written as JSON to
-`<workspace>/.secrets/<job>/env.json` (directory 0700, file 0400 and owned by the container's user), outside the
-job root (which is uploaded), bind-mounted read-only and loaded by the container's command before `train` starts
+`secrets/env.json` in the job's state directory (operators/job_state.py; directory 0700, file 0400 and owned by the
+container's user), outside the job root (which is uploaded and written by the job), the file alone bind-mounted
+read-only and loaded by the container's command before `train` starts
 (docker_containers.ENV_FILE_WRAPPER). The file is deleted when the job ends or is stopped.
 """
 
@@ -21,7 +22,6 @@ import shutil
 from typing import Mapping
 
 DEFAULT_USER = "1000:1000"  # the training image's `ml` user (docker/training.Dockerfile)
-SECRETS_DIR = ".secrets"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -80,14 +80,16 @@ def secret_values(mapping: Mapping[str, str] | None) -> dict[str, str]:
     return values
 
 
-def secrets_dir(workspace: str, resource_name: str) -> str:
-    return os.path.join(workspace, SECRETS_DIR, resource_name)
+def secrets_dir(workspace: str, job_name: str) -> str:
+    from operators.job_state import SECRETS, state_path
+
+    return state_path(workspace, job_name, SECRETS)
 
 
 def write_secrets(directory: str, values: Mapping[str, str], uid: int | None, gid: int | None) -> str:
     """The credentials file for the job's containers; readable by their user only."""
-    os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    for path in (os.path.dirname(os.path.dirname(directory)), os.path.dirname(directory), directory):
+        os.makedirs(path, mode=0o700, exist_ok=True)
     path = os.path.join(directory, "env.json")
     fd = os.open(path + ".partial", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
     try:

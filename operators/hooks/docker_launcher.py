@@ -162,7 +162,7 @@ class DockerLauncherHook(BaseHook):
 
     def stop(self, request: LaunchRequest) -> None:
         """on_kill: remove the job's containers, network and credentials file; what is already gone is fine."""
-        access.remove_secrets(access.secrets_dir(request.workspace, kube_name(request.job_name)))
+        access.remove_secrets(access.secrets_dir(request.workspace, request.job_name))
         self._remove_all(request)
 
     # ---- steps ----------------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ class DockerLauncherHook(BaseHook):
         user, ids = self._run_as(request, options, image, on_line)
         secrets_file = None
         if secrets:
-            directory = access.secrets_dir(request.workspace, network)
+            directory = access.secrets_dir(request.workspace, request.job_name)
             secrets_file = access.write_secrets(directory, secrets, *ids)
             on_line(f"[docker] credentials {', '.join(sorted(secrets))} from Airflow Variables: in a read-only file, "
                     "not in the container's configuration")
@@ -312,7 +312,7 @@ class DockerLauncherHook(BaseHook):
         return {c["Names"][0].lstrip("/"): c for c in found}
 
     def _cleanup(self, request: LaunchRequest, options: Mapping[str, Any]) -> None:
-        access.remove_secrets(access.secrets_dir(request.workspace, kube_name(request.job_name)))
+        access.remove_secrets(access.secrets_dir(request.workspace, request.job_name))
         if options["keep_containers"]:
             self.log.info("Keeping the containers of job %s (keep_containers)", request.job_name)
             return

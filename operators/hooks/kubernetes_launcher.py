@@ -72,6 +72,7 @@ from operators.kubernetes_names import (
     host_names,
     kube_name,
 )
+from operators.job_state import state_dir
 from operators.kubernetes_options import KubernetesJobOptions, resolve_options
 
 __all__ = ["KubernetesLauncherHook", "KubernetesLaunchError"]
@@ -164,7 +165,7 @@ class KubernetesLauncherHook(BaseHook):
         options = self.options(request)
         manifest = self.job_manifest(request)
         name, namespace = manifest["metadata"]["name"], options.namespace
-        if succeeded_since_launch(request.job_root) and self._read_job(name, namespace) is None:
+        if succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)) and self._read_job(name, namespace) is None:
             self.log.info(
                 "Job %s/%s is gone (ttlSecondsAfterFinished) but the job root's success marker is newer than its "
                 "creation: it succeeded; reporting that instead of training again", namespace, name)
@@ -193,7 +194,7 @@ class KubernetesLauncherHook(BaseHook):
                     self.log.info("Secrets %s: in Secret %s/%s, owned by the Job", ", ".join(sorted(
                         request.secret_env)), namespace, secret.secret)
                 clear_outcome_markers(request.job_root)
-                write_launch_record(request.job_root, created.metadata.uid)
+                write_launch_record(state_dir(request.workspace, request.job_name), created.metadata.uid)
                 self.log.info("Created Job %s/%s: %d host(s) %s, image %s", namespace, name, request.instance_count,
                               ", ".join(self.hosts(request.job_name, request.instance_count)),
                               manifest["spec"]["template"]["spec"]["containers"][0]["image"])
@@ -275,7 +276,7 @@ class KubernetesLauncherHook(BaseHook):
         if not isinstance(event, Mapping) or event.get("status") not in ("success", "failed"):
             raise KubernetesLaunchError(f"unexpected trigger event {event!r} for job {request.job_name}")
         name = kube_name(request.job_name)
-        if event.get("job_missing") and succeeded_since_launch(request.job_root):
+        if event.get("job_missing") and succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)):
             on_line(f"[kubernetes] Job {name} finished and was removed after ttlSecondsAfterFinished; "
                     "its success marker says it succeeded")
             return LaunchResult(succeeded=True, exit_code=0)

@@ -5,7 +5,8 @@
   as fsGroup, so `train` can write output/, model/ and checkpoints whatever the two uids are.
 - Mount points: the kubelet creates a missing subPath directory as root, and a channel's read-only mount point
   input/data/<channel> nested in the job root's mount must exist before the pod starts: both are created here.
-- The launch record: `<job root>/.kubernetes-job.json` says when this job's Job was created. ttlSecondsAfterFinished
+- The launch record: `kubernetes-job.json` in the job's state directory (operators/job_state.py, which no pod
+  mounts: a pod cannot forge it) says when this job's Job was created. ttlSecondsAfterFinished
   removes a finished Job; a retry that finds no Job but a success marker written after that creation knows the Job
   succeeded (the runtime writes output/success last) and reports it instead of training again.
 """
@@ -17,7 +18,7 @@ import os
 import stat
 import time
 
-RECORD = ".kubernetes-job.json"
+from operators.job_state import KUBERNETES_JOB
 
 
 def workspace_group(job_root: str) -> int | None:
@@ -49,17 +50,19 @@ def _add_mode(path: str, bits: int) -> None:
         pass
 
 
-def write_launch_record(job_root: str, job_uid: str) -> None:
-    path = os.path.join(job_root, RECORD)
+def write_launch_record(state: str, job_uid: str) -> None:
+    """Record in the job's state directory `state` (created) that its Job `job_uid` was created now."""
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    path = os.path.join(state, KUBERNETES_JOB)
     with open(path + ".tmp", "w") as handle:
         json.dump({"uid": job_uid, "created": time.time()}, handle)
     os.replace(path + ".tmp", path)
 
 
-def succeeded_since_launch(job_root: str) -> bool:
-    """The runtime's success marker is newer than the Job this job root records: that Job succeeded."""
+def succeeded_since_launch(job_root: str, state: str) -> bool:
+    """The runtime's success marker is newer than the Job the state directory records: that Job succeeded."""
     try:
-        with open(os.path.join(job_root, RECORD)) as handle:
+        with open(os.path.join(state, KUBERNETES_JOB)) as handle:
             created = float(json.load(handle)["created"])
         return os.stat(os.path.join(job_root, "output", "success")).st_mtime >= created
     except (OSError, ValueError, KeyError, TypeError):

@@ -9,9 +9,8 @@ A training survives the death of the task process that launched it, so the task'
 training twice. What the launcher keeps for that is platform state, in the job's state directory outside the job root
 (operators/job_state.py; user code can neither read nor forge it): the pids (launch-pids.json, in host order, checked
 against the live processes before anything is signalled), each host's output (launch/<host>.log, opened by the
-launcher and handed to the process: the sandbox never sees the file) and its exit status (launch/<host>.status,
-written by bubblewrap itself through --json-status-fd, so user code cannot forge it; unsandboxed, train's
---exit-file launch/<host>.exit). A retry that finds every recorded process alive follows their logs and waits for
+launcher and handed to the process) and exit status (launch/<host>.status, written by bubblewrap itself through
+--json-status-fd; unsandboxed, train's --exit-file launch/<host>.exit). A retry that finds every recorded process alive follows their logs and waits for
 them; one that finds some dead kills the rest and starts again (one run per job_name keeps other runs out:
 operators/job_lease.py).
 
@@ -45,13 +44,7 @@ from operators.hooks.launcher import (
     LineCallback,
     exit_failure_class,
 )
-from operators.hooks.local_network import (
-    NetworkUnavailable,
-    join_command,
-    open_namespace,
-    sandbox_status,
-    start_slirp4netns,
-)
+from operators.hooks.local_network import NetworkUnavailable, join_command, open_namespace, sandbox_status, start_slirp4netns
 from operators.hooks.local_network import check_available as check_network
 from operators.hooks.local_processes import alive, kill_trees, ours, read_records, write_records
 from operators.hooks.local_sandbox import (

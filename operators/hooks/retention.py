@@ -8,13 +8,13 @@ when they are dead:
 - [training] retention_days > 0 and the pin is older than that, unless a local training of the job is running.
 
 With retention_days > 0, job roots whose last activity (the root, its output/ files, its launch pids) is older
-than that and that run nothing are removed, and unused cache entries not used for that long are discarded.
+than that and that run nothing are removed with their state directories (operators/job_state.py; a state directory
+whose job root is gone goes the same way), and unused cache entries not used for that long are discarded.
 Everything here is best effort: it runs at the start of every prefetch and never fails a job.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 
 from operators.hooks.data_cache_eviction import CacheEntries
 from operators.directories import remove_tree
+from operators.hooks.local_processes import ours, read_records
+from operators.job_state import LAUNCH_PIDS, remove_state_dir, state_dir, state_root
 
 log = logging.getLogger(__name__)
 
 DAY = 86400.0
-PIDS_FILE = ".launch-pids.json"  # written by the local launcher while a training runs
 
 
 @dataclass
@@ -36,27 +37,18 @@ class Collected:
     removed_entries: list[str] = field(default_factory=list)
 
 
-def _running_locally(job_root: str) -> bool:
-    import psutil
-
-    try:
-        entries = json.loads(open(os.path.join(job_root, PIDS_FILE)).read())
-    except (OSError, ValueError):
-        return False
-    for pid, ctime in entries:
-        try:
-            if abs(psutil.Process(int(pid)).create_time() - float(ctime)) <= 1.0:
-                return True
-        except (psutil.Error, ValueError, TypeError):
-            continue
-    return False
+def _running_locally(job_root: str, state: str) -> bool:
+    """A local training the launcher recorded (in the job's state directory) still runs this job root."""
+    return any(ours(pid, ctime, job_root) for pid, ctime in read_records(os.path.join(state, LAUNCH_PIDS)))
 
 
-def _last_activity(job_root: str) -> float:
+def _last_activity(job_root: str, state: str) -> float:
     newest = 0.0
-    for sub in ("", "output", os.path.join("output", "success"), os.path.join("output", "failure"), PIDS_FILE):
+    paths = [os.path.join(job_root, sub) for sub in ("", "output", os.path.join("output", "success"),
+                                                     os.path.join("output", "failure"))]
+    for path in [*paths, state, os.path.join(state, LAUNCH_PIDS)]:
         try:
-            newest = max(newest, os.stat(os.path.join(job_root, sub)).st_mtime)
+            newest = max(newest, os.stat(path).st_mtime)
         except OSError:
             pass
     return newest
@@ -66,12 +58,23 @@ def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, n
     now = time.time() if now is None else now
     max_age = retention_days * DAY if retention_days > 0 else None
     done = Collected()
+    workspace = os.path.dirname(jobs_dir)  # jobs/ and state/ are siblings in the workspace
+
+    def state_of(name: str) -> str:
+        return state_dir(workspace, name)
+
+    if max_age is not None and os.path.isdir(state_root(workspace)):
+        for name in sorted(os.listdir(state_root(workspace))):  # a job root removed by hand leaves its state
+            root = os.path.join(jobs_dir, name)
+            if not os.path.lexists(root) and now - _last_activity(root, state_of(name)) > max_age \
+                    and not _running_locally(root, state_of(name)):
+                remove_state_dir(workspace, name)
     if max_age is not None and os.path.isdir(jobs_dir):
         for name in sorted(os.listdir(jobs_dir)):
             root = os.path.join(jobs_dir, name)
             if name.startswith(".") or not os.path.isdir(root) or os.path.islink(root):
                 continue
-            if now - _last_activity(root) > max_age and not _running_locally(root):
+            if now - _last_activity(root, state_of(name)) > max_age and not _running_locally(root, state_of(name)):
                 trash = os.path.join(jobs_dir, f".trash-{name}-{os.urandom(4).hex()}")
                 try:
                     os.rename(root, trash)  # gone in one step for anyone listing jobs
@@ -79,6 +82,7 @@ def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, n
                     log.warning("retention: cannot remove job root %s: %s", root, err)
                     continue
                 remove_tree(trash)
+                remove_state_dir(workspace, name)
                 done.removed_job_roots.append(name)
                 log.info("retention: removed job root %s (unused for more than %g days)", name, retention_days)
     for info in cache.entries():
@@ -86,7 +90,8 @@ def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, n
             root = os.path.join(jobs_dir, user)
             pin_age = cache.pin_age(info.key, user, now)
             dead = not os.path.isdir(root) or (
-                max_age is not None and pin_age is not None and pin_age > max_age and not _running_locally(root))
+                max_age is not None and pin_age is not None and pin_age > max_age
+                and not _running_locally(root, state_of(user)))
             if dead and cache.release_pin(info.key, user):
                 done.released_pins.append(f"{user}@{info.key[:16]}")
                 log.info("retention: released the pin of job %s on cache entry %s (%s): the job is gone or stale",

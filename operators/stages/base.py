@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -67,9 +68,12 @@ class JobStageOperator(BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from operators.job_lease import JobNameTaken, claim
+        from operators.job_state import ensure_state_dir
 
+        os.makedirs(self.layout.root, exist_ok=True)
         try:
-            if claim(self.layout.root, self.spec.job_name, self.dag_id, context["run_id"]):
+            state = ensure_state_dir(self.settings.workspace, self.spec.job_name)
+            if claim(state, self.spec.job_name, self.dag_id, context["run_id"]):
                 self.log.info("Job %s is run %s's", self.spec.job_name, context["run_id"])
         except JobNameTaken as err:
             raise AirflowFailException(str(err)) from None  # retrying cannot help while the other run holds it

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
-UPLOADED_MARKER = ".uploaded.json"
+from operators.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
 
 
 class UploadArtifactsOperator(JobStageOperator):
@@ -16,7 +16,7 @@ class UploadArtifactsOperator(JobStageOperator):
 
     After success: model.tar.gz, output.tar.gz (when output/data is not empty) and metrics.json. After failure: the
     failure reason (and metrics.json) — never a model.tar.gz. Idempotent: a retried or cleared upload finds what was
-    already uploaded (a marker in the job root plus an existence check) and sends nothing twice.
+    already uploaded (a record in the job's state directory plus an existence check) and sends nothing twice.
     """
 
     operator_extra_links = stage_links()
@@ -48,9 +48,9 @@ class UploadArtifactsOperator(JobStageOperator):
         if not os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file):
             raise AirflowSkipException("training did not run (an earlier stage failed): nothing to upload")
         out = spec.job_output_uri
-        artifacts = Path(layout.root, ".artifacts")
-        artifacts.mkdir(exist_ok=True)
-        marker_path = artifacts / UPLOADED_MARKER
+        # Packed archives and the upload record are platform state: outside the job root (operators/job_state.py).
+        artifacts = Path(ensure_state_dir(self.settings.workspace, spec.job_name, ARTIFACTS))
+        marker_path = Path(state_path(self.settings.workspace, spec.job_name, UPLOADED))
         marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
         succeeded = os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file)
         uploaded: dict[str, str] = {}

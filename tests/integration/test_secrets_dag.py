@@ -90,7 +90,7 @@ def test_secrets_by_reference_reach_the_script_and_nothing_else(backend, tmp_pat
     stored = stored_run_data(result.run_id)
     assert "wandb_key" in stored and "warehouse" in stored  # the references are what travels
     workspace = Path(os.environ["AIRFLOW__TRAINING__WORKSPACE"])
-    files = files_under(workspace / "jobs" / job_name, tmp_path / "models", workspace / ".secrets")
+    files = files_under(workspace / "jobs" / job_name, tmp_path / "models", workspace / "state")
     assert files, "the job root was not found"
     task_log = log.out + log.err
     assert "token is ***, password is ***" in task_log

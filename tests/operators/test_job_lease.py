@@ -8,7 +8,7 @@ from operators.job_lease import JobNameTaken, claim
 
 
 def test_the_first_run_claims_and_its_retries_pass(tmp_path):
-    root = str(tmp_path / "jobs" / "j")
+    root = str(tmp_path / "state" / "j")
     assert claim(root, "j", "training_job", "run-1") is True
     assert claim(root, "j", "training_job", "run-1") is False  # a retry of the same run: reattaches
 
@@ -41,3 +41,12 @@ def test_racing_runs_cannot_both_win(tmp_path):
     for t in threads:
         t.join()
     assert len(won) == 1 and len(lost) == 7
+
+
+def test_the_claim_is_kept_outside_the_job_root(tmp_path):
+    # The job root is the tenant's: a claim there could be removed by the job's code and taken by another run.
+    state, job_root = tmp_path / "state" / "j", tmp_path / "jobs" / "j"
+    job_root.mkdir(parents=True)
+    claim(str(state), "j", "training_job", "run-1")
+    assert list(job_root.iterdir()) == [] and (state / "owner.json").is_file()
+    assert oct(state.stat().st_mode & 0o777) == "0o700"

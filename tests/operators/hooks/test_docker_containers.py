@@ -93,13 +93,13 @@ def test_a_literal_credential_is_refused_without_echoing_it_and_host_paths_are_t
 
 def test_credentials_come_as_a_read_only_file_and_a_wrapper_never_as_values(tmp_path):
     request = make_request(tmp_path, hosts=2)
-    secrets_file = os.path.join(request.workspace, ".secrets", "cifar-train", "env.json")
+    secrets_file = os.path.join(request.workspace, "state", "cifar-train", "secrets", "env.json")
     configs = container_configs(request, image=IMAGE, user="1000:1000", secrets_file=secrets_file,
                                 host_workspace="/srv/ws")
     for index, config in enumerate(configs):
         assert config["Cmd"] == ["python3", "-c", ENV_FILE_WRAPPER, SECRETS_FILE,
                                  "train", "--root", "/opt/ml", "--current-host", f"cifar-train-{index}"]
-        assert f"/srv/ws/.secrets/cifar-train/env.json:{SECRETS_FILE}:ro" in config["HostConfig"]["Binds"]
+        assert f"/srv/ws/state/cifar-train/secrets/env.json:{SECRETS_FILE}:ro" in config["HostConfig"]["Binds"]
 
 
 def test_the_wrapper_loads_the_file_into_the_environment_and_execs_the_command(tmp_path):

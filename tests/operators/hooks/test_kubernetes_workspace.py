@@ -39,13 +39,22 @@ def test_job_root_becomes_group_writable_with_mount_points_and_links_untouched(t
 
 
 def test_success_after_the_ttl_counts_only_when_newer_than_the_launch(tmp_path):
-    root = tmp_path / "job"
+    root, state = tmp_path / "jobs" / "job", str(tmp_path / "state" / "job")
     (root / "output").mkdir(parents=True)
-    assert not succeeded_since_launch(str(root))  # never launched
+    assert not succeeded_since_launch(str(root), state)  # never launched
     (root / "output" / "success").write_text("")
     old = time.time() - 60
     os.utime(root / "output" / "success", (old, old))
-    write_launch_record(str(root), "uid-1")
-    assert not succeeded_since_launch(str(root))  # an earlier run's marker
+    write_launch_record(state, "uid-1")
+    assert not succeeded_since_launch(str(root), state)  # an earlier run's marker
     (root / "output" / "success").write_text("")
-    assert succeeded_since_launch(str(root))
+    assert succeeded_since_launch(str(root), state)
+
+
+def test_a_launch_record_the_pod_forged_in_the_job_root_is_not_read(tmp_path):
+    # The pod mounts the job root: a record there claiming an old launch would make a retry report a stale success.
+    root, state = tmp_path / "jobs" / "job", str(tmp_path / "state" / "job")
+    (root / "output").mkdir(parents=True)
+    (root / "output" / "success").write_text("")
+    (root / ".kubernetes-job.json").write_text('{"uid": "forged", "created": 0}')
+    assert not succeeded_since_launch(str(root), state)

@@ -15,6 +15,7 @@ import pytest
 from operators.hooks.data_cache import DataCacheHook
 from operators.hooks.object_storage import ObjectStorageHook
 from operators.hooks.retention import DAY, collect_garbage
+from operators.job_state import LAUNCH_PIDS, ensure_state_dir
 from operators.settings import TrainingSettings
 
 
@@ -56,14 +57,16 @@ def test_the_pin_of_a_job_whose_root_is_gone_is_released_and_the_entry_can_be_ev
 def test_retention_removes_old_job_roots_stale_pins_and_unused_entries(workspace):
     settings, cache, data = workspace
     old, new = _job(settings, "old"), _job(settings, "new")
+    old_state = Path(ensure_state_dir(settings.workspace, "old"))
     entry = cache.prefetch(data, user="old")
-    for path in (old / "output", old):
+    for path in (old / "output", old, old_state):
         _age(path, 10)
     pin = Path(cache.cache_dir, entry.key, "users", "u-old")
     _age(pin, 10)
     _age(Path(cache.cache_dir, entry.key, "last_used"), 10)
     done = collect_garbage(settings.jobs_dir, cache, retention_days=7)
     assert done.removed_job_roots == ["old"] and not old.exists() and new.is_dir()
+    assert not old_state.exists()  # the job's platform state goes with its root
     assert done.released_pins and done.removed_entries == [entry.key]
     assert not Path(entry.path).exists() and cache.entries() == []
 
@@ -72,10 +75,12 @@ def test_a_running_local_training_keeps_its_root_and_pins_however_old(workspace)
     settings, cache, data = workspace
     root = _job(settings, "long")
     entry = cache.prefetch(data, user="long")
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # Standing in for the launch: a process whose command line names the job root, as bubblewrap's does.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(root)])
+    state = Path(ensure_state_dir(settings.workspace, "long"))
     try:
-        (root / ".launch-pids.json").write_text(json.dumps([[sleeper.pid, psutil.Process(sleeper.pid).create_time()]]))
-        for path in (root / "output", root / ".launch-pids.json", root,
+        (state / LAUNCH_PIDS).write_text(json.dumps([[sleeper.pid, psutil.Process(sleeper.pid).create_time()]]))
+        for path in (root / "output", state / LAUNCH_PIDS, state, root,
                      Path(cache.cache_dir, entry.key, "users", "u-long")):
             _age(path, 30)
         done = collect_garbage(settings.jobs_dir, cache, retention_days=7)
@@ -84,3 +89,17 @@ def test_a_running_local_training_keeps_its_root_and_pins_however_old(workspace)
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_pid_record_the_job_wrote_into_its_root_does_not_keep_it_forever(workspace):
+    # The job root is the tenant's: a launch-pids file there naming a live process (any process on the worker)
+    # must not pin the root and its cache entries against retention.
+    settings, cache, data = workspace
+    root = _job(settings, "squatter")
+    cache.prefetch(data, user="squatter")
+    victim = psutil.Process(os.getpid())
+    (root / ".launch-pids.json").write_text(json.dumps([[victim.pid, victim.create_time()]]))
+    for path in (root / "output", root / ".launch-pids.json", root):
+        _age(path, 30)
+    done = collect_garbage(settings.jobs_dir, cache, retention_days=7)
+    assert done.removed_job_roots == ["squatter"] and not root.exists()
