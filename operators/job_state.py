@@ -37,9 +37,11 @@ def state_dir(workspace: str, job_name: str) -> str:
 
 def ensure_state_dir(workspace: str, job_name: str, *sub: str) -> str:
     """Create (0700) and return the job's state directory, or a directory inside it."""
-    path = os.path.join(state_dir(workspace, job_name), *sub)
-    os.makedirs(state_root(workspace), mode=0o700, exist_ok=True)
+    path = state_root(workspace)
     os.makedirs(path, mode=0o700, exist_ok=True)
+    for name in (job_name, *sub):  # one at a time: makedirs gives the mode to the last directory only
+        path = os.path.join(path, name)
+        os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -12,6 +14,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from training_runtime.config import write_config_files
 from training_runtime.layouts import create_directories, layout_for
 
@@ -350,3 +353,153 @@ def test_kill_9_of_the_worker_leaves_no_training_running_once_its_lease_ran_out(
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+# -- a hostile job: what it writes in its job root never steers the worker (issue 23) ---------------------------------
+REWRITER = """
+    import json, os, sys, time
+    victim, outside, state = int(os.environ["VICTIM"]), os.environ["OUTSIDE"], os.environ["STATE_GUESS"]
+    root = os.environ["TRAINING_ROOT"]
+    forged = json.dumps([[victim, float("nan")]])
+    wrote = []
+    for path in (os.path.join(root, ".launch-pids.json"), os.path.join(state, "launch-pids.json")):
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(forged)
+            wrote.append(path)
+        except OSError:
+            pass
+    for launch in (os.path.join(root, ".launch"), os.path.join(state, "launch")):
+        for name in ("lease", "algo-1.exit", "algo-1.status", "algo-1.log"):
+            try:
+                os.makedirs(launch, exist_ok=True)
+                if os.path.lexists(os.path.join(launch, name)):
+                    os.unlink(os.path.join(launch, name))
+                os.symlink(outside, os.path.join(launch, name))
+                wrote.append(os.path.join(launch, name))
+            except OSError:
+                pass
+    try:
+        os.utime("/run/training/lease")  # the lease the sandbox is given is read-only
+        wrote.append("lease")
+    except OSError:
+        pass
+    print("WROTE", sorted(wrote), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_hostile_job_rewriting_pid_and_lease_files_cannot_make_stop_kill_or_touch_anything_else(tmp_path):
+    victim = subprocess.Popen(["sleep", "600"])  # a process of the worker that is not the job's
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the job's")
+    before = time.time() - 3600
+    os.utime(outside, (before, before))
+    request = make_job(tmp_path, REWRITER, max_run_seconds=120)
+    state = state_path(request.workspace, request.job_name)
+    request = LaunchRequest(**{**request.__dict__, "env": {"VICTIM": str(victim.pid), "OUTSIDE": str(outside),
+                                                           "STATE_GUESS": state}})
+    lines: list[str] = []
+    wrote = threading.Event()
+    launcher = LocalLauncherHook(sandbox="bubblewrap", lease_seconds=5)  # the lease is renewed every 0.5 s
+    runner = threading.Thread(target=lambda: launcher.run(request, lambda l: (lines.append(l), l.startswith(
+        "WROTE") and wrote.set())))
+    try:
+        runner.start()
+        assert wrote.wait(60), lines
+        assert "/run/training/lease" not in str(lines) and "'lease'" not in str(lines)
+        # Whatever it wrote at the state directory's path landed in its private /tmp: the worker's records are intact.
+        assert json.loads(pids_file(request).read_text())[0][0] != victim.pid
+        assert not launch_file(request, "lease").is_symlink()
+        time.sleep(2)  # a few lease renewals
+        # A fresh hook, as on_kill after a worker restart: only what the state directory recorded is stopped.
+        LocalLauncherHook(sandbox="bubblewrap").stop(request)
+        launcher.stop(request)
+        runner.join(60)
+        assert not runner.is_alive()
+        assert victim.poll() is None, "stopping the job killed a process that was not the job's"
+        assert outside.read_text() == "not the job's" and outside.stat().st_mtime == before
+    finally:
+        launcher.stop(request)
+        victim.kill()
+        victim.wait()
+
+
+def _listener(address: str) -> socket.socket:
+    sock = socket.socket()
+    sock.bind((address, 0))
+    sock.listen()
+    return sock
+
+
+def _worker_addresses() -> list[str]:
+    found = ["127.0.0.1"]
+    for addresses in psutil.net_if_addrs().values():
+        found += [a.address for a in addresses if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    return found
+
+
+PROBE = """
+    import socket, sys
+    for target in sys.argv[1:] or __import__("os").environ["TARGETS"].split():
+        address, port = target.rsplit(":", 1)
+        try:
+            socket.create_connection((address, int(port)), timeout=5).close()
+            print("REACHED", target, flush=True)
+        except OSError as err:
+            print("REFUSED", target, type(err).__name__, flush=True)
+"""
+
+
+def _probe(tmp_path, network: str) -> tuple[list[str], list[str]]:
+    listeners = [_listener(address) for address in _worker_addresses()]
+    try:
+        targets = [f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in listeners]
+        request = make_job(tmp_path, PROBE)
+        request = LaunchRequest(**{**request.__dict__, "env": {"TARGETS": " ".join(targets)}})
+        lines: list[str] = []
+        assert LocalLauncherHook(sandbox="bubblewrap", network=network).run(request, lines.append).succeeded, lines
+        return targets, lines
+    finally:
+        for sock in listeners:
+            sock.close()
+
+
+def test_user_code_reaches_no_port_the_worker_listens_on(tmp_path):
+    targets, lines = _probe(tmp_path, "none")
+    assert [line for line in lines if line.startswith("REFUSED")] and not [l for l in lines if "REACHED" in l], lines
+    assert len([line for line in lines if line.startswith("REFUSED")]) == len(targets)
+
+
+@pytest.mark.skipif(not shutil.which("slirp4netns"), reason="slirp4netns is not installed (make sandbox-deps)")
+def test_slirp4netns_gives_a_way_out_but_never_the_workers_loopback(tmp_path):
+    targets, lines = _probe(tmp_path, "slirp4netns")
+    assert f"REFUSED {targets[0]} ConnectionRefusedError" in lines, lines  # 127.0.0.1: the job's own loopback
+    # The worker's other addresses are reached the way any host on the network reaches them: that is egress.
+    assert all(f"REACHED {target}" in lines for target in targets[1:]), lines
+
+
+def test_the_hosts_of_a_job_reach_each_other_in_their_own_network(tmp_path):
+    request = make_job(tmp_path, """
+        import os, socket, time
+        port = int(os.environ["MASTER_PORT"])
+        if os.environ["TM_CURRENT_HOST"] == "algo-1":
+            server = socket.socket()
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind((os.environ["MASTER_ADDR"], port))
+            server.listen()
+            conn, _ = server.accept()
+            print("GOT", conn.recv(64).decode(), flush=True)
+        else:
+            for _ in range(300):
+                try:
+                    socket.create_connection((os.environ["MASTER_ADDR"], port), timeout=5).sendall(b"hello from 2")
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    """, instance_count=2, distribution="pytorch")
+    lines: list[str] = []
+    result = LocalLauncherHook(sandbox="bubblewrap", network="none").run(request, lines.append)
+    assert result.succeeded, lines
+    assert "[algo-1] GOT hello from 2" in lines
