@@ -11,7 +11,8 @@ and the worker's credentials. Two layers keep those away from it:
   read-only, a private /tmp. AIRFLOW_HOME, the metadata DB, airflow.cfg, the secrets file, other jobs' roots and
   the worker's home are simply not there. Its PID namespace dies with `train`: when `train` ends (by itself, or
   when its launcher's lease runs out, local_launcher.py), every process the user code started goes too. The local
-  launcher leaves out bubblewrap's --die-with-parent so a task retry can reattach. No capabilities are kept
+  launcher leaves out bubblewrap's --die-with-parent so a task retry can reattach. It gets a network namespace of
+  the job's own (local_network.py): the worker's loopback services are not there either. No capabilities are kept
   (--cap-drop ALL), and /dev is a minimal one (GPU device nodes added), so a root worker's user code cannot read raw disks.
 
 Why bubblewrap rather than a separate unprivileged user: a user id only protects files whose modes say so

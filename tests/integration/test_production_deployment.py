@@ -64,6 +64,11 @@ def job_root(server, name: str) -> Path:
     return server.home / "workspace" / "jobs" / name
 
 
+def job_state(server, name: str) -> Path:
+    """The job's platform state (operators/job_state.py): outside the job root."""
+    return server.home / "workspace" / "state" / name
+
+
 def wait_for(what: str, check, timeout: float = 120, server=None):
     deadline = time.monotonic() + timeout
     while True:
@@ -136,9 +141,9 @@ def test_a_killed_worker_s_task_is_retried_and_reattaches_to_the_running_trainin
     server = production
     name = "prod-worker-kill"
     server.trigger("training_job", job_conf(tmp_path, name, steps=25), run_id=name)
-    root = job_root(server, name)
-    wait_for("the training's second step", lambda: "step 2" in _read(root / ".launch" / "algo-1.log"), server=server)
-    sandbox_pid = json.loads((root / ".launch-pids.json").read_text())[0][0]
+    state = job_state(server, name)
+    wait_for("the training's second step", lambda: "step 2" in _read(state / "launch" / "algo-1.log"), server=server)
+    sandbox_pid = json.loads((state / "launch-pids.json").read_text())[0][0]
     task = psutil.Process(sandbox_pid).parent()  # the task process: runs launch_training, launched the training
     supervisor = task.parent()  # LocalExecutor's worker process: the task SDK supervisor
     scheduler = psutil.Process(server.procs["scheduler"].pid)
