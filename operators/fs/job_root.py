@@ -156,10 +156,14 @@ class JobRoot:
             return False
 
     def has_entries(self, rel: str) -> bool:
-        """Whether the directory `rel` (reached without links) holds anything at all."""
+        """Whether the directory `rel` (reached without links) holds anything at all; a link on the way is skipped
+        with a warning naming it."""
         try:
             with self.directory(rel) as fd, os.scandir(fd) as it:
                 return next(it, None) is not None
+        except UnsafePathError as err:
+            log.warning("Skipped %s", err)
+            return False
         except OSError:
             return False
 

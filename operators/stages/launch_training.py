@@ -98,7 +98,7 @@ class LaunchTrainingOperator(JobStageOperator):
         from operators.hooks.checkpoint_sync import CheckpointSync
 
         sync = CheckpointSync(self.storage, self.layout.checkpoint_dir, self.spec.checkpoint_path,
-                              self.settings.checkpoint_sync_seconds)
+                              self.settings.checkpoint_sync_seconds, job_root=self.layout.root)
         sync.mark_existing()
         return sync
 
@@ -161,6 +161,7 @@ class LaunchTrainingOperator(JobStageOperator):
         import time
 
         live = os.path.join(self.layout.output_dir, "metrics.json")
+        root = self.layout.root
         last_write = [0.0]
 
         from operators.hooks.secret_refs import redactor
@@ -176,7 +177,7 @@ class LaunchTrainingOperator(JobStageOperator):
             if metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
                 last_write[0] = time.monotonic()
                 try:
-                    _write_metrics(live, metrics.to_json())
+                    _write_metrics(root, live, metrics.to_json())
                 except OSError as err:  # the live view is a convenience: never fail the training for it
                     self.log.debug("Could not write live metrics to %s: %s", live, err)
 
@@ -188,8 +189,8 @@ class LaunchTrainingOperator(JobStageOperator):
         from operators.hooks.outcome import record_failure
         from operators.metrics import METRICS_FILE
 
-        metrics.read_file(os.path.join(request.job_root, METRICS_FILE))
-        _write_metrics(os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
+        metrics.read_file(os.path.join(request.job_root, METRICS_FILE), job_root=request.job_root)
+        _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
         if sync:
             sync.sync_final()
         summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
@@ -239,7 +240,7 @@ class LaunchTrainingOperator(JobStageOperator):
 
         def poll() -> None:
             while not done.wait(1.0):
-                self._stop_early(monitor.poll_metrics_file(path), request, lock)
+                self._stop_early(monitor.poll_metrics_file(path, job_root=request.job_root), request, lock)
 
         threading.Thread(target=poll, name=f"early-stopping-{self.spec.job_name}", daemon=True).start()
         return done
@@ -270,11 +271,10 @@ class LaunchTrainingOperator(JobStageOperator):
             self.log.error("Could not stop training %s: %s", self.spec.job_name, err)
 
 
-def _write_metrics(path: str, data: dict) -> None:
-    import json
+def _write_metrics(job_root: str, path: str, data: dict) -> None:
+    """metrics.json into the job root, through operators/fs (a link the script left at that name, or at a temp
+    name beside it, is replaced, never written through)."""
+    from operators.fs.job_root import JobRoot
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    root = JobRoot(job_root)
+    root.write_json(root.relative(path), data)
