@@ -74,3 +74,23 @@ def test_running_jobs_show_live_metrics_from_the_job_root(tmp_path):
     live = artifacts.metrics(spec, live=True)
     assert [p["value"] for p in live["series"]["loss"]] == [0.9, 0.5] and live["final"]["val_loss"] == 0.7
     assert "val_loss" not in artifacts.metrics(spec, live=False)["series"]  # the final metrics.json already has them
+
+
+def test_the_view_reads_no_link_the_job_left_in_its_root(tmp_path):
+    """Issue 23: a Viewer must not get a file outside the job through links at output/failure or metrics.json."""
+    from operators.settings import training_settings
+
+    secret = tmp_path / "airflow-secrets.env"
+    secret.write_text(json.dumps({"series": {"JWT_SECRET_do_not_leak": [{"value": 1.0, "step": 0}]}}))
+    root = training_settings().job_root("linked-job")
+    os.makedirs(os.path.join(root, "output"), exist_ok=True)
+    for name in ("failure", "metrics.json", "metrics.jsonl"):
+        os.symlink(secret, os.path.join(root, "output", name))
+    spec = {"job_name": "linked-job", "output_path": "s3://bucket/models"}
+    assert artifacts.failure_reason(spec, {}, "failed") is None
+    assert artifacts.metrics(spec, live=True)["series"] == {}
+    try:
+        response = artifacts.respond(spec, "metrics.json")
+    except Exception:  # noqa: BLE001 - no storage connection here: what matters is that the link was not served
+        response = None
+    assert not isinstance(response, StreamingResponse)
