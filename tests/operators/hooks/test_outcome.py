@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from operators.hooks.outcome import clear_outcome_markers, read_failure_reason, record_failure
+from operators.hooks.outcome import read_failure_reason, record_failure
 
 SECRET = "JWT_SECRET=do-not-leak\n"
 
@@ -36,10 +36,3 @@ def test_record_failure_replaces_links_instead_of_writing_through_them(tmp_path)
     assert (root / "output" / "failure").read_text() == "timed out\n" and not (root / "output" / "failure").is_symlink()
     assert not os.path.lexists(root / "output" / "success")
 
-
-def test_clearing_markers_removes_the_links_not_their_targets(tmp_path):
-    root, outside = _world(tmp_path)
-    (root / "output" / "success").symlink_to(outside)
-    (root / "output" / "failure").symlink_to(outside)
-    clear_outcome_markers(str(root))
-    assert os.listdir(root / "output") == [] and outside.read_text() == SECRET
