@@ -229,3 +229,18 @@ def test_pack_directory_into_itself_skips_the_archive(tmp_path):
     pack_directory(str(src), str(src / "output.tar.gz"))  # again, with the old archive present
     with tarfile.open(src / "output.tar.gz") as tf:
         assert tf.getnames() == ["metrics.json"]
+
+
+def test_pack_within_a_job_root_follows_no_link_on_the_way_to_the_directory(tmp_path, caplog):
+    """model/ (or output/ of the pai layout) made a link by the tenant: the archive is empty, with a warning."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "airflow-secrets.env").write_text("JWT_SECRET=x")
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "model").symlink_to(secrets)
+    out = tmp_path / "model.tar.gz"
+    stats = pack_directory(str(root / "model"), str(out), within=str(root))
+    with tarfile.open(out) as tf:
+        assert tf.getnames() == []
+    assert stats.files == 0 and "model in job root" in caplog.text and "symbolic link" in caplog.text
