@@ -89,6 +89,7 @@ class JobRoot:
 
     def __init__(self, root: str | os.PathLike):
         self.root = os.path.abspath(os.fspath(root))
+        self._warned: set[str] = set()  # one warning per skipped entry, however often it is walked (checkpoint sync)
 
     def __repr__(self) -> str:
         return f"JobRoot({self.root!r})"
@@ -338,6 +339,9 @@ class JobRoot:
                 self.warn_skipped(_join(base + [rel]), describe(st))
 
     def warn_skipped(self, rel: str, what: str) -> None:
+        if rel in self._warned:
+            return
+        self._warned.add(rel)
         log.warning("Skipped %s in job root %s: it is %s; only regular files and directories are read or published",
                     rel, self.root, what)
 

@@ -35,7 +35,9 @@ def test_links_in_the_checkpoint_dir_are_skipped_with_a_warning_and_regular_file
     warnings = "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     for name in ("checkpoints/x", "checkpoints/epoch1/etc", "checkpoints/pipe"):
         assert f"Skipped {name} " in warnings
+    caplog.clear()
     assert sync.sync_once() == 0  # unchanged: nothing uploaded again
+    assert "Skipped" not in caplog.text  # each link is named once, not at every periodic pass
 
 
 def test_a_linked_checkpoint_dir_uploads_nothing(tmp_path, caplog):
