@@ -92,14 +92,15 @@ class LaunchTrainingOperator(JobStageOperator):
 
         return MetricCollector([m.model_dump() for m in self.spec.metric_definitions])
 
-    def _checkpoint_sync(self):
+    def _checkpoint_sync(self, *, before_training: bool = True):
         if not self.spec.checkpoint_path:
             return None
         from operators.hooks.checkpoint_sync import CheckpointSync
 
         sync = CheckpointSync(self.storage, self.layout.checkpoint_dir, self.spec.checkpoint_path,
                               self.settings.checkpoint_sync_seconds, job_root=self.layout.root)
-        sync.mark_existing()
+        if before_training:  # what is there now was restored from checkpoint_path: not uploaded back
+            sync.mark_existing()
         return sync
 
     # -- execution -------------------------------------------------------------------------------------
@@ -154,7 +155,9 @@ class LaunchTrainingOperator(JobStageOperator):
             metrics.series[name] = list(points)
 
         result = self.launcher.result_from_event(req, event, self._log_and_match(metrics))
-        return self._finish(req, result, metrics, self._checkpoint_sync())
+        # After a deferral the training is over: every checkpoint it wrote is there already, so nothing may be
+        # marked as existing (that would upload none of them); files restored before it go up again, unchanged.
+        return self._finish(req, result, metrics, self._checkpoint_sync(before_training=False))
 
     def _log_and_match(self, metrics):
         """User output goes into the task log line by line and is matched against metric_definitions."""
