@@ -23,7 +23,10 @@ import statistics
 import threading
 from typing import Any, Mapping, Sequence
 
+from operators.fs.job_root import JobRoot, loads_strict
 from operators.search_space import SearchError
+
+_JOB_ROOT_READ_BYTES = 16 * 1024 * 1024  # per poll; the rest is read at the next one
 
 EARLY_STOPPING_RULES = ("none", "median", "asha")
 
@@ -91,23 +94,38 @@ def early_stopping_config(params: Mapping[str, Any], *, metric: str, direction: 
     }
 
 
-def _read_points(path: str, metric: str, offset: int = 0) -> tuple[list[tuple[int, float]], int]:
-    """Complete lines appended after `offset` to a report or metrics jsonl file: [(step, value)], new offset."""
+def _read_points(path: str, metric: str, offset: int = 0, job_root: str | None = None
+                 ) -> tuple[list[tuple[int | None, float]], int]:
+    """Complete lines appended after `offset` to a report or metrics jsonl file: [(step, value)], new offset. A file
+    below `job_root` (the tenant's metrics.jsonl) is read without following links, and only valid points count."""
+    from operators.metrics import valid_point
+
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
+        if job_root is None:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        else:
+            root = JobRoot(job_root)
+            with root.opened(root.relative(path)) as (f, st):
+                if st.st_size < offset:  # the file was replaced: read it again from the start
+                    offset = 0
+                f.seek(offset)
+                data = f.read(_JOB_ROOT_READ_BYTES)
     except OSError:
         return [], offset
     end = data.rfind(b"\n") + 1  # a line still being written is read next time
     points = []
     for line in data[:end].splitlines():
         try:
-            point = json.loads(line)
-            if point.get("name", metric) == metric and point.get("value") is not None:
-                points.append((point.get("step"), float(point["value"])))
-        except (ValueError, TypeError, AttributeError):
+            point = loads_strict(line)
+        except ValueError:
             continue
+        if not isinstance(point, dict) or point.get("name", metric) != metric:
+            continue
+        valid = valid_point(metric, point)
+        if valid is not None:
+            points.append((valid["step"], valid["value"]))
     return points, offset + end
 
 
@@ -148,10 +166,10 @@ class TrialMonitor:
                 self._observe(point["value"], point["step"])
             return self.stop_reason
 
-    def poll_metrics_file(self, path: str) -> str | None:
-        """New objective points the script appended to TRAINING_METRICS_FILE."""
+    def poll_metrics_file(self, path: str, job_root: str | None = None) -> str | None:
+        """New objective points the script appended to TRAINING_METRICS_FILE (below `job_root`: see _read_points)."""
         with self._lock:
-            points, self._file_offset = _read_points(path, self.metric, self._file_offset)
+            points, self._file_offset = _read_points(path, self.metric, self._file_offset, job_root)
             for step, value in points:
                 if step is None:
                     step = self._file_points

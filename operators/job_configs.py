@@ -11,8 +11,6 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
     """Write hyperparameters.json, resourceconfig.json, inputdataconfig.json and trainingjobconfig.json for `spec` (a
     JobSpec) into `layout`, and clear what an earlier attempt left in output/ (success, failure); returns the hosts.
     `channels`: channel -> {"is_file": bool, "file_name": str} (what the prefetch stage returns)."""
-    from training_runtime.config import write_config_files
-
     from operators.hooks.outcome import clear_outcome_markers
 
     hosts = launcher.hosts(spec.job_name, spec.instance_count)
@@ -39,12 +37,38 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
     addresses = launcher.host_addresses(spec.job_name, spec.instance_count)
     if addresses:
         job_config["host_addresses"] = addresses
-    write_config_files(
-        layout,
-        hyperparameters=dict(spec.hyperparameters),  # order kept: it is the order of the script's arguments
-        resource_config={"current_host": hosts[0], "hosts": hosts, "network_interface_name": "eth0"},
-        input_data_config={name: {"TrainingInputMode": "File"} for name in channel_names},
-        job_config=job_config,
-    )
+    _write_documents(layout, {
+        "hyperparameters": dict(spec.hyperparameters),  # order kept: it is the order of the script's arguments
+        "resource": {"current_host": hosts[0], "hosts": hosts, "network_interface_name": "eth0"},
+        "input_data": {name: {"TrainingInputMode": "File"} for name in channel_names},
+        "job": job_config,
+    })
     clear_outcome_markers(layout.root)
     return hosts
+
+
+def _write_documents(layout, documents: Mapping[str, Any]) -> None:
+    """The config files into input/config/ through operators/fs: a retry's job root may hold links the script left
+    there (at input/config or at a file name), and the worker must write its files, not through those links."""
+    import json
+
+    from training_runtime.config import (
+        HYPERPARAMETERS_FILE,
+        INPUT_DATA_CONFIG_FILE,
+        RESOURCE_CONFIG_FILE,
+        TRAINING_JOB_CONFIG_FILE,
+        encode_hyperparameters,
+    )
+
+    from operators.fs.job_root import JobRoot
+
+    root = JobRoot(layout.root)
+    config_dir = root.relative(layout.config_dir)
+    contents = {
+        HYPERPARAMETERS_FILE: encode_hyperparameters(documents["hyperparameters"]),
+        RESOURCE_CONFIG_FILE: documents["resource"],
+        INPUT_DATA_CONFIG_FILE: documents["input_data"],
+        TRAINING_JOB_CONFIG_FILE: documents["job"],
+    }
+    for name, document in contents.items():
+        root.write_text(f"{config_dir}/{name}", json.dumps(document, indent=2) + "\n")

@@ -7,14 +7,36 @@ TRAINING_METRICS_FILE variable (<root>/output/metrics.jsonl); those points join 
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from operators.fs.job_root import JobRoot, bounded_int, finite_number, loads_strict
+
 METRICS_FILE = "output/metrics.jsonl"
+METRICS_READ_BYTES = 16 * 1024 * 1024  # the newest points of a larger file are kept
+MAX_NAME_CHARS = 200
+MAX_STEP = 2**53
+
+
+def valid_point(name: Any, point: Any) -> dict[str, Any] | None:
+    """A point read from a job root as {"value", "step", "timestamp"}, or None when any part of it is not what a
+    metric point is (a name that is not a short string, a value that is not a finite number, a negative or huge
+    step, a timestamp that is not a finite number)."""
+    try:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS or not isinstance(point, Mapping):
+            return None
+        value = finite_number(point["value"], "value")
+        step = point.get("step")
+        step = None if step is None else bounded_int(step, "step", low=0, high=MAX_STEP)
+        timestamp = point.get("timestamp")
+        timestamp = None if timestamp is None else finite_number(timestamp, "timestamp", low=0, high=1e11)
+    except (KeyError, ValueError):
+        return None
+    return {"value": value, "step": step, "timestamp": timestamp}
 
 
 class MetricCollector:
@@ -40,18 +62,35 @@ class MetricCollector:
                 if math.isfinite(value):
                     self.add(name, value)
 
-    def read_file(self, path: str | Path) -> None:
-        """Points the script wrote itself (one JSON object per line; bad lines are skipped)."""
+    def read_file(self, path: str | Path, *, job_root: str | None = None) -> None:
+        """Points the script wrote itself (one JSON object per line; bad lines and invalid points are skipped). The
+        file is the tenant's: read without following a link (below `job_root`, when given, else at its own name),
+        only if it is a regular file, at most its last 16 MiB."""
+        path = os.path.abspath(os.fspath(path))
+        root = JobRoot(job_root or os.path.dirname(path))
         try:
-            text = Path(path).read_text(errors="replace")
+            text = root.read_text(root.relative(path), METRICS_READ_BYTES, tail=True)
         except OSError:
             return
         for line in text.splitlines():
             try:
-                point = json.loads(line)
-                self.add(str(point["name"]), float(point["value"]), point.get("step"), point.get("timestamp"))
-            except (ValueError, KeyError, TypeError):
+                point = loads_strict(line)
+            except ValueError:
                 continue
+            if isinstance(point, dict) and (valid := valid_point(point.get("name"), point)) is not None:
+                self.add(point["name"], valid["value"], valid["step"], valid["timestamp"])
+
+    def load_series(self, series: Any) -> None:
+        """Series read back from a metrics.json (the job root's: every point is checked, invalid ones dropped)."""
+        if not isinstance(series, Mapping):
+            return
+        for name, points in series.items():
+            if not isinstance(points, list):
+                continue
+            kept = [p for p in (valid_point(name, point) for point in points[-100_000:]) if p is not None]
+            if kept:
+                self.series[name] = [{**p, "step": i if p["step"] is None else p["step"],
+                                      "timestamp": p["timestamp"] or 0.0} for i, p in enumerate(kept)]
 
     def final(self) -> dict[str, float]:
         return {name: points[-1]["value"] for name, points in self.series.items() if points}

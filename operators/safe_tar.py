@@ -175,31 +175,6 @@ def _extract_into(archive: str, work: str, max_bytes: int, max_members: int) -> 
 # packing
 
 
-def _collect(src_dir: str, skip: set[str]) -> list[tuple[str, str, bool]]:
-    """(relative name, absolute path, is_dir) for every directory and regular file, sorted."""
-    entries: list[tuple[str, str, bool]] = []
-    for root, dirs, files in os.walk(src_dir):
-        kept = []
-        for d in sorted(dirs):
-            full = os.path.join(root, d)
-            if os.path.islink(full):
-                log.warning("pack: skipping symlinked directory %s", full)
-                continue
-            kept.append(d)
-            entries.append((os.path.relpath(full, src_dir), full, True))
-        dirs[:] = kept
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            if os.path.abspath(full) in skip:
-                continue
-            if not os.path.isfile(full):  # dangling links, sockets, FIFOs: not packable content
-                log.warning("pack: skipping %s (not a regular file)", full)
-                continue
-            entries.append((os.path.relpath(full, src_dir), full, False))
-    entries.sort(key=lambda e: e[0].split(os.sep))
-    return entries
-
-
 class _GzipWriter:
     """isal's threaded gzip writer (`isal.igzip_threaded`: pigz-style 1 MiB blocks, each primed with the previous
     block's last 32 KiB, deflated by ISA-L on its own thread, one standard gzip member, mtime 0) with the tell()
@@ -282,49 +257,56 @@ class _Tee:
 
 
 def pack_directory(
-    src_dir: str, out_path: str, compresslevel: int = 1, *, threads: int | None = None, sink=None
+    src_dir: str, out_path: str, compresslevel: int = 1, *, threads: int | None = None, sink=None,
+    within: str | None = None,
 ) -> PackStats:
     """Pack `src_dir` into a standard .tar.gz at `out_path` (written under a temp name, then renamed).
 
     Members are relative to `src_dir`, sorted, with owner root/0 and the gzip timestamp zeroed, so the same
-    tree gives the same bytes (with the same deflate backend). Symlinks to files are stored as the files they
-    point to (extraction refuses links); symlinked directories and special files are skipped with a warning.
-    `compresslevel` is gzip's 0-9 (ISA-L's 0-3 under it); `threads` compress in parallel (default: the usable CPUs, at
-    most 8). `sink(bytes)`, if given, receives the archive's bytes in order as they are written.
+    tree gives the same bytes (with the same deflate backend). Only regular files and directories are packed: no
+    link below `src_dir` is followed (a link, FIFO, socket or device is skipped with a warning naming it), and each
+    file is read from the descriptor it was opened with (operators/fs/job_root.py). `within`: the job root that
+    `src_dir` lies in, when `src_dir` is a tenant's: then no component between the two may be a link either (one
+    that is packs nothing, with a warning). `compresslevel` is gzip's 0-9 (ISA-L's 0-3 under it); `threads` compress
+    in parallel (default: the usable CPUs, at most 8). `sink(bytes)`, if given, receives the archive's bytes in order
+    as they are written.
     """
+    from operators.fs.job_root import JobRoot, UnsafePathError
+
     src_dir = os.path.abspath(src_dir)
     out_path = os.path.abspath(out_path)
-    if not os.path.isdir(src_dir):
-        raise FileNotFoundError(f"cannot pack {src_dir}: not a directory")
+    if within is None:
+        if not os.path.isdir(src_dir):
+            raise FileNotFoundError(f"cannot pack {src_dir}: not a directory")
+        tree, rel = JobRoot(src_dir), ""
+    else:
+        tree = JobRoot(within)
+        rel = tree.relative(src_dir)
+        try:
+            with tree.directory(rel):
+                pass
+        except UnsafePathError as err:
+            log.warning("pack: %s; %s packs as an empty archive", err, rel)
+            rel = None
     out_dir = os.path.dirname(out_path)
     os.makedirs(out_dir, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(out_path)}.part-", dir=out_dir)
     files = content = 0
+    # The archive itself when it is written inside src_dir (output.tar.gz of output/): its old and its new file.
+    skip = {os.path.relpath(path, src_dir) for path in (out_path, temp)}
     try:
-        entries = _collect(src_dir, skip={out_path, temp})
         with os.fdopen(fd, "wb", buffering=0) as raw:
             out = _Tee(raw, sink) if sink is not None else raw
             gz = _GzipWriter(out, _isal_level(compresslevel), threads or default_pack_threads())
             try:
                 with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=gz.BLOCK) as tf:
-                    for rel, full, is_dir in entries:
-                        st = os.stat(full)
-                        info = tarfile.TarInfo(rel.replace(os.sep, "/"))
-                        info.mtime = int(st.st_mtime)
-                        info.uid = info.gid = 0
-                        info.uname = info.gname = ""
-                        if is_dir:
-                            info.type = tarfile.DIRTYPE
-                            info.mode = 0o755
-                            tf.addfile(info)
+                    for entry in tree.walk(rel) if rel is not None else ():
+                        if entry.rel in skip:
                             continue
-                        info.type = tarfile.REGTYPE
-                        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
-                        info.size = st.st_size
-                        with open(full, "rb") as fh:
-                            tf.addfile(info, fh)
-                        files += 1
-                        content += st.st_size
+                        packed = _add_entry(tf, tree, entry, rel)
+                        if packed is not None:
+                            files += 1
+                            content += packed
                 gz.close()
             except BaseException:
                 gz.abort()
@@ -339,6 +321,36 @@ def pack_directory(
             pass
         raise
     return PackStats(files=files, bytes_in=content, bytes_out=os.path.getsize(out_path))
+
+
+def _add_entry(tf: tarfile.TarFile, tree, entry, base: str) -> int | None:
+    """One walked entry into the archive; the bytes of content packed (None for a directory or a skipped file)."""
+    from operators.fs.job_root import UnsafePathError
+
+    info = tarfile.TarInfo(entry.rel)
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if entry.is_dir:
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+        info.mtime = int(entry.stat.st_mtime)
+        tf.addfile(info)
+        return None
+    rel = f"{base}/{entry.rel}" if base else entry.rel
+    try:
+        fd, st = tree.open_at(entry.dir_fd, entry.name, rel)
+    except UnsafePathError as err:  # swapped for a link or a FIFO since the walk listed it
+        log.warning("pack: skipped %s", err)
+        return None
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        info.type = tarfile.REGTYPE
+        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+        info.mtime = int(st.st_mtime)
+        info.size = st.st_size
+        tf.addfile(info, fh)
+    return st.st_size
 
 
 __all__ = [

@@ -2,23 +2,34 @@
 
 Only files that changed (size or mtime) since the last pass are uploaded, so a pass over an unchanged directory costs
 a directory walk and no requests.
+
+The checkpoint dir is the tenant's: it is walked and read through operators/fs/job_root.py, so only regular files
+below it are uploaded and no link is followed (each is skipped with a warning). The storage layer takes paths: each
+file is opened first (no link followed, fstat says regular) and its /proc/self/fd path is what is uploaded, so a name
+swapped for a link after the check still uploads the file that was checked. No copy is made (checkpoints can be
+many GiB).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
+
+from operators.fs.job_root import JobRoot, UnsafePathError
 
 log = logging.getLogger(__name__)
 
 
 class CheckpointSync:
-    def __init__(self, storage, checkpoint_dir: str, checkpoint_uri: str, interval_seconds: float = 60.0):
+    def __init__(self, storage, checkpoint_dir: str, checkpoint_uri: str, interval_seconds: float = 60.0,
+                 job_root: str | None = None):
         self.storage = storage
         self.checkpoint_dir = Path(checkpoint_dir)
+        # Links are refused from the job root down (the checkpoint dir itself may not be one either).
+        self._root = JobRoot(job_root or self.checkpoint_dir)
+        self._rel = self._root.relative(self.checkpoint_dir)
         self.checkpoint_uri = checkpoint_uri.rstrip("/") + "/"
         self.interval = interval_seconds
         self._seen: dict[str, tuple[int, int]] = {}
@@ -35,8 +46,15 @@ class CheckpointSync:
         for rel, stat in self._files():
             if self._seen.get(rel) == stat:
                 continue
-            self.storage.upload_file(str(self.checkpoint_dir / rel), self.checkpoint_uri + rel)
-            self._seen[rel] = stat
+            try:
+                with self._root.pinned_path(f"{self._rel}/{rel}" if self._rel else rel) as (path, st):
+                    self.storage.upload_file(path, self.checkpoint_uri + rel)
+            except UnsafePathError as err:  # swapped for a link (or a FIFO) since the walk
+                log.warning("Checkpoints: skipped %s", err)
+                continue
+            except FileNotFoundError:
+                continue  # removed since the walk (a checkpoint rotated away)
+            self._seen[rel] = (st.st_size, st.st_mtime_ns)
             uploaded += 1
         if uploaded:
             log.info("Checkpoints: %d file(s) synced to %s", uploaded, self.checkpoint_uri)
@@ -59,16 +77,17 @@ class CheckpointSync:
         return 0
 
     def _files(self):
-        if not self.checkpoint_dir.is_dir():
-            return []
         found = []
-        for dirpath, _, names in os.walk(self.checkpoint_dir):
-            for name in names:
-                path = Path(dirpath, name)
-                if name.startswith(".") and name.endswith(".tmp"):
-                    continue  # a checkpoint still being written
-                st = path.stat()
-                found.append((path.relative_to(self.checkpoint_dir).as_posix(), (st.st_size, st.st_mtime_ns)))
+        try:
+            for entry in self._root.walk(self._rel):
+                if entry.is_dir or (entry.name.startswith(".") and entry.name.endswith(".tmp")):
+                    continue  # a directory, or a checkpoint still being written
+                found.append((entry.rel, (entry.stat.st_size, entry.stat.st_mtime_ns)))
+        except FileNotFoundError:
+            return []
+        except UnsafePathError as err:
+            log.warning("Checkpoints: not synced: %s", err)
+            return []
         return found
 
     def start(self) -> None:

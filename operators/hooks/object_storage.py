@@ -311,10 +311,12 @@ class ObjectStorageHook:
             upload_files(remote, base, items, progress, self.tuning, list_landed)
 
 
-    def upload_packed_directory(self, src_dir: str, uri: str, archive_path: str) -> TransferStats:
+    def upload_packed_directory(self, src_dir: str, uri: str, archive_path: str, *,
+                                within: str | None = None) -> TransferStats:
         """Pack `src_dir` into a .tar.gz at `archive_path` and upload it to `uri`, the two overlapped: each
         multipart part goes up as soon as the packer has written it (storage_stream), so the whole takes about as
-        long as the slower of the two, and memory stays bounded by the parts in flight whatever the size."""
+        long as the slower of the two, and memory stays bounded by the parts in flight whatever the size.
+        `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it)."""
         from operators.hooks.disk_space import check_pack_space, is_disk_full, pack_full
         from operators.safe_tar import pack_directory
 
@@ -322,7 +324,7 @@ class ObjectStorageHook:
         check_pack_space(src_dir, archive_path)  # before packing a byte: the archive is about the model's size
         if loc.is_local or not loc.key or loc.key.endswith("/"):
             try:
-                pack_directory(src_dir, archive_path)  # a copy is no slower than packing: nothing to overlap
+                pack_directory(src_dir, archive_path, within=within)  # a copy is no slower: nothing to overlap
             except OSError as err:
                 if is_disk_full(err):
                     raise pack_full(src_dir, archive_path) from None
@@ -337,7 +339,7 @@ class ObjectStorageHook:
         started = time.monotonic()
         try:
             with self._errors("upload", loc.uri, remote):
-                size = upload_stream(remote, loc, lambda write: pack_directory(src_dir, archive_path, sink=write),
+                size = upload_stream(remote, loc, lambda write: pack_directory(src_dir, archive_path, sink=write, within=within),
                                      progress, self.tuning.transfer_config())
         except StorageError as err:
             if is_disk_full(err):  # packing filled the job root's disk: the upload was aborted, nothing landed

@@ -92,14 +92,15 @@ class LaunchTrainingOperator(JobStageOperator):
 
         return MetricCollector([m.model_dump() for m in self.spec.metric_definitions])
 
-    def _checkpoint_sync(self):
+    def _checkpoint_sync(self, *, before_training: bool = True):
         if not self.spec.checkpoint_path:
             return None
         from operators.hooks.checkpoint_sync import CheckpointSync
 
         sync = CheckpointSync(self.storage, self.layout.checkpoint_dir, self.spec.checkpoint_path,
-                              self.settings.checkpoint_sync_seconds)
-        sync.mark_existing()
+                              self.settings.checkpoint_sync_seconds, job_root=self.layout.root)
+        if before_training:  # what is there now was restored from checkpoint_path: not uploaded back
+            sync.mark_existing()
         return sync
 
     # -- execution -------------------------------------------------------------------------------------
@@ -154,13 +155,16 @@ class LaunchTrainingOperator(JobStageOperator):
             metrics.series[name] = list(points)
 
         result = self.launcher.result_from_event(req, event, self._log_and_match(metrics))
-        return self._finish(req, result, metrics, self._checkpoint_sync())
+        # After a deferral the training is over: every checkpoint it wrote is there already, so nothing may be
+        # marked as existing (that would upload none of them); files restored before it go up again, unchanged.
+        return self._finish(req, result, metrics, self._checkpoint_sync(before_training=False))
 
     def _log_and_match(self, metrics):
         """User output goes into the task log line by line and is matched against metric_definitions."""
         import time
 
         live = os.path.join(self.layout.output_dir, "metrics.json")
+        root = self.layout.root
         last_write = [0.0]
 
         from operators.hooks.secret_refs import redactor
@@ -176,7 +180,7 @@ class LaunchTrainingOperator(JobStageOperator):
             if metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
                 last_write[0] = time.monotonic()
                 try:
-                    _write_metrics(live, metrics.to_json())
+                    _write_metrics(root, live, metrics.to_json())
                 except OSError as err:  # the live view is a convenience: never fail the training for it
                     self.log.debug("Could not write live metrics to %s: %s", live, err)
 
@@ -188,8 +192,8 @@ class LaunchTrainingOperator(JobStageOperator):
         from operators.hooks.outcome import record_failure
         from operators.metrics import METRICS_FILE
 
-        metrics.read_file(os.path.join(request.job_root, METRICS_FILE))
-        _write_metrics(os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
+        metrics.read_file(os.path.join(request.job_root, METRICS_FILE), job_root=request.job_root)
+        _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
         if sync:
             sync.sync_final()
         summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
@@ -239,7 +243,7 @@ class LaunchTrainingOperator(JobStageOperator):
 
         def poll() -> None:
             while not done.wait(1.0):
-                self._stop_early(monitor.poll_metrics_file(path), request, lock)
+                self._stop_early(monitor.poll_metrics_file(path, job_root=request.job_root), request, lock)
 
         threading.Thread(target=poll, name=f"early-stopping-{self.spec.job_name}", daemon=True).start()
         return done
@@ -270,11 +274,10 @@ class LaunchTrainingOperator(JobStageOperator):
             self.log.error("Could not stop training %s: %s", self.spec.job_name, err)
 
 
-def _write_metrics(path: str, data: dict) -> None:
-    import json
+def _write_metrics(job_root: str, path: str, data: dict) -> None:
+    """metrics.json into the job root, through operators/fs (a link the script left at that name, or at a temp
+    name beside it, is replaced, never written through)."""
+    from operators.fs.job_root import JobRoot
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    root = JobRoot(job_root)
+    root.write_json(root.relative(path), data)

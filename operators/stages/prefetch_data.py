@@ -37,6 +37,11 @@ class PrefetchDataOperator(JobStageOperator):
         self._collect_garbage(cache)
         mounts = launcher_for(self.spec.backend).capabilities.mounts_channels
         channels = {}
+        if self.spec.inputs:  # a retry's job root may hold links an earlier script left: never put views through one
+            from operators.fs.job_root import JobRoot
+
+            tree = JobRoot(self.layout.root)
+            tree.ensure_dir(tree.relative(self.layout.data_dir))
         for channel, uri in self.spec.inputs.items():
             entry = cache.prefetch(uri, user=self.spec.job_name)
             view = self.layout.channel_dir(channel)

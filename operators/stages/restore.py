@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 
+from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
 
@@ -29,6 +29,9 @@ class RestoreOperator(JobStageOperator):
 
     resume_from "latest" is the newest model.tar.gz of the same base_job_name under output_path (found by listing object
     storage: task code has no metadata-DB access).
+
+    The job root may hold what an earlier attempt's script left: links in the checkpoint dir are removed (with a
+    warning) and the directories written into are checked to be real ones, so nothing is written through a link.
     """
 
     ui_color = "#fff3e0"
@@ -38,9 +41,13 @@ class RestoreOperator(JobStageOperator):
         from operators.safe_tar import safe_extract
 
         spec, layout, storage = self.spec, self.layout, self.storage
+        tree = JobRoot(layout.root)
         result = {"checkpoint_files": 0, "resumed_from": None}
         if spec.checkpoint_path:
-            os.makedirs(layout.checkpoint_dir, exist_ok=True)
+            checkpoints = tree.relative(layout.checkpoint_dir)
+            tree.ensure_dir(os.path.dirname(checkpoints))  # UnsafePathError naming a linked parent
+            tree.remove_links(checkpoints)
+            tree.ensure_dir(checkpoints)
             if storage.list_objects(spec.checkpoint_path.rstrip("/") + "/"):
                 stats = storage.download(spec.checkpoint_path.rstrip("/") + "/", layout.checkpoint_dir)
                 result["checkpoint_files"] = stats.files
@@ -52,6 +59,7 @@ class RestoreOperator(JobStageOperator):
             if model_uri == "latest":
                 model_uri = find_latest_model(storage, spec.output_path, spec.base_job_name or "", spec.job_name)
             model_channel = layout.channel_dir("model")
+            tree.ensure_dir(os.path.dirname(tree.relative(model_channel)))  # input/data: a real directory
             if model_uri is None:
                 os.makedirs(model_channel, exist_ok=True)
                 self.log.info("resume_from=latest: no earlier model of %s under %s; training starts fresh",
@@ -60,7 +68,7 @@ class RestoreOperator(JobStageOperator):
                 with tempfile.TemporaryDirectory(dir=layout.root, prefix=".resume-") as tmp:
                     archive = os.path.join(tmp, "model.tar.gz")
                     storage.download(model_uri, archive)
-                    shutil.rmtree(model_channel, ignore_errors=True)
+                    tree.remove(tree.relative(model_channel))  # a link there goes itself
                     safe_extract(archive, model_channel)
                 result["resumed_from"] = model_uri
                 self.log.info("Resuming from %s (extracted into input channel 'model')", model_uri)

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
 from operators.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
@@ -45,19 +46,20 @@ class UploadArtifactsOperator(JobStageOperator):
             raise AirflowSkipException("the job root was never created (an earlier stage failed): nothing to upload")
         self.claim_job(context)  # another run's job root: never upload over its artifacts
         self._release_cache_entries()
-        if not os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file):
+        tree = JobRoot(layout.root)  # the tenant's: no link followed, only regular files read (operators/fs)
+        has_success, has_failure = tree.is_file("output/success"), tree.is_file("output/failure")
+        if not has_success and not has_failure:
             raise AirflowSkipException("training did not run (an earlier stage failed): nothing to upload")
         out = spec.job_output_uri
         # Packed archives and the upload record are platform state: outside the job root (operators/job_state.py).
         artifacts = Path(ensure_state_dir(self.settings.workspace, spec.job_name, ARTIFACTS))
         marker_path = Path(state_path(self.settings.workspace, spec.job_name, UPLOADED))
         marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
-        succeeded = os.path.isfile(layout.success_file) and not os.path.isfile(layout.failure_file)
+        succeeded = has_success and not has_failure
         uploaded: dict[str, str] = {}
 
-        def remember(name: str, local: Path) -> None:
+        def remember(name: str, st: os.stat_result) -> None:
             uri = out + name
-            st = local.stat()
             marker[uri] = [st.st_size, st.st_mtime_ns]
             tmp = marker_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(marker))
@@ -79,44 +81,48 @@ class UploadArtifactsOperator(JobStageOperator):
             tmp.write_text(json.dumps(marker))
             os.replace(tmp, marker_path)
 
-        def upload_once(local: Path, name: str) -> None:
+        def upload_once(local: str, st: os.stat_result, name: str) -> None:
             uri = out + name
-            st = local.stat()
             if marker.get(uri) == [st.st_size, st.st_mtime_ns] and self.storage.exists(uri):
                 self.log.info("%s already uploaded (retry): skipped", uri)
                 uploaded[name] = uri
                 return
             claim_remote(name)
-            self.storage.upload_file(str(local), uri)
-            remember(name, local)
+            self.storage.upload_file(local, uri)
+            remember(name, st)
+
+        def upload_job_file(rel: str, name: str) -> None:
+            """A file of the job root, uploaded from the descriptor it was checked on (operators/fs)."""
+            with tree.pinned_path(rel) as (path, st):
+                upload_once(path, st, name)
 
         def pack_and_upload_once(src: str, name: str) -> None:
             target = artifacts / name
-            if target.is_file() and target.stat().st_mtime >= os.path.getmtime(layout.success_file):
-                upload_once(target, name)  # packed by an earlier attempt of this task
+            success = tree.stat("output/success")
+            if target.is_file() and success and target.stat().st_mtime >= success.st_mtime:
+                upload_once(str(target), target.stat(), name)  # packed by an earlier attempt of this task
                 return
             # Packed and uploaded at once: each part goes up while the next is being compressed.
             claim_remote(name)
-            self.storage.upload_packed_directory(src, out + name, str(target))
-            remember(name, target)
+            self.storage.upload_packed_directory(src, out + name, str(target), within=layout.root)
+            remember(name, target.stat())
 
-        metrics = Path(layout.output_dir, "metrics.json")
+        metrics = "output/metrics.json"
         if succeeded:
             pack_and_upload_once(layout.model_dir, "model.tar.gz")
-            if any(Path(layout.output_data_dir).iterdir()) if os.path.isdir(layout.output_data_dir) else False:
+            if tree.has_entries(tree.relative(layout.output_data_dir)):
                 pack_and_upload_once(layout.output_data_dir, "output.tar.gz")
-            if metrics.is_file():
-                upload_once(metrics, "metrics.json")
+            if tree.is_file(metrics):
+                upload_job_file(metrics, "metrics.json")
             if self.storage.exists(out + "failure"):
                 self.storage.delete(out + "failure")  # from an earlier failed attempt of this job
             return {"status": "succeeded", "model_uri": uploaded["model.tar.gz"], "artifacts": uploaded}
-        failure = Path(layout.failure_file)
-        upload_once(failure, "failure")
-        if metrics.is_file():
-            upload_once(metrics, "metrics.json")
+        upload_job_file("output/failure", "failure")
+        if tree.is_file(metrics):
+            upload_job_file(metrics, "metrics.json")
         self.log.warning("Training did not succeed: the reason is at %s; no model was uploaded", uploaded["failure"])
         return {"status": "failed", "model_uri": None, "artifacts": uploaded,
-                "failure": failure.read_text(errors="replace")[-2000:]}
+                "failure": tree.read_text("output/failure", 64 * 1024, tail=True)[-2000:]}
 
     def _release_cache_entries(self) -> None:
         """Training is over: the job's channels no longer pin their cache entries against eviction."""

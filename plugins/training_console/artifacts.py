@@ -15,7 +15,7 @@ import os
 from typing import Any, Mapping
 
 from fastapi import HTTPException
-from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 log = logging.getLogger(__name__)
 MEDIA = {"model.tar.gz": "application/gzip", "output.tar.gz": "application/gzip", "metrics.json": "application/json",
@@ -66,11 +66,9 @@ def failure_reason(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_st
         return str(upload["failure"]).strip()
     root = _job_root(spec)
     if root and launch_state in ("failed", "skipped", "up_for_retry"):
-        try:
-            with open(os.path.join(root, "output", "failure"), errors="replace") as f:
-                return f.read()[-4000:].strip() or None
-        except OSError:
-            return None
+        from operators.hooks.outcome import read_failure_reason
+
+        return read_failure_reason(root)  # the tenant's file: no link followed (operators/fs)
     return None
 
 
@@ -96,12 +94,13 @@ def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
     """{"final": {...}, "series": {name: [{"step", "value", "timestamp"}]}}, live from the job root when running."""
     from operators.metrics import MetricCollector
 
+    from operators.fs.job_root import JobRoot
+
     root = _job_root(spec)
-    data: dict[str, Any] | None = None
+    data: Any = None
     if root:
-        try:
-            with open(os.path.join(root, "output", "metrics.json")) as f:
-                data = json.load(f)
+        try:  # the job root's: read without following a link; every point is checked below
+            data = JobRoot(root).read_json("output/metrics.json")
         except (OSError, ValueError):
             data = None
     if data is None and not live and output_uri(spec):
@@ -110,10 +109,36 @@ def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
         except Exception as err:  # noqa: BLE001 - no metrics is a normal state (failed early, no definitions)
             log.debug("no metrics.json for %s: %s", spec.get("job_name"), err)
     collector = MetricCollector()
-    collector.series = {k: list(v) for k, v in ((data or {}).get("series") or {}).items()}
+    collector.load_series(data.get("series") if isinstance(data, dict) else None)
     if live and root:  # points the script appended itself join only until the final metrics.json includes them
-        collector.read_file(os.path.join(root, "output", "metrics.jsonl"))
+        collector.read_file(os.path.join(root, "output", "metrics.jsonl"), job_root=root)
     return collector.to_json()
+
+
+def _stream_file(directory: str, rel: str, media_type: str | None, filename: str | None) -> Response | None:
+    """The regular file `rel` below `directory`, streamed from the descriptor it was checked on (operators/fs: a
+    link there is not followed); None when there is no such regular file."""
+    from fastapi.responses import StreamingResponse
+
+    from operators.fs.job_root import JobRoot
+
+    try:
+        fd, st = JobRoot(directory).open_file(rel)
+    except (OSError, ValueError) as err:
+        if not isinstance(err, FileNotFoundError):
+            log.warning("artifact %s not served: %s", rel, err)
+        return None
+    handle = os.fdopen(fd, "rb")
+
+    def chunks():
+        with handle:
+            while block := handle.read(1024 * 1024):
+                yield block
+
+    headers = {"Content-Length": str(st.st_size)}
+    if filename:
+        headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return StreamingResponse(chunks(), media_type=media_type, headers=headers)
 
 
 def respond(spec: Mapping[str, Any], name: str) -> Response:
@@ -126,16 +151,19 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
     uri = out + name
     if name == "metrics.json":  # metrics of a running job live in the job root
         root = _job_root(spec)
-        if root and os.path.isfile(os.path.join(root, "output", name)) and _local_path(uri) is None:
-            return FileResponse(os.path.join(root, "output", name), media_type=MEDIA[name])
+        if root and _local_path(uri) is None:
+            response = _stream_file(root, "output/metrics.json", MEDIA[name], None)
+            if response is not None:
+                return response
     local = _local_path(uri)
     if local is not None:
-        if not os.path.isfile(local):
+        response = _stream_file(os.path.dirname(local), name, MEDIA.get(name),
+                                None if name in ("failure", "metrics.json") else f"{spec['job_name']}-{name}")
+        if response is None:
             if name == "failure":
                 return PlainTextResponse("no failure recorded for this job\n", status_code=404)
             raise HTTPException(404, f"{uri} does not exist (yet)")
-        return FileResponse(local, media_type=MEDIA.get(name), filename=None if name in ("failure", "metrics.json")
-                            else f"{spec['job_name']}-{name}")
+        return response
     settings = training_settings()
     if settings.artifact_links == "console":
         from operators.links import console_url

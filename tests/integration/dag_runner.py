@@ -83,3 +83,85 @@ DDP_SCRIPT = textwrap.dedent('''
                   open(os.path.join(os.environ["TM_MODEL_DIR"], "model.json"), "w"))
     dist.destroy_process_group()
 ''')
+
+
+# A hostile training script (issue 23): it leaves links to files outside its job root at every name the platform reads
+# or writes, then succeeds (or fails, with --fail). The link targets are host paths the script cannot see; where a
+# check inside the training needs the target to exist (the runtime keeps a non-empty output/failure), it makes a decoy
+# at the same path in its own /tmp, which on the host is the real file.
+HOSTILE_SCRIPT = textwrap.dedent('''
+    import argparse, json, os, sys
+    p = argparse.ArgumentParser()
+    for name in ("secret", "secret_dir", "victim", "fail"):
+        p.add_argument("--" + name)
+    a = p.parse_args()
+    model, data = os.environ["TM_MODEL_DIR"], os.environ["TM_OUTPUT_DATA_DIR"]
+    output, ckpt = os.path.dirname(data), os.environ["PAI_OUTPUT_CHECKPOINTS"]
+    for d in (model, data, ckpt):
+        os.makedirs(d, exist_ok=True)
+    json.dump({"ok": True}, open(os.path.join(model, "model.json"), "w"))
+    open(os.path.join(data, "predictions.txt"), "w").write("real output")
+    open(os.path.join(ckpt, "real.pt"), "w").write("real checkpoint")
+
+    def link(target, *where):
+        path = os.path.join(*where)
+        if os.path.lexists(path):
+            os.remove(path)
+        os.symlink(target, path)
+        print("hostile: linked", os.path.relpath(path, os.path.dirname(output)), flush=True)
+
+    link(a.secret, model, "x")
+    link(a.secret_dir, model, "secrets_dir")
+    link(a.secret, data, "leak")
+    link(a.secret, ckpt, "leak.pt")
+    link(a.secret_dir, ckpt, "leak_dir")
+    link(a.secret, output, "metrics.jsonl")
+    for name in ("metrics.json", "metrics.json.tmp", "failure.tmp", "success.tmp"):
+        link(a.victim, output, name)
+    print("loss=0.5", flush=True)
+    if a.fail == "yes":
+        if not os.path.exists(a.secret):  # sandboxed, as it must be: a decoy keeps the runtime off output/failure
+            os.makedirs(os.path.dirname(a.secret), exist_ok=True)
+            open(a.secret, "w").write("decoy")
+        link(a.secret, output, "failure")
+        sys.exit(3)
+''')
+
+
+def hostile_world(tmp_path) -> dict:
+    """Outside any job root: a secret file and a secret directory (what the links aim at), and a root-owned 0600
+    file the links ask the worker to overwrite."""
+    import os
+    import secrets
+
+    outside = tmp_path / "outside"
+    (outside / "secret_dir").mkdir(parents=True)
+    token = f"SECRET-{secrets.token_hex(12)}"
+    (outside / "airflow-secrets.env").write_text(f"AIRFLOW__API_AUTH__JWT_SECRET={token}\n")
+    (outside / "secret_dir" / "admin-password.txt").write_text(token)
+    victim = outside / "victim"
+    victim.write_text("root-owned, must not change\n")
+    os.chmod(victim, 0o600)
+    return {"token": token, "victim": victim, "victim_text": victim.read_text(),
+            "hyperparameters": {"secret": str(outside / "airflow-secrets.env"),
+                                "secret_dir": str(outside / "secret_dir"), "victim": str(victim)}}
+
+
+HOSTILE_LINKS = ("model/x", "model/secrets_dir", "output/data/leak", "checkpoints/leak.pt", "checkpoints/leak_dir")
+
+
+def assert_nothing_leaked(world: dict, blobs: dict[str, bytes]) -> None:
+    """The secret's bytes are in none of `blobs` (archives are checked unpacked too), and the victim is unchanged."""
+    import gzip
+    import os
+    import stat
+
+    token = world["token"].encode()
+    for name, blob in blobs.items():
+        assert token not in blob, f"the secret leaked into {name}"
+        if blob[:2] == b"\x1f\x8b":
+            assert token not in gzip.decompress(blob), f"the secret leaked into {name} (compressed)"
+    victim = world["victim"]
+    st = os.lstat(victim)
+    assert stat.S_ISREG(st.st_mode) and (st.st_mode & 0o777) == 0o600
+    assert victim.read_text() == world["victim_text"], "a file outside the job was overwritten"

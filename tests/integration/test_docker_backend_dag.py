@@ -4,15 +4,27 @@ command, in a child process) and through dag.test(), the function that command r
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 
 import pytest
 
-from dag_runner import DDP_SCRIPT, load_dag, model_json, put_code, run_dag
+from dag_runner import (
+    DDP_SCRIPT,
+    HOSTILE_LINKS,
+    HOSTILE_SCRIPT,
+    assert_nothing_leaked,
+    hostile_world,
+    load_dag,
+    model_json,
+    put_code,
+    run_dag,
+)
 from docker_support import TORCH_IMAGE, TRAINING_IMAGE, engine, require_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]  # `dags test` may take 600 s
@@ -120,3 +132,31 @@ def test_a_failing_script_fails_airflow_dags_test_with_its_reason(docker_engine,
     assert "column label has NaN values" in failure
     assert "models/docker-failing/output/model.tar.gz" not in object_store.keys(bucket, "models/docker-failing/")
     assert job_leftovers(docker_engine, "docker-failing") == []
+
+
+def test_links_a_container_leaves_in_the_job_root_leak_nothing_and_overwrite_nothing(
+        docker_engine, training_dag, storage_connections, object_store, capfd, caplog, tmp_path):
+    """Issue 23 on the Docker backend: the worker reads the bind-mounted job root after the container wrote it."""
+    world = hostile_world(tmp_path)
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": HOSTILE_SCRIPT})
+    conf = {"job_name": "docker-hostile", "backend": "docker", "source_dir": f"s3://{bucket}/code/",
+            "entry_point": "train.py", "hyperparameters": world["hyperparameters"],
+            "output_path": f"s3://{bucket}/models", "checkpoint_path": f"s3://{bucket}/ckpt/",
+            "resources": {"cpu": 1, "memory": "512Mi"},
+            "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
+    state, states, values = run_dag(training_dag, conf)
+    sys.stdout.flush()
+    captured = capfd.readouterr()
+    log = captured.out + captured.err + caplog.text  # the task log: printed, and as records
+    assert state == "success", states
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, "models/docker-hostile/output/model.tar.gz"))) as tf:
+        assert tf.getnames() == ["model.json"]
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, "models/docker-hostile/output/output.tar.gz"))) as tf:
+        assert tf.getnames() == ["predictions.txt"]
+    assert object_store.keys(bucket, "ckpt/") == ["ckpt/real.pt"]
+    for link in HOSTILE_LINKS:
+        assert f"Skipped {link} " in log, link
+    blobs = {key: object_store.get(bucket, key) for key in object_store.keys(bucket)}
+    assert_nothing_leaked(world, {**blobs, "xcom": json.dumps(values).encode(), "log": log.encode()})
+    assert job_leftovers(docker_engine, "docker-hostile") == []

@@ -5,11 +5,14 @@ server. Each test is one CLI run, as a user types it; measurements are printed (
 
 from __future__ import annotations
 
+import json
+import tarfile
 import threading
 import time
 
 import pytest
 
+from dag_runner import HOSTILE_LINKS, HOSTILE_SCRIPT, assert_nothing_leaked, hostile_world
 from real_node import IMAGE, pod_s3_endpoint  # noqa: F401 - a fixture (the real-node fixtures come from conftest.py)
 from test_kubernetes_local_cluster_dag import dags_test
 
@@ -245,3 +248,25 @@ def test_pai_layout_with_a_command(real_namespace, conf, tmp_path):
     assert "code in /ml/usercode" in output and "input /ml/input/data/train/: ['a.txt']" in output, output[-4000:]
     assert "model in /ml/output/model/" in output
     print(f"\nreal node, PAI layout with a command: {seconds:.1f}s")
+
+
+@pytest.mark.timeout(600)
+def test_links_a_pod_leaves_in_the_job_root_leak_nothing_and_overwrite_nothing(real_namespace, conf, tmp_path):
+    """Issue 23 on real pods: the worker reads the job root on the workspace volume after the pods wrote it."""
+    world = hostile_world(tmp_path)
+    ckpt = tmp_path / "ckpt"
+    state, states, values, output, _ = dags_test(
+        conf("real-hostile", HOSTILE_SCRIPT, hyperparameters=world["hyperparameters"], checkpoint_path=str(ckpt)),
+        timeout=300)
+    assert state == "success", (states, output[-4000:])
+    out = tmp_path / "out" / "real-hostile" / "output"
+    with tarfile.open(out / "model.tar.gz") as tf:
+        assert tf.getnames() == ["model.json"]
+    with tarfile.open(out / "output.tar.gz") as tf:
+        assert tf.getnames() == ["predictions.txt"]
+    assert sorted(p.name for p in ckpt.rglob("*")) == ["real.pt"], "\n".join(
+        line[:300] for line in output.splitlines() if "heckpoint" in line or "Skipped" in line or "hostile" in line)
+    for link in HOSTILE_LINKS:
+        assert f"Skipped {link} " in output, link
+    blobs = {str(p): p.read_bytes() for p in [*out.iterdir(), *ckpt.rglob("*")] if p.is_file()}
+    assert_nothing_leaked(world, {**blobs, "xcom": json.dumps(values).encode(), "log": output.encode()})

@@ -3,12 +3,26 @@ loopback S3 server for every object-storage path."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
+import tarfile
 import textwrap
 
 import pytest
 
-from dag_runner import DDP_SCRIPT, asset_events, load_dag, model_json, put_code, run_dag
+from dag_runner import (
+    DDP_SCRIPT,
+    HOSTILE_LINKS,
+    HOSTILE_SCRIPT,
+    assert_nothing_leaked,
+    asset_events,
+    hostile_world,
+    load_dag,
+    model_json,
+    put_code,
+    run_dag,
+)
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(600)]  # `dags test` may take 300 s
 
@@ -243,3 +257,53 @@ def test_airflow_cfg_as_a_local_input_is_refused_in_the_first_task(training_dag,
                                               "inputs": {"x": str(airflow_home / "airflow.cfg")}})
     assert state == "failed" and states["validate_spec"] == "failed" and states["stage_code"] == "upstream_failed"
     assert "invalid job spec: inputs.x: local path" in capfd.readouterr().out
+
+
+def test_links_a_sandboxed_script_leaves_leak_nothing_and_overwrite_nothing(training_dag, storage_connections,
+                                                                           object_store, capfd, caplog, tmp_path):
+    """Issue 23: links to secret files and directories in model/, output/data and the checkpoints, and at the names
+    the platform writes (metrics.json, its temp names) -> the model is published without them, a warning names each,
+    no secret reaches an artifact, the log or XCom, and the file outside the job is unchanged."""
+    world = hostile_world(tmp_path)
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": HOSTILE_SCRIPT})
+    conf = {"job_name": "hostile-links", "source_dir": f"s3://{bucket}/code/", "entry_point": "train.py",
+            "hyperparameters": world["hyperparameters"], "output_path": f"s3://{bucket}/models",
+            "checkpoint_path": f"s3://{bucket}/ckpt/",
+            "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
+    state, states, values = run_dag(training_dag, conf)
+    sys.stdout.flush()
+    captured = capfd.readouterr()
+    log = captured.out + captured.err + caplog.text  # the task log: printed, and as records
+    assert state == "success", states
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, "models/hostile-links/output/model.tar.gz"))) as tf:
+        assert tf.getnames() == ["model.json"]
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, "models/hostile-links/output/output.tar.gz"))) as tf:
+        assert tf.getnames() == ["predictions.txt"]
+    assert object_store.keys(bucket, "ckpt/") == ["ckpt/real.pt"]
+    for link in HOSTILE_LINKS:
+        assert f"Skipped {link} " in log, link
+    metrics = json.loads(object_store.get(bucket, "models/hostile-links/output/metrics.json"))
+    assert metrics["final"] == {"loss": 0.5}
+    blobs = {key: object_store.get(bucket, key) for key in object_store.keys(bucket, "models/")}
+    blobs.update({key: object_store.get(bucket, key) for key in object_store.keys(bucket, "ckpt/")})
+    assert_nothing_leaked(world, {**blobs, "xcom": json.dumps(values).encode(), "log": log.encode()})
+
+
+def test_a_failure_file_linked_to_a_secret_never_reaches_the_failure_artifact_xcom_or_log(
+        training_dag, storage_connections, object_store, capfd, caplog, tmp_path):
+    world = hostile_world(tmp_path)
+    bucket = object_store.bucket()
+    put_code(object_store, bucket, {"train.py": HOSTILE_SCRIPT})
+    conf = {"job_name": "hostile-failure", "source_dir": f"s3://{bucket}/code/", "entry_point": "train.py",
+            "hyperparameters": {**world["hyperparameters"], "fail": "yes"}, "output_path": f"s3://{bucket}/models"}
+    state, states, values = run_dag(training_dag, conf)
+    sys.stdout.flush()
+    captured = capfd.readouterr()
+    log = captured.out + captured.err + caplog.text  # the task log: printed, and as records
+    assert state == "failed" and states["launch_training"] == "failed", states
+    failure = object_store.get(bucket, "models/hostile-failure/output/failure").decode()
+    assert "exit" in failure.lower() or "code 3" in failure, failure  # the launcher's reason took the link's place
+    assert "models/hostile-failure/output/model.tar.gz" not in object_store.keys(bucket)
+    blobs = {key: object_store.get(bucket, key) for key in object_store.keys(bucket, "models/")}
+    assert_nothing_leaked(world, {**blobs, "xcom": json.dumps(values).encode(), "log": log.encode()})

@@ -144,14 +144,14 @@ def test_archive_made_by_tar_extracts_and_replaces_the_target(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["code", "code.tar.gz", "src"]
 
 
-def test_pack_directory_roundtrip_is_sorted_relative_and_deterministic(tmp_path):
+def test_pack_directory_roundtrip_is_sorted_relative_and_deterministic(tmp_path, caplog):
     src = tmp_path / "model"
     (src / "b_dir" / "nested").mkdir(parents=True)
     (src / "empty").mkdir()
     (src / "z.bin").write_bytes(os.urandom(3000))
     (src / "a.json").write_text("{}")
     (src / "b_dir" / "nested" / "w.pt").write_bytes(b"w" * 100)
-    (src / "link_to_a").symlink_to("a.json")  # stored as the file it points to
+    (src / "link_to_a").symlink_to("a.json")  # skipped: a link is never followed, even inside the tree
     (src / "linked_dir").symlink_to(src / "b_dir")  # skipped: would duplicate / loop
 
     out = tmp_path / "out" / "model.tar.gz"
@@ -159,9 +159,10 @@ def test_pack_directory_roundtrip_is_sorted_relative_and_deterministic(tmp_path)
     with tarfile.open(out) as tf:
         names = tf.getnames()
         assert all(m.isreg() or m.isdir() for m in tf.getmembers())
-        assert tf.extractfile("link_to_a").read() == b"{}"
-    assert names == ["a.json", "b_dir", "b_dir/nested", "b_dir/nested/w.pt", "empty", "link_to_a", "z.bin"]
-    assert (stats.files, stats.bytes_in, stats.bytes_out) == (4, 3000 + 2 + 100 + 2, out.stat().st_size)
+    assert names == ["a.json", "b_dir", "b_dir/nested", "b_dir/nested/w.pt", "empty", "z.bin"]
+    skipped = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "Skipped" in r.getMessage()]
+    assert len(skipped) == 2 and "link_to_a" in skipped[0] and "linked_dir" in skipped[1]
+    assert (stats.files, stats.bytes_in, stats.bytes_out) == (3, 3000 + 2 + 100, out.stat().st_size)
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.tar.gz"]  # no temp file left
 
     again = tmp_path / "again.tar.gz"
@@ -199,20 +200,20 @@ def test_pack_directory_is_one_standard_gzip_member_whatever_the_thread_count(tm
 
 
 def test_a_failed_pack_sends_no_trailer_to_the_sink(tmp_path, monkeypatch):
-    from operators import safe_tar
-
     src = tmp_path / "model"
     src.mkdir()
     (src / "a.bin").write_bytes(os.urandom(2 * 1024 * 1024))
     (src / "b.bin").write_bytes(b"b" * 10)
-    real_open, seen = open, []
+    from operators.fs.job_root import JobRoot
 
-    def failing_open(path, *args, **kwargs):
-        if str(path).endswith("b.bin"):
+    real_open, seen = JobRoot.open_at, []
+
+    def failing_open(self, dir_fd, name, rel):
+        if name == "b.bin":
             raise OSError("disk gone")
-        return real_open(path, *args, **kwargs)
+        return real_open(self, dir_fd, name, rel)
 
-    monkeypatch.setattr(safe_tar, "open", failing_open, raising=False)
+    monkeypatch.setattr(JobRoot, "open_at", failing_open)
     with pytest.raises(OSError, match="disk gone"):
         pack_directory(str(src), str(tmp_path / "out.tar.gz"), sink=seen.append)
     sent = b"".join(seen)
@@ -228,3 +229,18 @@ def test_pack_directory_into_itself_skips_the_archive(tmp_path):
     pack_directory(str(src), str(src / "output.tar.gz"))  # again, with the old archive present
     with tarfile.open(src / "output.tar.gz") as tf:
         assert tf.getnames() == ["metrics.json"]
+
+
+def test_pack_within_a_job_root_follows_no_link_on_the_way_to_the_directory(tmp_path, caplog):
+    """model/ (or output/ of the pai layout) made a link by the tenant: the archive is empty, with a warning."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "airflow-secrets.env").write_text("JWT_SECRET=x")
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "model").symlink_to(secrets)
+    out = tmp_path / "model.tar.gz"
+    stats = pack_directory(str(root / "model"), str(out), within=str(root))
+    with tarfile.open(out) as tf:
+        assert tf.getnames() == []
+    assert stats.files == 0 and "model in job root" in caplog.text and "symbolic link" in caplog.text

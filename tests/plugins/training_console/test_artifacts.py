@@ -6,7 +6,7 @@ import logging
 import os
 from urllib.parse import parse_qs, urlparse
 
-from fastapi.responses import FileResponse, RedirectResponse
+from fastapi.responses import RedirectResponse, StreamingResponse
 
 from training_console import artifacts
 
@@ -38,13 +38,22 @@ def test_console_mode_redirects_to_the_provider_console(monkeypatch):
     assert response.headers["location"] == "https://console.cloud.tencent.com/cos/bucket?bucket=b&path=/models/j1/output/"
 
 
+def body(response) -> bytes:
+    import asyncio
+
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in response.body_iterator])
+
+    return asyncio.run(read())
+
+
 def test_local_artifacts_are_served_by_the_plugin(tmp_path):
     out = tmp_path / "models" / "j2" / "output"
     out.mkdir(parents=True)
     (out / "failure").write_text("ValueError: bad learning rate\n")
     spec = {"job_name": "j2", "output_path": str(tmp_path / "models")}
     response = artifacts.respond(spec, "failure")
-    assert isinstance(response, FileResponse) and response.path == str(out / "failure")
+    assert isinstance(response, StreamingResponse) and body(response) == b"ValueError: bad learning rate\n"
     try:
         artifacts.respond(spec, "model.tar.gz")
         raise AssertionError("a missing model must be a 404")
@@ -65,3 +74,23 @@ def test_running_jobs_show_live_metrics_from_the_job_root(tmp_path):
     live = artifacts.metrics(spec, live=True)
     assert [p["value"] for p in live["series"]["loss"]] == [0.9, 0.5] and live["final"]["val_loss"] == 0.7
     assert "val_loss" not in artifacts.metrics(spec, live=False)["series"]  # the final metrics.json already has them
+
+
+def test_the_view_reads_no_link_the_job_left_in_its_root(tmp_path):
+    """Issue 23: a Viewer must not get a file outside the job through links at output/failure or metrics.json."""
+    from operators.settings import training_settings
+
+    secret = tmp_path / "airflow-secrets.env"
+    secret.write_text(json.dumps({"series": {"JWT_SECRET_do_not_leak": [{"value": 1.0, "step": 0}]}}))
+    root = training_settings().job_root("linked-job")
+    os.makedirs(os.path.join(root, "output"), exist_ok=True)
+    for name in ("failure", "metrics.json", "metrics.jsonl"):
+        os.symlink(secret, os.path.join(root, "output", name))
+    spec = {"job_name": "linked-job", "output_path": "s3://bucket/models"}
+    assert artifacts.failure_reason(spec, {}, "failed") is None
+    assert artifacts.metrics(spec, live=True)["series"] == {}
+    try:
+        response = artifacts.respond(spec, "metrics.json")
+    except Exception:  # noqa: BLE001 - no storage connection here: what matters is that the link was not served
+        response = None
+    assert not isinstance(response, StreamingResponse)
