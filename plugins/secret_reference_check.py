@@ -203,4 +203,5 @@ class SecretReferenceCheck:
         if user is None:
             return None
         asset_id = value if named == "asset" else None
-        return await run_in_threadpool(refusal, user, dag_id, refs, asset_id)  # the auth manager and the DB are synchronous
+        # the auth manager and the metadata DB are synchronous: off the event loop
+        return await run_in_threadpool(refusal, user, dag_id, refs, asset_id)
