@@ -201,3 +201,9 @@ def docker_settings() -> DockerSettings:
 def sdk_code_max_bytes() -> int:
     """[training] sdk_code_max_bytes: the largest code archive the SDK's staging endpoint accepts (64 MiB)."""
     return _get_int("training", "sdk_code_max_bytes", 64 * 1024 * 1024, minimum=1)
+
+
+def secret_references() -> Any:
+    """[training] secret_references: the JSON policy of which Airflow connections, Variables and Kubernetes Secrets
+    the runs of which DAGs may reference (parsed and applied by operators/secret_policy.py); empty = none."""
+    return _get_json("training", "secret_references", {})

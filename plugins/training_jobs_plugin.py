@@ -1,9 +1,11 @@
 """Airflow plugin of the training-job platform: the training-jobs view (a FastAPI app for its data and page, shown
-as a nav entry and as a tab on DAG runs) and the extra links of the training stages (operators/links.py)."""
+as a nav entry and as a tab on DAG runs), the extra links of the training stages (operators/links.py) and the API
+server's check of the secrets a new run references (plugins/secret_reference_check.py)."""
 
 from airflow.plugins_manager import AirflowPlugin
 
 from operators.links import ALL_LINKS, PLUGIN_PREFIX
+from secret_reference_check import SecretReferenceCheck
 
 
 class _FastAPIApps:
@@ -20,6 +22,8 @@ class TrainingJobsPlugin(AirflowPlugin):
     name = "training_jobs"
     operator_extra_links = [link() for link in ALL_LINKS]
     fastapi_apps = _FastAPIApps()
+    fastapi_root_middlewares = [{"middleware": SecretReferenceCheck, "args": [], "kwargs": {},
+                                 "name": "Secret references of new runs"}]
     external_views = [
         {"name": "Training jobs", "href": f"{PLUGIN_PREFIX}/ui/", "url_route": "training-jobs", "destination": "nav",
          "icon": f"{PLUGIN_PREFIX}/ui/icon.svg"},

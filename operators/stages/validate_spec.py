@@ -26,6 +26,7 @@ class ValidateSpecOperator(BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from operators.local_paths import airflow_private_paths, check_private_paths
+        from operators.secret_policy import load_policy, references
         from operators.settings import training_settings
         from operators.spec import SpecError, base_name_from, job_name_from, validate_spec
         from operators.spec_checks import check_world
@@ -34,6 +35,10 @@ class ValidateSpecOperator(BaseOperator):
         given = self.spec if self.spec is not None else context["params"]
         raw.update({k: v for k, v in dict(given).items() if v is not None})
         settings = training_settings()
+        try:
+            policy = load_policy()
+        except ValueError as err:  # the admin's setting is malformed: no retry can help
+            raise AirflowFailException(str(err)) from None
         base = raw.get("base_job_name") or base_name_from(self.dag_id)
         run_id = context["run_id"]
         when = context["dag_run"].run_after or context.get("logical_date")
@@ -46,6 +51,10 @@ class ValidateSpecOperator(BaseOperator):
                 default_backend=settings.default_backend,
                 default_layout=settings.default_layout,
             )
+            # Before check_world, which reads every referenced secret and connection: a reference the admin does not
+            # allow for this DAG is refused unread.
+            refs = references(spec.to_dict())
+            policy.check(self.dag_id, refs)
             check_world(spec, settings.local_roots, settings.platform_areas)
             check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace), settings.platform_areas)
         except SpecError as err:
@@ -53,6 +62,10 @@ class ValidateSpecOperator(BaseOperator):
                 self.log.info("spec problem: %s", line)
             # A spec or configuration error: retrying cannot help, and nothing has been staged.
             raise AirflowFailException(f"invalid job spec: {err}") from None
+        if refs:
+            self.log.info("Secret references allowed for DAG %s (run triggered by %s): %s", self.dag_id,
+                          getattr(context["dag_run"], "triggering_user_name", None) or "no user",
+                          ", ".join(f"{ref.field} -> {ref.label}" for ref in refs))
         for section in spec.ignored_sections():
             self.log.warning("The spec's %r options are ignored: the job runs on the %s backend", section,
                              spec.backend)

@@ -191,13 +191,16 @@ print("read from S3 with the Secret's credentials: " + s3_get(os.environ["S3_END
 
 
 def test_s3_channel_and_credentials_from_a_secret(real_namespace, real_admin, conf, storage_connections, object_store,
-                                                  s3_server, pod_s3_endpoint):
+                                                  s3_server, pod_s3_endpoint, monkeypatch):
     # The worker fetches the channel (aws_default) into the workspace cache; the pod mounts it read-only. The
     # script's own S3 access uses credentials that reach the pod only through a Kubernetes Secret (secretKeyRef).
     bucket = object_store.bucket("real")
     for i in range(3):
         object_store.put(bucket, f"data/part-{i}.csv", f"rows of part {i}".encode())
     object_store.put(bucket, "extra/notes.txt", b"notes only the pod reads")
+    # the admin lets training_job runs name this Secret ([training] secret_references; default: none)
+    monkeypatch.setenv("AIRFLOW__TRAINING__SECRET_REFERENCES",
+                       '{"training_job": {"kubernetes_secrets": ["s3-credentials"]}}')
     real_admin["core"].create_namespaced_secret(real_namespace, {
         "metadata": {"name": "s3-credentials"},
         "stringData": {"access_key": s3_server.access_key, "secret_key": s3_server.secret_key}})

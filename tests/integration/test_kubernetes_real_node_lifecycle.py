@@ -103,6 +103,8 @@ def test_kill_mid_run_removes_the_job_its_pods_service_and_secret(real_namespace
     monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__DEFERRABLE", "False")
     # A secret by reference: the launcher puts it in a Secret of the job's own (real-kill-env), which must go too.
     monkeypatch.setenv("AIRFLOW_VAR_KILL_TOKEN", "token-that-must-not-outlive-the-job")
+    monkeypatch.setenv("AIRFLOW__TRAINING__SECRET_REFERENCES",
+                       json.dumps({"training_job": {"variables": ["kill_token"]}}))  # allowed by the admin
     log = tmp_path / "dags-test.log"
     proc = start_dags_test(conf("real-kill", steps=1200, environment={"KILL_TOKEN": {"variable": "kill_token"}}), log)
     try:

@@ -27,6 +27,8 @@ FAST_RECOVERY = {
     "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+    # the Variable the mark-failed test's job references ([training] secret_references; default: none)
+    "AIRFLOW__TRAINING__SECRET_REFERENCES": json.dumps({"training_job": {"variables": ["mark_failed_token"]}}),
 }
 
 # The training: counts its starts in the job root, prints a numbered line a second, writes a model.

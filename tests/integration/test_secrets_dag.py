@@ -30,6 +30,9 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+ALLOW_BOTH = json.dumps({"training_job": {"variables": ["wandb_key"], "connections": ["warehouse"]}})
+
+
 def stored_run_data(run_id: str) -> str:
     """Every XCom value and rendered template field of the run, as stored in the metadata DB."""
     from sqlalchemy import select
@@ -65,6 +68,8 @@ def test_secrets_by_reference_reach_the_script_and_nothing_else(backend, tmp_pat
         require_image(engine(), TRAINING_IMAGE)
     token, password = f"tok-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"
     monkeypatch.setenv("AIRFLOW_VAR_WANDB_KEY", token)
+    # the admin lets training_job runs reference both ([training] secret_references; default: none)
+    monkeypatch.setenv("AIRFLOW__TRAINING__SECRET_REFERENCES", ALLOW_BOTH)
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", json.dumps(
         {"conn_type": "postgres", "host": "db.internal", "login": "trainer", "password": password}))
     code = tmp_path / "code"
@@ -111,6 +116,8 @@ def kubernetes_case(tmp_path, monkeypatch, capfd, namespace: str, admin: dict, j
     core, batch, api = admin["core"], admin["batch"], admin["api"]
     token, password = f"tok-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"
     monkeypatch.setenv("AIRFLOW_VAR_WANDB_KEY", token)
+    # the admin lets training_job runs reference both ([training] secret_references; default: none)
+    monkeypatch.setenv("AIRFLOW__TRAINING__SECRET_REFERENCES", ALLOW_BOTH)
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", json.dumps(
         {"conn_type": "postgres", "host": "db.internal", "login": "trainer", "password": password}))
     code = tmp_path / "code"
