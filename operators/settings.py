@@ -108,7 +108,7 @@ class TrainingSettings:
 
     def user_code_dir(self, user: str) -> str:
         """Where one user's SDK code uploads land: no user can name another's as a source_dir."""
-        from operators.code_staging import user_dir_name
+        from operators.sdk_uploads import user_dir_name
 
         return os.path.join(self.code_staging_dir, user_dir_name(user))
 

@@ -46,7 +46,7 @@ class ValidateSpecOperator(BaseOperator):
                 default_backend=settings.default_backend,
                 default_layout=settings.default_layout,
             )
-            # the SDK's uploaded code is the triggering user's own (operators/code_staging.py)
+            # the SDK's uploaded code is the triggering user's own (operators/sdk_uploads.py)
             areas = settings.platform_areas_for(getattr(context["dag_run"], "triggering_user_name", None))
             check_world(spec, settings.local_roots, areas)
             check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace), areas)
