@@ -2,16 +2,16 @@
 default): build the app with openapi_url=None, docs_url=None, redoc_url=None, then call add_docs_behind_login(app).
 The Swagger page's browser request for the schema carries the UI's `_token` cookie, so the page keeps working."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime.
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from airflow.api_fastapi.core_api.security import get_user
 
 
-def add_docs_behind_login(app) -> None:
-    from fastapi import Depends, Request
-    from fastapi.openapi.docs import get_swagger_ui_html
-    from fastapi.responses import HTMLResponse, JSONResponse
-
-    from airflow.api_fastapi.core_api.security import get_user
-
+def add_docs_behind_login(app: FastAPI) -> None:
     logged_in = [Depends(get_user)]
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=logged_in)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 
 import pytest
@@ -39,12 +40,13 @@ def client(server, user: str | None) -> Api:
 
 
 def code_archive(text: str, padding: int = 0) -> tuple[bytes, str]:
+    """A packed source_dir (train.py, and `padding` bytes that do not compress)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=0) as tar:
-        data = (text + "#" * padding).encode()
-        info = tarfile.TarInfo("train.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in (("train.py", text.encode()), ("weights.bin", os.urandom(padding))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
     body = buffer.getvalue()
     return body, hashlib.sha256(body).hexdigest()
 
