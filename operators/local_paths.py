@@ -44,6 +44,12 @@ def _configured(section: str, key: str, fallback: str) -> str:
         return fallback
 
 
+def in_closed_area(path: str, areas: Mapping[str, tuple[str, ...]] | None) -> bool:
+    """Whether `path` lies in an area no spec field may name (an area with no fields: other users' staged code)."""
+    real = os.path.realpath(path)
+    return any(not fields and _under(real, os.path.realpath(top)) for top, fields in (areas or {}).items())
+
+
 def airflow_private_paths(workspace: str) -> list[str]:
     """Airflow's own files on this worker (config, DB, secrets, the simple auth manager's passwords, task and
     component logs), and the workspace (job roots and the cache)."""

@@ -64,7 +64,7 @@ def check_connections(spec: JobSpec) -> None:
 
 
 def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None = None) -> None:
-    from operators.local_paths import in_platform_area
+    from operators.local_paths import in_closed_area, in_platform_area
 
     for field, uri in spec_uris(spec):
         if _scheme(uri) != "file":
@@ -72,8 +72,7 @@ def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None 
         path = _local_path(uri)
         if in_platform_area(field, path, areas):
             continue  # the SDK's uploaded code or its default models directory, in the workspace
-        if field == "source_dir" and in_platform_area("", path, {top: ("",) for top, fields in (areas or {}).items()
-                                                                 if not fields}):
+        if field == "source_dir" and in_closed_area(path, areas):
             raise SpecError(field, f"{path} is code another user uploaded (or was staged without a triggering user); "
                             "upload your own with the SDK, or name object storage or a path under local_roots")
         if roots and not any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):

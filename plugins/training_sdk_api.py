@@ -80,7 +80,7 @@ def create_app():
         quota = _quota_bytes()
         kept = used_bytes(staging, besides=final)
         over_quota = (f"your staged code would pass your quota of {quota} bytes ([training] sdk_code_quota_bytes; "
-                      f"{kept} bytes kept in {staging}); ask an admin to clear old uploads or raise the quota")
+                      f"{kept} bytes kept); ask an admin to clear your old uploads or raise the quota")
         if declared and kept + int(declared) > quota:
             raise HTTPException(413, over_quota)
         digest, size = hashlib.sha256(), 0

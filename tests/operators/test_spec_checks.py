@@ -141,5 +141,6 @@ def test_a_source_dir_in_another_users_staged_code_is_refused(tmp_path, monkeypa
     for user in ("bob", None):  # another user, or a run nobody triggered (a schedule)
         err = fails(check_local_paths, spec, (str(tmp_path / "out"),), settings.platform_areas_for(user))
         assert str(err).startswith("source_dir: ") and "another user uploaded" in str(err)
-    other = validate_spec({**BASE, "source_dir": os.path.join(theirs, archive), "output_path": str(tmp_path / "out")})
-    assert "another user uploaded" in str(fails(check_local_paths, other, (), settings.platform_areas_for("alice")))
+    for source in (os.path.join(theirs, archive), settings.code_staging_dir):  # theirs, or everyone's at once
+        other = validate_spec({**BASE, "source_dir": source, "output_path": str(tmp_path / "out")})
+        assert "another user uploaded" in str(fails(check_local_paths, other, (), settings.platform_areas_for("alice")))
