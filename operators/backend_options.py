@@ -6,6 +6,7 @@ option" from a typo without importing that backend.
 from __future__ import annotations
 
 KUBERNETES_OPTION_KEYS = (
+    "profile",
     "namespace",
     "workspace_pvc",
     "workspace_subpath",

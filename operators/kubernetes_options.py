@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from operators.backend_options import KUBERNETES_OPTION_KEYS
+from operators.kubernetes_profiles import profile_for
 from operators.container_env import SecretInEnvError, looks_like_secret  # noqa: F401  (the policy lives there)
 from operators.kubernetes_names import (
     is_dns1123_label,
@@ -131,15 +132,18 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         value = options.get(key)
         return default if value is None else value
 
-    namespace = str(pick("namespace", settings.namespace))
+    # The profile (admin-defined, operators/kubernetes_profiles.py) gives where the pod runs and what it may do; the
+    # spec cannot override it (spec_checks refuses that in the first task), only the platform's own callers can.
+    profile = profile_for(options, settings)
+    namespace = str(pick("namespace", profile["namespace"]))
     if not is_dns1123_label(namespace):
         raise _fail("namespace", f"is {namespace!r}, not a valid namespace name", "use lowercase letters, digits, '-'")
-    pvc = str(pick("workspace_pvc", settings.workspace_pvc))
+    pvc = str(pick("workspace_pvc", profile["workspace_pvc"]))
     if not is_dns1123_subdomain(pvc):
         raise _fail(
             "workspace_pvc", f"is {pvc!r}, not a valid PVC name", "name the ReadWriteMany claim of the workspace"
         )
-    subpath = str(pick("workspace_subpath", "")).strip("/")
+    subpath = str(pick("workspace_subpath", profile["workspace_subpath"] or "")).strip("/")
     if subpath and (".." in subpath.split("/") or posixpath.isabs(subpath)):
         raise _fail("workspace_subpath", f"is {subpath!r}", "give a relative path inside the volume, without '..'")
     pull_policy = str(pick("image_pull_policy", settings.image_pull_policy))
@@ -168,7 +172,7 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
     if poll <= 0:
         raise _fail("poll_interval", f"is {poll}", "give a positive number of seconds")
     for key in ("security_context", "container_security_context"):
-        if not isinstance(pick(key, {}), Mapping):
+        if not isinstance(pick(key, profile[key]), Mapping):
             raise _fail(key, "is not an object", 'give Kubernetes fields in camelCase, e.g. {"runAsUser": 50000}')
     labels = _as_str_map("labels", pick("labels", {}))
     for key, value in labels.items():
@@ -180,7 +184,7 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         namespace=namespace,
         workspace_pvc=pvc,
         workspace_subpath=subpath,
-        service_account=str(pick("service_account", settings.service_account)),
+        service_account=str(pick("service_account", profile["service_account"] or "")),
         image_pull_policy=pull_policy,
         image_pull_secrets=_as_str_tuple("image_pull_secrets", pick("image_pull_secrets", settings.image_pull_secrets)),
         priority_class=str(pick("priority_class", settings.priority_class)),
@@ -190,9 +194,9 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         ttl_seconds_after_finished=_as_int(
             "ttl_seconds_after_finished", pick("ttl_seconds_after_finished", settings.ttl_seconds_after_finished)
         ),
-        run_as_user=_as_int("run_as_user", pick("run_as_user", settings.run_as_user)),
-        security_context=dict(pick("security_context", {})),
-        container_security_context=dict(pick("container_security_context", {})),
+        run_as_user=_as_int("run_as_user", pick("run_as_user", profile["run_as_user"])),
+        security_context=dict(pick("security_context", profile["security_context"])),
+        container_security_context=dict(pick("container_security_context", profile["container_security_context"])),
         labels=labels,
         annotations=_as_str_map("annotations", pick("annotations", {})),
         backoff_limit=_as_int("backoff_limit", pick("backoff_limit", 2)),

@@ -3,8 +3,8 @@
 spec_checks.check_local_paths keeps local paths under [training] local_roots. A root set wide (/tmp, /, or left
 empty = anywhere) must not reopen the hole the local backend had: `inputs: {"x": "<AIRFLOW_HOME>/airflow.cfg"}`
 handed Airflow's config (or its DB, or another job's root) to user code as a channel. So whatever the roots, a local
-path that is, lies inside or holds Airflow's config, SQLite DB, secrets file or the workspace is refused in the first
-task. Symlinks are resolved first.
+path that is, lies inside or holds Airflow's config, SQLite DB, secrets file, the simple auth manager's password file,
+the logs or the workspace is refused in the first task. Symlinks are resolved first.
 """
 
 from __future__ import annotations
@@ -35,13 +35,34 @@ def in_platform_area(field: str, path: str, areas: Mapping[str, tuple[str, ...]]
     return any(field in fields and _under(real, os.path.realpath(top)) for top, fields in (areas or {}).items())
 
 
+def _configured(section: str, key: str, fallback: str) -> str:
+    try:
+        from airflow.configuration import conf
+
+        return conf.get(section, key, fallback=fallback) or fallback
+    except Exception:  # noqa: BLE001 - no Airflow config here: its default place
+        return fallback
+
+
+def in_closed_area(path: str, areas: Mapping[str, tuple[str, ...]] | None) -> bool:
+    """Whether `path` lies in an area no spec field may name (an area with no fields: other users' staged code)."""
+    real = os.path.realpath(path)
+    return any(not fields and _under(real, os.path.realpath(top)) for top, fields in (areas or {}).items())
+
+
 def airflow_private_paths(workspace: str) -> list[str]:
-    """Airflow's own files on this worker, and the workspace (job roots and the cache)."""
+    """Airflow's own files on this worker (config, DB, secrets, the simple auth manager's passwords, task and
+    component logs), and the workspace (job roots and the cache)."""
     home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
     paths = [os.environ.get("AIRFLOW_CONFIG") or os.path.join(home, "airflow.cfg"),
              os.path.join(home, "airflow.db"), os.path.join(home, "airflow-secrets.env"),
-             os.path.join(home, "webserver_config.py"), workspace]
-    return [os.path.realpath(p) for p in paths]
+             os.path.join(home, "webserver_config.py"),
+             os.path.join(home, "simple_auth_manager_passwords.json.generated"),
+             _configured("core", "simple_auth_manager_passwords_file",
+                         os.path.join(home, "simple_auth_manager_passwords.json.generated")),
+             os.path.join(home, "logs"), _configured("logging", "base_log_folder", os.path.join(home, "logs")),
+             workspace]
+    return list(dict.fromkeys(os.path.realpath(p) for p in paths))
 
 
 def spec_local_uris(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:

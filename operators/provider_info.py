@@ -57,6 +57,9 @@ TRAINING = {
                                  "comma-separated, beyond the built-in allowlist.", "", example="WANDB_API_KEY"),
     "sdk_code_max_bytes": _option("Largest code archive (bytes) the SDK's staging endpoint accepts; larger uploads "
                                   "are refused (413): data belongs in input channels.", "67108864", "integer"),
+    "sdk_code_quota_bytes": _option("Bytes of uploaded code one user may keep in the SDK's staging area (each user's "
+                                    "uploads are their own: another user's are never a source_dir); over it an "
+                                    "upload is refused (413).", "536870912", "integer"),
     "local_lease_seconds": _option("How long a local training whose task process died keeps running, waiting for "
                                    "the task's retry to reattach to it, before it stops itself; above [scheduler] "
                                    "task_instance_heartbeat_timeout plus the launch task's retry delay.", "900",
@@ -89,11 +92,19 @@ KUBERNETES = {
     "ttl_seconds_after_finished": _option("Seconds a finished Job is kept.", "600", "integer"),
     "run_as_user": _option("uid training containers run as.", "1000", "integer"),
     "deferrable": _option("Wait for training Jobs in the triggerer (no worker slot held).", "True", "boolean"),
+    "profiles": _option("JSON object: profile name -> namespace, service_account, workspace_pvc, workspace_subpath, "
+                        "run_as_user, security_context, container_security_context (what weakens or moves "
+                        "isolation). A spec picks one with kubernetes.profile and may not set those fields itself; "
+                        "the settings above are the profile 'default'. Empty = only 'default'.", "",
+                        example='{"team-a": ' + '{"namespace": "team-a", "service_account": "trainer"}}'),
 }
 
 DOCKER = {
     "docker_conn_id": _option("Docker connection id for registry login; empty = none.", ""),
     "docker_url": _option("The Docker engine.", "unix://var/run/docker.sock"),
+    "host_workspace": _option("The workspace's path on the Docker engine's host, when the worker sees it elsewhere "
+                              "(a worker in a container); empty = the same path. An admin setting: a job cannot "
+                              "choose what the engine bind-mounts.", ""),
 }
 
 

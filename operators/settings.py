@@ -109,10 +109,25 @@ class TrainingSettings:
         """The SDK's default output_path when its code went through the workspace."""
         return os.path.join(self.workspace, "models")
 
+    def user_code_dir(self, user: str) -> str:
+        """Where one user's SDK code uploads land: no user can name another's as a source_dir."""
+        from operators.sdk_uploads import user_dir_name
+
+        return os.path.join(self.code_staging_dir, user_dir_name(user))
+
     @property
     def platform_areas(self) -> dict[str, tuple[str, ...]]:
-        """Workspace directories a spec may name, and for which fields (operators.local_paths)."""
-        return {self.code_staging_dir: ("source_dir",), self.models_dir: ("output_path", "resume_from")}
+        """Workspace directories a spec may name, and for which fields (operators.local_paths); an area with no
+        fields is the platform's and refused for every field (the staging area of other users' code)."""
+        return {self.code_staging_dir: (), self.models_dir: ("output_path", "resume_from")}
+
+    def platform_areas_for(self, user: str | None) -> dict[str, tuple[str, ...]]:
+        """platform_areas plus the triggering user's own uploaded code (none when the run has no triggering user:
+        a scheduled run names code in object storage or under [training] local_roots)."""
+        areas = dict(self.platform_areas)
+        if user:
+            areas[self.user_code_dir(user)] = ("source_dir",)
+        return areas
 
     def job_root(self, job_name: str) -> str:
         return os.path.join(self.jobs_dir, job_name)
@@ -134,12 +149,16 @@ class KubernetesSettings:
     ttl_seconds_after_finished: int = 600
     run_as_user: int = 1000
     deferrable: bool = True
+    # name -> {namespace, service_account, workspace_pvc, workspace_subpath, run_as_user, security_context,
+    # container_security_context}: what a spec's kubernetes.profile may pick (operators/kubernetes_profiles.py)
+    profiles: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class DockerSettings:
     docker_url: str = "unix://var/run/docker.sock"
     docker_conn_id: str = ""  # a docker connection (registry login); "" = none
+    host_workspace: str = ""  # the workspace's path on the engine's host when the worker sees it elsewhere
 
 
 def training_settings() -> TrainingSettings:
@@ -187,6 +206,7 @@ def kubernetes_settings() -> KubernetesSettings:
         ttl_seconds_after_finished=_get_int(s, "ttl_seconds_after_finished", 600),
         run_as_user=_get_int(s, "run_as_user", 1000),
         deferrable=_get_bool(s, "deferrable", True),
+        profiles=_get_json(s, "profiles", {}),
     )
 
 
@@ -195,7 +215,14 @@ def docker_settings() -> DockerSettings:
     return DockerSettings(
         docker_url=_get(s, "docker_url", "unix://var/run/docker.sock") or "unix://var/run/docker.sock",
         docker_conn_id=_get(s, "docker_conn_id", "").strip(),
+        host_workspace=_host_workspace(_get(s, "host_workspace", "").strip()),
     )
+
+
+def _host_workspace(value: str) -> str:
+    if value and not os.path.isabs(value):
+        raise ValueError(f"airflow.cfg [training.docker] host_workspace must be an absolute path, got {value!r}")
+    return value.rstrip("/") or value
 
 
 def sdk_code_max_bytes() -> int:
@@ -207,3 +234,9 @@ def secret_references() -> Any:
     """[training] secret_references: the JSON policy of which Airflow connections, Variables and Kubernetes Secrets
     the runs of which DAGs may reference (parsed and applied by operators/secret_policy.py); empty = none."""
     return _get_json("training", "secret_references", {})
+
+
+def sdk_code_quota_bytes() -> int:
+    """[training] sdk_code_quota_bytes: how many bytes of uploaded code one user may keep in the staging area
+    (512 MiB)."""
+    return _get_int("training", "sdk_code_quota_bytes", 512 * 1024 * 1024, minimum=1)

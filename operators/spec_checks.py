@@ -64,7 +64,7 @@ def check_connections(spec: JobSpec) -> None:
 
 
 def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None = None) -> None:
-    from operators.local_paths import in_platform_area
+    from operators.local_paths import in_closed_area, in_platform_area
 
     for field, uri in spec_uris(spec):
         if _scheme(uri) != "file":
@@ -72,6 +72,9 @@ def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None 
         path = _local_path(uri)
         if in_platform_area(field, path, areas):
             continue  # the SDK's uploaded code or its default models directory, in the workspace
+        if field == "source_dir" and in_closed_area(path, areas):
+            raise SpecError(field, f"{path} is code another user uploaded (or was staged without a triggering user); "
+                            "upload your own with the SDK, or name object storage or a path under local_roots")
         if roots and not any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
             raise SpecError(field, f"{path} is outside the local roots this Airflow allows ({', '.join(roots)}); "
                             "use a path under one of them or object storage ([training] local_roots)")
@@ -84,6 +87,23 @@ def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None 
                                 "directory); give a writable path")
         elif not os.path.exists(path):
             raise SpecError(field, f"{path} does not exist on the Airflow worker; check the path")
+
+
+def check_isolation_options(spec: JobSpec, kubernetes_settings: Any = None) -> None:
+    """The spec's kubernetes options set nothing its admin-defined profile does not (operators/kubernetes_profiles.py).
+    Docker's `user` and `host_workspace` are checked by the spec model itself (operators/spec_parts.py)."""
+    if spec.backend != "kubernetes":
+        return
+    from operators.kubernetes_profiles import ProfileError, check_spec_options
+
+    if kubernetes_settings is None:
+        from operators.settings import kubernetes_settings as read_settings
+
+        kubernetes_settings = read_settings()
+    try:
+        check_spec_options(spec.backend_options(), kubernetes_settings)
+    except ProfileError as err:
+        raise SpecError(f"kubernetes.{err.key}", err.problem) from None
 
 
 def check_backend(spec: JobSpec) -> None:
@@ -152,6 +172,7 @@ def check_world(spec: JobSpec, local_roots: tuple[str, ...] = (), areas: dict | 
     from operators.hooks.secret_refs import check_references
 
     check_local_paths(spec, local_roots, areas)
+    check_isolation_options(spec)
     check_connections(spec)
     check_references(spec.secret_references())
     check_backend(spec)

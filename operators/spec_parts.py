@@ -124,8 +124,12 @@ REFERENCE_FORMS = '{"variable": "<Airflow Variable key>"} or {"connection": "<co
 
 
 class KubernetesOptions(Strict):
-    """Per-job Kubernetes options; empty ones take airflow.cfg [training.kubernetes]."""
+    """Per-job Kubernetes options; empty ones take airflow.cfg [training.kubernetes]. Where the pod runs and what it
+    may do (namespace, service account, workspace volume, uid, security contexts) come from the admin-defined profile
+    the spec names: setting them to anything else is refused in the first task (operators/kubernetes_profiles.py)."""
 
+    profile: str | None = Field(None, max_length=253, description="An admin-defined profile ([training.kubernetes] "
+                                "profiles): namespace, service account, security contexts; empty: default.")
     namespace: str | None = Field(None, max_length=63, description="Namespace of the Job.")
     workspace_pvc: str | None = Field(None, description="ReadWriteMany claim holding the workspace.")
     workspace_subpath: str | None = Field(None, description="Where the workspace lives inside that volume.")
@@ -137,7 +141,7 @@ class KubernetesOptions(Strict):
     tolerations: list[dict[str, Any]] | None = None
     keep_finished_jobs: bool | None = None
     ttl_seconds_after_finished: Count | None = Field(None, ge=0)
-    run_as_user: Count | None = Field(None, ge=0)
+    run_as_user: Count | None = Field(None, ge=1)
     security_context: dict[str, Any] | None = Field(None, description="Pod securityContext fields (camelCase).")
     container_security_context: dict[str, Any] | None = None
     labels: dict[str, str] | None = None
@@ -175,6 +179,27 @@ class DockerOptions(Strict):
     secret_variables: dict[str, str] | None = Field(
         None, description='Variable -> Airflow Variable key, read at launch into a read-only file '
         '(e.g. {"WANDB_API_KEY": "wandb_api_key"}).')
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str | None) -> str | None:
+        from operators.container_users import root_part
+
+        if value is None or not value.strip():
+            return None
+        part = root_part(value)
+        if part:
+            raise spec_error(f"is {json_text(value)}, whose {part} is root: training containers never run as root; "
+                             "give a non-root uid:gid (e.g. 1000:1000), or leave it out to use the image's user")
+        return value.strip()
+
+    @field_validator("host_workspace")
+    @classmethod
+    def _host_workspace(cls, value: str | None) -> str | None:
+        if value:
+            raise spec_error("is an admin setting (what the Docker engine bind-mounts): remove it from the spec; an "
+                             "admin sets [training.docker] host_workspace in airflow.cfg")
+        return None
 
     def launch_options(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True, exclude_defaults=True)

@@ -26,7 +26,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def is_root(user: str | None) -> bool:
-    return (user or "").split(":")[0] in ("", "0", "root")
+    """Root by number after parsing ("", "0", "00", "root"): operators/container_users.py."""
+    from operators.container_users import root_part
+
+    return root_part(user or "") == "user"
 
 
 def numeric_ids(user: str) -> tuple[int, int | None] | None:

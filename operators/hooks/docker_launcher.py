@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 from airflow.providers.common.compat.sdk import BaseHook
 
 from operators.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
+from operators.container_users import root_part
 from operators.hooks import docker_access as access
 from operators.hooks import docker_engine as engine
 from operators.hooks.docker_containers import INDEX_LABEL, container_configs, container_name
@@ -79,15 +80,20 @@ class DockerLauncherHook(BaseHook):
             known = ", ".join(OPTION_KEYS)
             raise ValueError(f"docker option '{unknown[0]}' is not a known option; use one of: {known}")
         user = str(options.get("user") or "").strip() or None
-        if user and access.is_root(user):
+        if user and root_part(user):
             raise ValueError(f"docker option user is {user!r}: training containers never run as root; give a non-root "
                              "uid:gid, or leave it out to use the image's user")
+        from operators.settings import docker_settings  # host paths are an admin setting, never a job's option
+
+        if options.get("host_workspace"):
+            raise ValueError("docker option host_workspace is an admin setting: set [training.docker] host_workspace "
+                             "in airflow.cfg, not in the job")
         return {
             "user": user,
             "secret_variables": options.get("secret_variables") or {},
             "shm_size": options.get("shm_size", "1Gi") or None,
             "keep_containers": bool(options.get("keep_containers", False)),
-            "host_workspace": options.get("host_workspace") or None,
+            "host_workspace": docker_settings().host_workspace or None,
             "image_pull_grace_seconds": float(options.get("image_pull_grace_seconds", 600)),
             "poll_interval": float(options.get("poll_interval", 1.0)),
             "stop_timeout": int(options.get("stop_timeout", 10)),
@@ -222,6 +228,9 @@ class DockerLauncherHook(BaseHook):
                         "(set the docker option user to choose)")
                 user = access.DEFAULT_USER
         ids = access.numeric_ids(user) or engine.ids_in_image(self.client, image, user)
+        if ids[0] == 0:  # a name of the image (or its USER) that is uid 0 by another name
+            raise ValueError(f"docker option user {user!r} is uid 0 in image {image}: training containers never run "
+                             "as root; give a non-root uid:gid")
         if access.worker_is_root():
             changed = access.give_job_root(request.job_root, *ids)
             if changed:

@@ -55,8 +55,10 @@ class ValidateSpecOperator(BaseOperator):
             # allow for this DAG is refused unread.
             refs = references(spec.to_dict())
             policy.check(self.dag_id, refs)
-            check_world(spec, settings.local_roots, settings.platform_areas)
-            check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace), settings.platform_areas)
+            # the SDK's uploaded code is the triggering user's own (operators/sdk_uploads.py)
+            areas = settings.platform_areas_for(getattr(context["dag_run"], "triggering_user_name", None))
+            check_world(spec, settings.local_roots, areas)
+            check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace), areas)
         except SpecError as err:
             for line in getattr(err, "details", ()):  # every problem pydantic found, for the log only
                 self.log.info("spec problem: %s", line)

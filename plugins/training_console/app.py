@@ -7,7 +7,9 @@
     /training-jobs/api/jobs/.../artifacts/{name}              model.tar.gz, metrics.json, failure, output.tar.gz
 
 Every data route needs a logged-in Airflow user (the UI's `_token` cookie or a bearer token) with read access to the
-DAG; the page calls Airflow's own REST API for logs and actions (stop, trigger a clone).
+DAG (the list: only the DAGs the auth manager lets the user read); so do /openapi.json and /docs. Files, the failure
+reason and metrics come only from the validated spec, within the allowed roots (training_console/spec_access.py).
+The page calls Airflow's own REST API for logs and actions (stop, trigger a clone).
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 
 from training_console import artifacts
+from training_console.docs_behind_login import add_docs_behind_login
+from training_console.spec_access import check_served_paths, require_validated
 from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
 
 STATIC = Path(__file__).parent / "static"
 ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
 CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 
-app = FastAPI(title="Training jobs", description="The training-jobs view of the training-job platform")
+app = FastAPI(title="Training jobs", description="The training-jobs view of the training-job platform",
+              openapi_url=None, docs_url=None, redoc_url=None)
+add_docs_behind_login(app)
 
 
 def _now() -> datetime:
@@ -84,10 +90,18 @@ def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:
     raise HTTPException(404, f"no training job in DAG {dag_id!r} run {run_id!r} (map index {map_index})")
 
 
+def _readable_dags(user, session) -> set[str]:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session))
+
+
 @app.get("/api/jobs/{dag_id}/{run_id}/{map_index}", dependencies=[CAN_READ_RUN])
-def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> dict[str, Any]:
+def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
     job = _job(session, dag_id, run_id, map_index)
-    spec = job.spec
+    spec = job.spec  # the validated spec, or {}: a refused spec names no file
+    if spec:
+        check_served_paths(spec)
     summary = job.summary(_now())
     upload = job.xcoms.get("upload_artifacts") if isinstance(job.xcoms.get("upload_artifacts"), dict) else {}
     output = artifacts.output_uri(spec)
@@ -106,7 +120,8 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> di
         "artifacts": listed,
         "failure": artifacts.failure_reason(spec, upload, job.state("launch_training")),
         "hosts": artifacts.hosts(spec),
-        "resume_parent": artifacts.parent_of(session, spec.get("resume_from")),
+        "resume_parent": artifacts.parent_of(session, spec.get("resume_from"),
+                                             dag_ids=_readable_dags(user, session)),
     }
 
 
@@ -114,6 +129,9 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> di
 def get_metrics(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> dict[str, Any]:
     job = _job(session, dag_id, run_id, map_index)
     status, _ = job.status()
+    if not job.spec:
+        return {"status": status, "final": {}, "series": {}}
+    check_served_paths(job.spec)
     return {"status": status, **artifacts.metrics(job.spec, live=status in ("running", "queued"))}
 
 
@@ -122,7 +140,9 @@ def get_artifact(dag_id: str, run_id: str, map_index: int, name: str, session: S
     if name not in ARTIFACTS:
         raise HTTPException(404, f"unknown artifact {name!r}; one of {', '.join(ARTIFACTS)}")
     job = _job(session, dag_id, run_id, map_index)
-    return artifacts.respond(job.spec, name)
+    spec = require_validated(job.spec)
+    check_served_paths(spec)
+    return artifacts.respond(spec, name)
 
 
 def _iso(value) -> str | None:

@@ -77,14 +77,15 @@ def hosts(spec: Mapping[str, Any]) -> list[str]:
     return [f"algo-{i + 1}" for i in range(count)]
 
 
-def parent_of(session, resume_from: str | None) -> dict[str, Any] | None:
-    """The job whose model a resumed job started from, named by the URI: <output_path>/<job>/output/model.tar.gz."""
+def parent_of(session, resume_from: str | None, dag_ids=None) -> dict[str, Any] | None:
+    """The job whose model a resumed job started from, named by the URI: <output_path>/<job>/output/model.tar.gz;
+    looked for only in `dag_ids` (the DAGs the caller may read), when given."""
     if not resume_from or resume_from == "latest" or not resume_from.endswith("/output/model.tar.gz"):
         return {"job_name": None, "uri": resume_from} if resume_from else None
     parent_name = resume_from.rstrip("/").split("/")[-3]
     from training_console.jobs import load_jobs_cached
 
-    for job in load_jobs_cached(session):
+    for job in load_jobs_cached(session, dag_ids=dag_ids):
         if job.spec.get("job_name") == parent_name:
             return {"job_name": parent_name, "uri": resume_from, **job.key}
     return {"job_name": parent_name, "uri": resume_from}

@@ -37,14 +37,18 @@ class Job:
 
     @property
     def spec(self) -> dict[str, Any]:
+        """The spec validate_spec pushed, or {}: the raw conf of a refused spec never names files or connections."""
         validated = self.xcoms.get("validate_spec")
-        if isinstance(validated, dict):
-            return validated
-        return dict(self.conf) if not self.prefix else {}
+        return validated if isinstance(validated, dict) else {}
 
     @property
     def key(self) -> dict[str, Any]:
         return {"dag_id": self.dag_id, "run_id": self.run_id, "map_index": self.map_index}
+
+    def _requested_name(self) -> str:
+        """The job_name the conf asked for, shown (only shown) while the spec is not validated."""
+        name = self.conf.get("job_name") if not self.prefix and isinstance(self.conf, Mapping) else None
+        return name if isinstance(name, str) else ""
 
     def state(self, stage: str) -> str | None:
         return (self.tis.get(stage) or (None,))[0]
@@ -81,7 +85,7 @@ class Job:
         created = self.created()
         return {
             **self.key,
-            "job_name": spec.get("job_name") or "",
+            "job_name": spec.get("job_name") or self._requested_name(),
             "base_job_name": spec.get("base_job_name") or "",
             "status": status,
             "failed_stage": failed_stage,

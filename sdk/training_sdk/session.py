@@ -209,11 +209,14 @@ class Session:
                      {"new_state": state})
 
     def upload_code(self, dag_id: str, archive: bytes, sha256: str) -> dict[str, Any]:
-        """Upload a packed source_dir into the workspace's staging area (plugins/training_sdk_api.py)."""
+        """Upload a packed source_dir into the caller's part of the workspace's staging area (plugins/
+        training_sdk_api.py); the answer's source_dir is where it landed."""
         try:
             return self.request("PUT", f"{UPLOAD_PREFIX}/code/{sha256}.tar.gz", data=archive,
                                 content_type="application/gzip", params={"dag_id": dag_id}, timeout=600)
         except ApiError as err:
+            if err.status == 404 and "does not exist" in _detail_text(err.detail):  # the endpoint's own answer
+                raise TrainingSdkError(_detail_text(err.detail)) from None
             if err.status == 404:
                 raise TrainingSdkError(f"{self.api_url} has no code upload endpoint ({UPLOAD_PREFIX}): is the "
                                        f"training_sdk_api plugin in its plugins folder? Or give code_location=") \

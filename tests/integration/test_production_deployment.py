@@ -30,6 +30,9 @@ FAST_RECOVERY = {
     # the Variable the mark-failed test's job references ([training] secret_references; default: none)
     "AIRFLOW__TRAINING__SECRET_REFERENCES": json.dumps({"training_job": {"variables": ["mark_failed_token"]}}),
 }
+# A job's namespace is the admin's choice (docs/security.md): each Kubernetes test's namespace is a profile it names.
+PROFILES = {"prod-triggerer-restart": {"namespace": "prod-triggerer-restart"},
+            "prod-mark-failed": {"namespace": "prod-mark-failed"}}
 
 # The training: counts its starts in the job root, prints a numbered line a second, writes a model.
 SCRIPT = """
@@ -48,7 +51,8 @@ SCRIPT = """
 
 @pytest.fixture(scope="module")
 def production(tmp_path_factory, postgres_server):
-    with airflow_deployment(tmp_path_factory, db_url=postgres_server.url, extra_env=FAST_RECOVERY,
+    env = {**FAST_RECOVERY, "AIRFLOW__TRAINING_KUBERNETES__PROFILES": json.dumps(PROFILES)}
+    with airflow_deployment(tmp_path_factory, db_url=postgres_server.url, extra_env=env,
                             name="airflow-production") as server:
         server.postgres = postgres_server
         yield server
@@ -178,7 +182,7 @@ def test_a_triggerer_restarted_while_a_kubernetes_job_waits_shows_no_log_line_tw
     from kube_cluster import PLAY, make_namespace
 
     server = production
-    namespace = make_namespace(kube_admin["core"], server.home / "workspace")
+    namespace = make_namespace(kube_admin["core"], server.home / "workspace", name="prod-triggerer-restart")
     try:
         extra = json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)})
         status, body = server.api.call("POST", "/api/v2/connections", {
@@ -193,7 +197,7 @@ def test_a_triggerer_restarted_while_a_kubernetes_job_waits_shows_no_log_line_tw
             "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "models"),
             "resources": {"cpu": "1", "memory": "1Gi"},
             # kwok's container "runs" 90 s; its log (tools/k8s: 500 numbered lines) is served at once
-            "kubernetes": {"namespace": namespace, "annotations": {PLAY + "run": "90s"}}}, run_id=name)
+            "kubernetes": {"profile": namespace, "annotations": {PLAY + "run": "90s"}}}, run_id=name)
 
         def streamed() -> str:
             ti = server.api.call("GET", f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training")[1]
@@ -222,7 +226,7 @@ def test_marking_a_deferred_kubernetes_task_failed_deletes_its_job_through_the_t
     from kube_cluster import PLAY, make_namespace
 
     server, core, batch = production, kube_admin["core"], kube_admin["batch"]
-    namespace = make_namespace(core, server.home / "workspace")
+    namespace = make_namespace(core, server.home / "workspace", name="prod-mark-failed")
     name = "prod-mark-failed"
 
     def left() -> dict:
@@ -245,7 +249,7 @@ def test_marking_a_deferred_kubernetes_task_failed_deletes_its_job_through_the_t
             "job_name": name, "backend": "kubernetes", "image_uri": "training-base:latest",
             "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "models"),
             "environment": {"TOKEN": {"variable": "mark_failed_token"}},  # so the Job has a Secret to delete too
-            "kubernetes": {"namespace": namespace, "annotations": {PLAY + "run": "600s"}}}, run_id=name)
+            "kubernetes": {"profile": namespace, "annotations": {PLAY + "run": "600s"}}}, run_id=name)
         ti_path = f"/api/v2/dags/training_job/dagRuns/{name}/taskInstances/launch_training"
 
         def waiting() -> bool:

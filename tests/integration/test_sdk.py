@@ -151,13 +151,13 @@ def test_a_failing_job_raises_with_its_reason(session, tmp_path, capsys):
 
 def test_a_bad_spec_is_refused_on_the_client_before_anything_is_uploaded(session, airflow_server, tmp_path):
     staging = Path(airflow_server.home, "workspace", "staging", "code")
-    before = sorted(staging.iterdir()) if staging.is_dir() else []
+    before = sorted(staging.rglob("*")) if staging.is_dir() else []
     runs = len(session.dag_runs("training_job", 100))
     est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, TRAIN_SCRIPT)), instance_count=0,
                     session=session)
     with pytest.raises(SpecValidationError, match="'instance_count': 0 is less than the minimum of 1"):
         est.fit()
-    assert (sorted(staging.iterdir()) if staging.is_dir() else []) == before
+    assert (sorted(staging.rglob("*")) if staging.is_dir() else []) == before
     assert len(session.dag_runs("training_job", 100)) == runs
 
 
@@ -319,4 +319,4 @@ def test_the_staging_upload_refuses_oversized_or_altered_code(session, airflow_s
         unauthenticated.upload_code("training_job", body, hashlib.sha256(body).hexdigest())
     assert err.value.status in (401, 403)
     staged = Path(airflow_server.home, "workspace", "staging", "code")
-    assert not any(p.name.startswith("0000") or p.suffix == ".partial" for p in (staged.iterdir() if staged.is_dir() else []))
+    assert not any(p.name.startswith("0000") or p.suffix == ".partial" for p in (staged.rglob("*") if staged.is_dir() else []))

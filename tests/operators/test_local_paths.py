@@ -67,3 +67,18 @@ def test_the_sdks_areas_of_the_workspace_are_the_only_exceptions(home):
         check_private_paths(spec(output_path=str(staging)), private(home), areas)
     with pytest.raises(SpecError, match="^source_dir"):
         check_private_paths(spec(source_dir=archive), private(home))
+
+
+def test_the_simple_auth_managers_passwords_and_the_logs_are_refused(home, monkeypatch):
+    generated = home / "simple_auth_manager_passwords.json.generated"
+    generated.write_text("{}")
+    configured = home / "passwords.json"
+    configured.write_text("{}")
+    (home / "logs" / "dag_id=training_job").mkdir(parents=True)
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(configured))
+    for uri, field in ((str(generated), "inputs.x"), (str(configured), "inputs.x"),
+                       (str(home / "logs" / "dag_id=training_job"), "inputs.x"),
+                       (f"file://{home / 'logs'}", "output_path")):
+        fields = {"inputs": {"x": uri}} if field == "inputs.x" else {field: uri}
+        with pytest.raises(SpecError, match=f"^{field}: .*Airflow's own files"):
+            check_private_paths(spec(**fields), private(home))

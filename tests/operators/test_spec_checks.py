@@ -125,3 +125,22 @@ def test_a_reference_that_cannot_be_read_fails_the_first_task(monkeypatch):
     spec = validate_spec({**BASE, "environment": {"WANDB_API_KEY": {"variable": "absent_key"}}})
     err = fails(check_world, spec)
     assert err.field == "environment.WANDB_API_KEY" and "'absent_key' cannot be read" in str(err)
+
+
+def test_a_source_dir_in_another_users_staged_code_is_refused(tmp_path, monkeypatch):
+    from operators.settings import TrainingSettings
+
+    settings = TrainingSettings(workspace=str(tmp_path / "ws"))
+    mine, theirs = settings.user_code_dir("alice"), settings.user_code_dir("bob")
+    for folder in (mine, theirs):
+        os.makedirs(folder)
+        open(os.path.join(folder, "ab" * 32 + ".tar.gz"), "wb").close()
+    archive = "ab" * 32 + ".tar.gz"
+    spec = validate_spec({**BASE, "source_dir": os.path.join(mine, archive), "output_path": str(tmp_path / "out")})
+    check_local_paths(spec, (str(tmp_path / "out"),), settings.platform_areas_for("alice"))
+    for user in ("bob", None):  # another user, or a run nobody triggered (a schedule)
+        err = fails(check_local_paths, spec, (str(tmp_path / "out"),), settings.platform_areas_for(user))
+        assert str(err).startswith("source_dir: ") and "another user uploaded" in str(err)
+    for source in (os.path.join(theirs, archive), settings.code_staging_dir):  # theirs, or everyone's at once
+        other = validate_spec({**BASE, "source_dir": source, "output_path": str(tmp_path / "out")})
+        assert "another user uploaded" in str(fails(check_local_paths, other, (), settings.platform_areas_for("alice")))

@@ -44,9 +44,27 @@ def test_kubernetes_options_in_the_same_spec_are_ignored_unknown_ones_and_root_r
     assert hook.configs(make_request(tmp_path, options=spec.backend_options()))
     with pytest.raises(ValueError, match="docker option 'namespace' is not a known option"):
         hook.configs(make_request(tmp_path, options={"namespace": "ml"}))
-    for root in ("0", "root", "0:0"):
+    for root in ("0", "root", "0:0", "00", "1000:0"):
         with pytest.raises(ValueError, match="training containers never run as root"):
             hook.run(make_request(tmp_path, options={"user": root}), lambda line: None)
+
+
+def test_a_user_name_that_is_uid_0_in_the_image_is_refused(tmp_path, monkeypatch):
+    hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
+    monkeypatch.setattr(docker_engine, "ids_in_image", lambda client, image, user: (0, 0))
+    hook.__dict__["client"] = object()  # no engine: the image's answer is the patched ids_in_image
+    request = make_request(tmp_path, options={"user": "toor"})
+    with pytest.raises(ValueError, match="docker option user 'toor' is uid 0 in image .*never run as root"):
+        hook._run_as(request, hook._options(request), IMAGE, lambda line: None)
+
+
+def test_host_workspace_comes_from_airflow_cfg_only(tmp_path, monkeypatch):
+    hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match=r"host_workspace is an admin setting: set \[training.docker\]"):
+        hook.configs(make_request(tmp_path, options={"host_workspace": "/"}))
+    monkeypatch.setenv("AIRFLOW__TRAINING_DOCKER__HOST_WORKSPACE", "/srv/airflow/workspace")
+    binds = hook.configs(make_request(tmp_path))[0]["HostConfig"]["Binds"]
+    assert binds[0].startswith("/srv/airflow/workspace/jobs/cifar-train:")
 
 
 class FakeRegistryEngine:

@@ -1,0 +1,78 @@
+"""Kubernetes profiles: what weakens or moves a training pod's isolation is an admin's choice, never a spec's.
+
+An admin defines profiles in airflow.cfg ([training.kubernetes] profiles, JSON: name -> fields below); the
+[training.kubernetes] settings themselves are the profile `default`. A spec names one (`kubernetes.profile`) and may
+not set the profile's fields itself: a namespace, a service account (its token), the workspace volume, the pod's and
+container's security contexts and the uid are where a tenant's pod runs and what it may do. A spec that repeats the
+profile's own value is accepted (nothing changes); any other value is refused with one line naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+PROFILE_FIELDS = ("namespace", "service_account", "workspace_pvc", "workspace_subpath", "run_as_user",
+                  "security_context", "container_security_context")
+DEFAULT_PROFILE = "default"
+
+
+class ProfileError(ValueError):
+    """An option the profile decides: `key` names it, `problem` says what and what to do."""
+
+    def __init__(self, key: str, problem: str):
+        self.key, self.problem = key, problem
+        super().__init__(f"kubernetes option '{key}' {problem}")
+
+
+def _fail(key: str, problem: str, fix: str) -> ProfileError:
+    return ProfileError(key, f"{problem}; {fix}")
+
+
+def profiles(settings: Any) -> dict[str, dict[str, Any]]:
+    """name -> the profile's fields, `default` (the settings) included; a bad setting is one line naming it."""
+    default = {"namespace": settings.namespace, "service_account": settings.service_account,
+               "workspace_pvc": settings.workspace_pvc, "workspace_subpath": "", "run_as_user": settings.run_as_user,
+               "security_context": {}, "container_security_context": {}}
+    configured = getattr(settings, "profiles", None) or {}
+    if not isinstance(configured, Mapping):
+        raise ValueError("airflow.cfg [training.kubernetes] profiles must be a JSON object: name -> fields; fix it")
+    result = {DEFAULT_PROFILE: default}
+    for name, fields in configured.items():
+        if not isinstance(fields, Mapping) or set(fields) - set(PROFILE_FIELDS):
+            extra = sorted(set(fields) - set(PROFILE_FIELDS)) if isinstance(fields, Mapping) else []
+            raise ValueError(f"airflow.cfg [training.kubernetes] profiles.{name} must be an object of "
+                             f"{', '.join(PROFILE_FIELDS)}" + (f" (not {extra[0]!r})" if extra else "") + "; fix it")
+        result[str(name)] = {**default, **dict(fields)}
+    return result
+
+
+def profile_for(options: Mapping[str, Any], settings: Any) -> dict[str, Any]:
+    """The fields of the profile the options name (`profile`, default `default`); an unknown name -> ValueError."""
+    known = profiles(settings)
+    name = options.get("profile") or DEFAULT_PROFILE
+    if name not in known:
+        raise _fail("profile", f"is {name!r}, not a profile of this Airflow",
+                    f"use one of: {', '.join(sorted(known))} (airflow.cfg [training.kubernetes] profiles)")
+    return known[name]
+
+
+def check_spec_options(options: Mapping[str, Any], settings: Any) -> None:
+    """Refuse a spec's kubernetes options that set a profile field to anything but the named profile's value."""
+    profile = profile_for(options, settings)
+    for key in PROFILE_FIELDS:
+        value = options.get(key)
+        if value is None or _same(key, value, profile[key]):
+            continue
+        raise _fail(key, f"is {value!r}, but the {options.get('profile') or DEFAULT_PROFILE!r} profile sets "
+                    f"{profile[key]!r}", "leave it out, or name an admin-defined profile in kubernetes.profile "
+                    f"(profiles: {', '.join(sorted(profiles(settings)))})")
+
+
+def _same(key: str, given: Any, configured: Any) -> bool:
+    if key == "workspace_subpath":
+        return str(given).strip("/") == str(configured or "").strip("/")
+    if key == "run_as_user":
+        return str(given) == str(configured)
+    if isinstance(configured, Mapping):
+        return isinstance(given, Mapping) and dict(given) == dict(configured)
+    return str(given) == str(configured or "")
