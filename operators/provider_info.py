@@ -60,6 +60,10 @@ TRAINING = {
     "sdk_code_quota_bytes": _option("Bytes of uploaded code one user may keep in the SDK's staging area (each user's "
                                     "uploads are their own: another user's are never a source_dir); over it an "
                                     "upload is refused (413).", "536870912", "integer"),
+    "secret_references": _option("JSON: DAG id pattern -> {connections, variables, kubernetes_secrets} -> name "
+                                 "patterns the runs of those DAGs may reference in their spec (environment "
+                                 "references, connections, docker secret_variables, kubernetes secret_env / "
+                                 "env_from_secrets); empty = none (docs/security.md).", "", "string"),
     "local_lease_seconds": _option("How long a local training whose task process died keeps running, waiting for "
                                    "the task's retry to reattach to it, before it stops itself; above [scheduler] "
                                    "task_instance_heartbeat_timeout plus the launch task's retry delay.", "900",
