@@ -196,9 +196,9 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     # Local mode runs the user's own code on their own machine, where no Airflow secrets live, and must work
     # without Airflow's config: no bubblewrap sandbox unless asked for, and the launcher's allowlisted environment.
     # No Airflow config here, so every setting is given; no retry ever reattaches in local mode, so a training whose
-    # Python process died stops after a minute.
+    # Python process died stops after a minute. The network is the user's own machine's (no worker ports to hide).
     launcher = p["LocalLauncherHook"](sandbox=os.environ.get("TRAINING_LOCAL_SANDBOX", "none"), environment_names=(),
-                                      lease_seconds=60.0)
+                                      lease_seconds=60.0, network="host")
     hosts = p["write_job_configs"](spec, layout, launcher, channels)
     print(f"[training_sdk] local job {spec.job_name}: {files} code files, {len(channels)} channel(s), "
           f"{len(hosts)} host(s), job root {layout.root}", file=sys.stderr, flush=True)
