@@ -150,6 +150,18 @@ def hostile_world(tmp_path) -> dict:
 HOSTILE_LINKS = ("model/x", "model/secrets_dir", "output/data/leak", "checkpoints/leak.pt", "checkpoints/leak_dir")
 
 
+def assert_published_without_links(object_store, bucket: str, job_name: str, log: str) -> None:
+    """The hostile script's job published its regular files only (model, output data, checkpoint), and the task log
+    names every link it skipped."""
+    for archive, names in (("model.tar.gz", ["model.json"]), ("output.tar.gz", ["predictions.txt"])):
+        blob = object_store.get(bucket, f"models/{job_name}/output/{archive}")
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tf:
+            assert tf.getnames() == names, archive
+    assert object_store.keys(bucket, "ckpt/") == ["ckpt/real.pt"]
+    for link in HOSTILE_LINKS:
+        assert f"Skipped {link} " in log, link
+
+
 def assert_nothing_leaked(world: dict, blobs: dict[str, bytes]) -> None:
     """The secret's bytes are in none of `blobs` (archives are checked unpacked too), and the victim is unchanged."""
     import gzip
