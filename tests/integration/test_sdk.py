@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import socket
 import sys
 import tarfile
 import textwrap
@@ -36,24 +35,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # its own waits go up
 REPO = Path(__file__).resolve().parents[2]
 LOSS = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
 
-# Prints a line, then waits for the test to acknowledge it (the test starts listening on a loopback port when the
-# line reaches the client; a file would not do: the local sandbox shows the script only its job root): the job can
+# Prints a line, then waits for the test to acknowledge it (the test writes `ack` into the job root when the line
+# reaches the client; the local sandbox shows the script only its job root, and no port of the worker): the job can
 # only finish if its log is streamed while it runs, not fetched at the end.
 HANDSHAKE_SCRIPT = textwrap.dedent('''
-    import argparse, os, socket, sys, time
+    import argparse, os, sys, time
     p = argparse.ArgumentParser(); p.add_argument("--lr", type=float); p.add_argument("--epochs", type=int)
-    p.add_argument("--ack", type=int)
     a = p.parse_args()
     print("waiting-for-ack", flush=True)
+    ack = os.path.join(os.environ["SM_MODEL_DIR"], os.pardir, "ack")
     deadline = time.time() + 90
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", a.ack), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline:
-                sys.exit("the client never saw waiting-for-ack while the job ran")
-            time.sleep(0.2)
+    while not os.path.exists(ack):
+        if time.time() > deadline:
+            sys.exit("the client never saw waiting-for-ack while the job ran")
+        time.sleep(0.2)
     assert not os.path.exists("data"), "data/ should have been left out by .trainingignore"
     for epoch in range(a.epochs):
         print(f"epoch={epoch} loss={a.lr / (epoch + 1):.4f}", flush=True)
@@ -94,36 +89,34 @@ def session(airflow_server):
 
 
 class Acknowledger(io.TextIOBase):
-    """stdout while fit() streams: records every line and listens on the ack port when the script's line arrives."""
+    """stdout while fit() streams: records every line and writes `ack` into the job roots named `<prefix>*` when the
+    script's line arrives."""
 
-    def __init__(self, port: int):
-        self.port, self.lines, self.listener = port, [], None
+    def __init__(self, jobs_dir: Path, prefix: str):
+        self.jobs_dir, self.prefix, self.lines, self.acked = jobs_dir, prefix, [], []
 
     def write(self, text: str) -> int:
         for line in text.splitlines():
             self.lines.append(line)
-            if line == "waiting-for-ack" and self.listener is None:
-                self.listener = socket.create_server(("127.0.0.1", self.port))
+            if line == "waiting-for-ack" and not self.acked:
+                for root in self.jobs_dir.glob(f"{self.prefix}*"):
+                    (root / "ack").write_text("seen\n")
+                    self.acked.append(root.name)
         return len(text)
 
 
-def test_fit_streams_the_log_while_the_job_runs_and_returns_the_model(session, tmp_path, monkeypatch):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def test_fit_streams_the_log_while_the_job_runs_and_returns_the_model(session, tmp_path, monkeypatch, airflow_server):
     est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, HANDSHAKE_SCRIPT)), layout="sagemaker",
-                    hyperparameters={"lr": 0.4, "epochs": 3, "ack": port}, metric_definitions=LOSS,
+                    hyperparameters={"lr": 0.4, "epochs": 3}, metric_definitions=LOSS,
                     base_job_name="sdk-fit", session=session)
-    out = Acknowledger(port)
+    out = Acknowledger(Path(airflow_server.home, "workspace", "jobs"), "sdk-fit-")
     monkeypatch.setattr(sys, "stdout", out)
     try:
         job = est.fit()
     finally:
         monkeypatch.undo()
-        if out.listener is not None:
-            out.listener.close()
 
-    assert out.listener is not None
+    assert out.acked == [job.job_name]
     assert out.lines.index("waiting-for-ack") < out.lines.index("epoch=2 loss=0.1333")
     assert job.status == "Completed" and job.job_name.startswith("sdk-fit-")
     model = est.model_data()
