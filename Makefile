@@ -20,9 +20,12 @@ export MINIO_BIN
 K8S_VERSION := v1.34.4
 KWOK_VERSION := v0.7.0
 export K8S_BIN ?= $(TOOLS_CACHE)/k8s-$(K8S_VERSION)
+# Kueue (queues, quotas, all-or-nothing admission) next to it: the controller and its CRDs from its Go module.
+KUEUE_VERSION := v0.17.0
+export KUEUE_DIR ?= $(TOOLS_CACHE)/kueue-$(KUEUE_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: install lint sandbox-deps postgres db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools cluster cluster-down
+.PHONY: install lint sandbox-deps postgres db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools kueue cluster cluster-down
 
 # Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
 # fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
@@ -124,7 +127,7 @@ TEST_WORKERS ?= 4
 INTEGRATION_WORKERS ?= 2
 # A hung run ends here, with pytest's summary, not at CI's own limit (each test also has a limit: pyproject.toml).
 INTEGRATION_LIMIT ?= 3600
-test: install lint peers images browser-deps node-tools minio k8s-tools postgres
+test: install lint peers images browser-deps node-tools minio k8s-tools kueue postgres
 	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --ignore=tests/integration tests
 	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
 	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (23 min is usual): interrupted; the tests it was running are named above"; exit $$rc; }
@@ -137,13 +140,19 @@ test-fast: install peers minio
 k8s-tools:
 	GO=$(GO) K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) K8S_TAGS=nodes tools/k8s/build.sh
 
+# The Kueue controller and its CRDs (sigs.k8s.io/kueue at $(KUEUE_VERSION); cold build ~15 min on 2 busy cores, niced;
+# a no-op once cached): tools/kueue/build.sh.
+kueue:
+	GO=$(GO) KUEUE_VERSION=$(KUEUE_VERSION) KUEUE_DIR=$(KUEUE_DIR) tools/kueue/build.sh
+
 # A local Kubernetes control plane (kwok plays the node) on loopback; idempotent. Airflow's
 # kubernetes_default connection then points at it, so backend "kubernetes" needs no further set-up.
 # NODE=real adds a real node (containerd, kubelet, CoreDNS; tools/node/realnode.py) that takes the pods from kwok's,
 # with $(TRAINING_E2E_IMAGE) imported from the local Docker engine.
 NODE ?= kwok
-cluster: db k8s-tools $(if $(filter real,$(NODE)),node-tools images)
-	$(PY) tools/k8s/localcluster.py up --dir $(CLUSTER_DIR) --bin-dir $(K8S_BIN) --workspace $(CURDIR)/workspace
+cluster: db k8s-tools kueue $(if $(filter real,$(NODE)),node-tools images)
+	$(PY) tools/k8s/localcluster.py up --dir $(CLUSTER_DIR) --bin-dir $(K8S_BIN) --kueue-dir $(KUEUE_DIR) \
+		--workspace $(CURDIR)/workspace
 	$(if $(filter real,$(NODE)),$(PY) tools/node/realnode.py up --dir $(CLUSTER_DIR)/node --k8s-bin $(K8S_BIN) \
 		--kubeconfig $(CLUSTER_DIR)/kubeconfig --pki $(CLUSTER_DIR)/pki --image $(TRAINING_E2E_IMAGE))
 	@$(VENV)/bin/airflow connections delete kubernetes_default >/dev/null 2>&1 || true
@@ -159,7 +168,8 @@ cluster-down:
 # With NODE=real only the real-node tests run (kwok's tests need kwok's node); with kwok they start a private real node.
 test-cluster: install cluster $(if $(filter real,$(NODE)),,node-tools)
 	TRAINING_CLUSTER_DIR=$(CLUSTER_DIR) $(PY) -m pytest -v -s -rs -m cluster tests/integration/test_kubernetes_real_node*.py \
-		$(if $(filter real,$(NODE)),,tests/integration/test_kubernetes_local_cluster.py tests/integration/test_kubernetes_local_cluster_dag.py)
+		$(if $(filter real,$(NODE)),,tests/integration/test_kubernetes_local_cluster.py tests/integration/test_kubernetes_local_cluster_dag.py \
+		tests/integration/test_kubernetes_kueue.py)
 
 test-docker: install images
 	$(PY) -m pytest -v -rs -m docker

@@ -32,6 +32,8 @@ KUBERNETES_OPTION_KEYS = (
     "startup_timeout_seconds",
     "poll_interval",
     "propagation_policy",
+    "queue",
+    "queue_priority",
 )
 
 DOCKER_OPTION_KEYS = (

@@ -37,6 +37,7 @@ from operators.container_env import (  # noqa: F401  (LAYOUT_ROOTS, layout_root:
     layout_root,
     looks_like_secret,
 )
+from operators.hooks.kubernetes_queue import PRIORITY_LABEL, QUEUE_LABEL
 from operators.hooks.launcher import PLATFORM_EXIT_CODE, USER_EXIT_CODES  # noqa: F401
 from operators.kubernetes_names import (
     ORIGINAL_NAME_ANNOTATION,
@@ -288,6 +289,13 @@ def job_manifest(
             "spec": pod_spec,
         },
     }
+    if options.queue:
+        # Kueue admits the Job whole (every host's pods) or not at all: it waits suspended until then, and its
+        # activeDeadlineSeconds counts from admission (Kubernetes resets startTime on resume).
+        job_spec["suspend"] = True
+        labels = {**labels, QUEUE_LABEL: options.queue}
+        if options.queue_priority:
+            labels[PRIORITY_LABEL] = options.queue_priority
     if request.max_run_seconds:
         job_spec["activeDeadlineSeconds"] = int(request.max_run_seconds)
     if not options.keep_finished_jobs:

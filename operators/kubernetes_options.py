@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from operators.backend_options import KUBERNETES_OPTION_KEYS
 from operators.kubernetes_profiles import profile_for
+from operators.kubernetes_queues import queue_choice
 from operators.container_env import SecretInEnvError, looks_like_secret  # noqa: F401  (the policy lives there)
 from operators.kubernetes_names import (
     is_dns1123_label,
@@ -61,6 +62,8 @@ class KubernetesJobOptions:
     startup_timeout_seconds: int = 600  # a pod on a node that has not started its container by then has failed
     poll_interval: float = 5.0
     propagation_policy: str = "Foreground"
+    queue: str = ""  # Kueue LocalQueue: the Job is created suspended and admitted whole (operators/kubernetes_queues.py)
+    queue_priority: str = ""  # Kueue WorkloadPriorityClass
 
     def waiting(self) -> dict[str, float]:
         """How the job's watch waits (the same in the worker and in the triggerer)."""
@@ -135,6 +138,7 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
     # The profile (admin-defined, operators/kubernetes_profiles.py) gives where the pod runs and what it may do; the
     # spec cannot override it (spec_checks refuses that in the first task), only the platform's own callers can.
     profile = profile_for(options, settings)
+    queue, queue_priority = queue_choice(options, settings)
     namespace = str(pick("namespace", profile["namespace"]))
     if not is_dns1123_label(namespace):
         raise _fail("namespace", f"is {namespace!r}, not a valid namespace name", "use lowercase letters, digits, '-'")
@@ -208,6 +212,8 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         startup_timeout_seconds=_as_int("startup_timeout_seconds", pick("startup_timeout_seconds", 600), minimum=1),
         poll_interval=poll,
         propagation_policy=propagation,
+        queue=queue,
+        queue_priority=queue_priority,
     )
 
 

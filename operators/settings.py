@@ -152,6 +152,12 @@ class KubernetesSettings:
     # name -> {namespace, service_account, workspace_pvc, workspace_subpath, run_as_user, security_context,
     # container_security_context}: what a spec's kubernetes.profile may pick (operators/kubernetes_profiles.py)
     profiles: dict = field(default_factory=dict)
+    # Kueue (operators/kubernetes_queues.py): the LocalQueue every Job goes to ("" = Kueue not used), the others a
+    # spec's kubernetes.queue may pick, and likewise the WorkloadPriorityClass.
+    queue: str = ""
+    queues: tuple[str, ...] = ()
+    queue_priority: str = ""
+    queue_priorities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,10 @@ def kubernetes_settings() -> KubernetesSettings:
         run_as_user=_get_int(s, "run_as_user", 1000),
         deferrable=_get_bool(s, "deferrable", True),
         profiles=_get_json(s, "profiles", {}),
+        queue=_get(s, "queue", "").strip(),
+        queues=_get_list(s, "queues"),
+        queue_priority=_get(s, "queue_priority", "").strip(),
+        queue_priorities=_get_list(s, "queue_priorities"),
     )
 
 

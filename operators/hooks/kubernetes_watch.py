@@ -52,6 +52,7 @@ from operators.hooks.kubernetes_pods import (
     train_status,
 )
 from operators.hooks.kubernetes_log_cursors import CursorKeeper
+from operators.hooks.kubernetes_queue import GROUP, QUEUE_LABEL, VERSION, QueueStatus, queue_status, workload_of
 from operators.hooks.log_stream import Emit, LogCursor, deliver_line, since_seconds
 from operators.kubernetes_manifests import CONTAINER_NAME
 
@@ -100,6 +101,8 @@ class JobWatch:
         self.last_warning: dict[str, str] = {}  # pod uid -> its latest warning event
         self.said: set[str] = set()
         self.job_uid: str | None = None
+        self.queue_said: str | None = None  # the last queue line (Kueue), said again only when it changes
+        self.preempted: str | None = None  # Kueue's eviction of this Job, if any (see kubernetes_queue.py)
         self.started = time.monotonic()
         self.last_heartbeat = self.started
 
@@ -314,6 +317,46 @@ class JobWatch:
             self.say(line, key)
         return failure_event(USER_ERROR, refused, finished=False) if refused else None
 
+    def queue_verdict(self, job: Any, status: QueueStatus | None) -> dict[str, Any] | bool:
+        """A Job in a Kueue queue: report its Workload's state when it changes. Returns a failure event (it can
+        never be admitted), True while the Job waits suspended (no pods to judge; start-up clocks not running),
+        False when the pods decide."""
+        if status is None:
+            return False
+        if status.message != self.queue_said:
+            self.queue_said = status.message
+            self.say(status.message)
+        if status.state in ("preempted", "evicted"):
+            self.preempted = status.message
+        if status.state == "refused":
+            return failure_event(USER_ERROR, status.message, finished=False)
+        if job.spec is not None and job.spec.suspend:
+            # Queue time is not start-up time: startup_timeout_seconds and the no-pods hint count from admission.
+            self.started = time.monotonic()
+            self.starting_since.clear()
+            return True
+        return False
+
+    async def read_queue(self, objects: Any, job: Any) -> QueueStatus | None:
+        queue = ((job.metadata and job.metadata.labels) or {}).get(QUEUE_LABEL)
+        if not queue:
+            return None
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            listed = await objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "workloads")
+        except ApiException as err:
+            if err.status == 404:  # no Workload API: the label would keep the Job suspended for ever
+                return QueueStatus("refused", f"the Job is in Kueue queue {queue} but the cluster serves no Kueue "
+                                              "Workloads; install Kueue or unset [training.kubernetes] queue")
+            if err.status != 403:
+                raise
+            self.say(f"may not list Kueue Workloads in {self.namespace} (the Role needs workloads get/list/watch): "
+                     "the queue position is not shown", "workloads-403")
+            return QueueStatus("queued", f"queued in {queue}")
+        workloads = listed.get("items") or []
+        return queue_status(workload_of(job.metadata.uid, workloads), workloads, queue)
+
     def verdict(self, job: Any, pods: list[Any], events: list[Any] = ()) -> dict[str, Any] | None:
         self.observe(pods)
         conditions = {c.type: c for c in (job.status and job.status.conditions) or [] if c.status == "True"}
@@ -345,13 +388,13 @@ class JobWatch:
         return list(result.items or [])
 
     async def run(self) -> dict[str, Any]:
-        from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
+        from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 
         try:
             async with self.hook.get_conn() as api:
                 core, batch = CoreV1Api(api), BatchV1Api(api)
                 try:
-                    result = await self._watch(core, batch)
+                    result = await self._watch(core, batch, CustomObjectsApi(api))
                 except asyncio.CancelledError:  # the triggerer stops: keep the log position for the next one
                     await asyncio.wait_for(self.keeper.save(batch, self.cursors), 10)
                     raise
@@ -364,7 +407,7 @@ class JobWatch:
                       log_cursors={pod: list(cursor) for pod, cursor in self.cursors.items()})
         return result
 
-    async def _watch(self, core: Any, batch: Any) -> dict[str, Any]:
+    async def _watch(self, core: Any, batch: Any, objects: Any = None) -> dict[str, Any]:
         """Poll the Job, its pods and the namespace's warnings until a verdict."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -376,6 +419,7 @@ class JobWatch:
                 self.keeper.load(job, self.cursors)
                 pods = await self.list_pods(core)
                 events = await list_warnings(core, self.namespace)
+                queued = await self.read_queue(objects, job) if objects is not None else None
                 errors = 0
             except ApiException as err:
                 if err.status == 404:
@@ -388,7 +432,10 @@ class JobWatch:
                 await asyncio.sleep(self.poll_interval)
                 continue
             self.start_followers(core, pods)
-            result = self.verdict(job, pods, events)
+            waiting = self.queue_verdict(job, queued)
+            if isinstance(waiting, dict):
+                return waiting
+            result = None if waiting else self.verdict(job, pods, events)
             if result is not None:
                 return result
             await self.keeper.save(batch, self.cursors)

@@ -2,12 +2,15 @@
 (one binary built from pinned modules, see tools/k8s/go.mod) and kwok playing the node and its kubelet.
 
     python tools/k8s/localcluster.py up   [--dir .cluster] [--bin-dir DIR] [--workspace DIR] [--namespace training]
+                                          [--kueue-dir DIR | --no-kueue]
     python tools/k8s/localcluster.py down [--dir .cluster]
 
 `up` is idempotent: a running cluster in --dir is reused (its namespace, volume and node re-ensured).
 Everything listens on 127.0.0.1 on free ports, with TLS and client certificates; authorization is RBAC;
 admission is the apiserver's default set (Pod Security, Priority, ServiceAccount, ResourceQuota, ...).
 Pods get fake IPs from kwok: nothing ever connects to them.
+When Kueue is built (tools/kueue/build.sh), its controller runs too (tools/kueue/kueue.py says how), with a
+ClusterQueue `training` and the LocalQueues team-a and team-b in the namespace.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kueue"))
+import kueue  # noqa: E402
 from pki import write_pki  # noqa: E402
 
 K8S_VERSION = "v1.34.4"
@@ -41,6 +46,8 @@ CONTROLLERS = ["serviceaccount-controller", "serviceaccount-token-controller", "
                "persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller",
                "pod-garbage-collector-controller", "resourcequota-controller", "disruption-controller",
                "root-ca-certificate-publisher-controller", "clusterrole-aggregation-controller"]
+# The local cluster's own queue (make cluster): what kwok's node can hold, so quota is what decides admission.
+DEFAULT_QUOTA = {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
 LOG_LINES = 500  # lines of the CRI log file every pod "prints" (see write_pod_log)
 
 
@@ -56,8 +63,11 @@ def free_port() -> int:
 
 class LocalCluster:
     def __init__(self, directory: Path, bin_dir: Path = DEFAULT_BIN_DIR, workspace: Path | None = None,
-                 namespace: str = "training"):
+                 namespace: str = "training", kueue_dir: Path | None = kueue.DEFAULT_KUEUE_DIR):
         self.dir = directory.resolve()
+        # Kueue runs when it is built (make cluster builds it); None: never.
+        self.kueue_dir = kueue_dir if kueue_dir is not None and kueue.built(kueue_dir) else None
+        self.components = COMPONENTS + (["kueue"] if self.kueue_dir else [])
         self.bin_dir = bin_dir
         self.workspace = (workspace or self.dir / "workspace").resolve()
         self.namespace = namespace
@@ -89,7 +99,7 @@ class LocalCluster:
     # -- lifecycle
     def running(self) -> bool:
         state = self.state()
-        if not state or not all(_alive(state.get("pids", {}).get(c)) for c in COMPONENTS):
+        if not state or not all(_alive(state.get("pids", {}).get(c)) for c in self.components):
             return False
         try:
             return self._get("/readyz", state) == b"ok"
@@ -109,12 +119,12 @@ class LocalCluster:
 
     def down(self, quiet: bool = False) -> None:
         state = self.state()
-        for name in reversed(COMPONENTS):
+        for name in reversed(list(state.get("pids", {}))):
             pid = state.get("pids", {}).get(name)
             if _alive(pid) and _is_ours(pid, self.dir):
                 os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
-        for name in COMPONENTS:
+        for name in state.get("pids", {}):
             pid = state.get("pids", {}).get(name)
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -129,7 +139,8 @@ class LocalCluster:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self.workspace.mkdir(parents=True, exist_ok=True)
         write_pki(self.pki)
-        ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kwok")}
+        ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kwok", "kueue-webhook",
+                                                 "kueue-health")}
         state = {"ports": ports, "pids": {}, "version": K8S_VERSION}
         self._write_configs(ports)
         p = self.pki
@@ -172,9 +183,26 @@ class LocalCluster:
             f"--tls-cert-file={p / 'kwok-serving.crt'}", f"--tls-private-key-file={p / 'kwok-serving.key'}",
             "--cidr=10.244.0.1/16"])
         self.state_file.write_text(json.dumps(state))
+        if self.kueue_dir:
+            self._start_kueue(state)
+
+    def _start_kueue(self, state: dict) -> None:
+        from kubernetes import config
+
+        api = config.new_client_from_config(str(self.kubeconfig))
+        try:
+            kueue.install_crds(api, self.kueue_dir)
+            kueue.ensure_namespace(api)
+        finally:
+            api.close()
+        config_file = self.dir / "kueue.json"
+        kueue.write_config(config_file, self.dir / "kueue-certs", state["ports"]["kueue-webhook"],
+                           state["ports"]["kueue-health"])
+        self._spawn(state, "kueue", kueue.arguments(config_file, self.dir / "kubeconfigs" / "kueue"))
+        self.state_file.write_text(json.dumps(state))
 
     def _spawn(self, state: dict, name: str, args: list[str]) -> None:
-        binary = self.binary("kwok" if name == "kwok" else name)
+        binary = str(self.kueue_dir / "kueue") if name == "kueue" else self.binary(name)
         out = open(self.dir / "logs" / f"{name}.log", "ab")
         proc = subprocess.Popen([binary, *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=self.dir,
@@ -185,8 +213,9 @@ class LocalCluster:
         server = f"https://127.0.0.1:{ports['apiserver']}"
         kubeconfigs = self.dir / "kubeconfigs"
         kubeconfigs.mkdir(exist_ok=True)
+        # Kueue manages CRDs, webhooks and every namespace's Jobs: it runs as the admin (as its ClusterRole would).
         for name, cert in (("controller-manager", "controller-manager"), ("scheduler", "scheduler"),
-                           ("kwok", "kwok")):
+                           ("kwok", "kwok"), ("kueue", "admin")):
             (kubeconfigs / name).write_text(json.dumps(self.kubeconfig_dict(server, cert)))
         self.kubeconfig.write_text(json.dumps(self.kubeconfig_dict(server, "admin", embed=True), indent=1))
         self.kubeconfig.chmod(0o600)
@@ -273,7 +302,15 @@ class LocalCluster:
         # The TaintNodesByCondition admission gave the new node the not-ready taint; the node-lifecycle controller
         # that would lift it is not run (it would taint the node again whenever kwok renews a lease late).
         core.patch_node(NODE, {"spec": {"taints": None}})
+        if self.kueue_dir:
+            self._wait("Kueue", self.kueue_ready, 180)
+            kueue.ensure_queues(api, self.namespace, self.namespace, DEFAULT_QUOTA)
         api.close()
+
+    def kueue_ready(self) -> bool:
+        port = self.state()["ports"]["kueue-health"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+            return resp.status == 200
 
     # -- helpers
     def _get(self, path: str, state: dict) -> bytes:
@@ -349,8 +386,11 @@ def main(argv=None) -> int:
     parser.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN_DIR)
     parser.add_argument("--workspace", type=Path)
     parser.add_argument("--namespace", default="training")
+    parser.add_argument("--kueue-dir", type=Path, default=kueue.DEFAULT_KUEUE_DIR)
+    parser.add_argument("--no-kueue", action="store_true", help="do not run Kueue even when it is built")
     args = parser.parse_args(argv)
-    cluster = LocalCluster(args.dir, args.bin_dir, args.workspace, args.namespace)
+    cluster = LocalCluster(args.dir, args.bin_dir, args.workspace, args.namespace,
+                           None if args.no_kueue else args.kueue_dir)
     if args.command == "up":
         cluster.up()
     elif args.command == "down":
