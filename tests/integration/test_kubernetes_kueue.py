@@ -1,0 +1,142 @@
+"""Queues, quotas and all-or-nothing admission through Kueue, against the real local control plane (tools/k8s) and
+the real Kueue controller (built from sigs.k8s.io/kueue, tools/kueue), with kwok's node: pods "run" for the
+duration of their `run` annotation (tools/k8s/kwok/pod-stages.yaml). Each test gets its own namespace and a
+ClusterQueue of 2 CPUs (kueue_queues), so a 2-host job of 1 CPU a host takes the whole quota."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+
+from kube_cluster import PLAY
+from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
+from operators.hooks.launcher import USER_ERROR
+from test_kubernetes_local_cluster import asyncio_run_trigger, gone, job_pods, make_request, wait_for
+
+pytestmark = pytest.mark.cluster
+QUOTA = {"cpu": "2", "memory": "8Gi"}
+
+
+@pytest.fixture
+def kueue_queues(kube_cluster, kube_admin, kube_namespace, monkeypatch):
+    """A ClusterQueue of QUOTA for this test's namespace, its LocalQueues team-a and team-b, the priorities low and
+    high; the admin's lists in [training.kubernetes] name them."""
+    import kueue
+
+    if kube_cluster.kueue_dir is None:
+        pytest.skip(f"Kueue is not built in {kueue.DEFAULT_KUEUE_DIR}: run `make kueue` (make test does)")
+    kueue.ensure_queues(kube_admin["api"], kube_namespace, kube_namespace, QUOTA)
+    monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__QUEUES", "team-a,team-b")
+    monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__QUEUE_PRIORITIES", "low,high")
+    from kubernetes import client
+
+    objects = client.CustomObjectsApi(kube_admin["api"])
+
+    def queue_active(name):
+        queue = objects.get_namespaced_custom_object(kueue.GROUP, kueue.VERSION, kube_namespace, "localqueues", name)
+        conditions = {c["type"]: c["status"] for c in (queue.get("status") or {}).get("conditions") or []}
+        return conditions.get("Active") == "True"
+
+    wait_for("the LocalQueues active in Kueue", lambda: queue_active("team-a") and queue_active("team-b"), 60)
+    yield kube_namespace
+    kueue.delete_cluster_queue(kube_admin["api"], kube_namespace)
+
+
+class Launch(threading.Thread):
+    """hook.run() of one request in a thread (the same JobWatch the trigger runs), its lines kept."""
+
+    def __init__(self, request):
+        super().__init__(daemon=True)
+        self.request, self.lines, self.result, self.error = request, [], None, None
+
+    def run(self):
+        try:
+            hook = KubernetesLauncherHook()
+            hook.start(self.request)
+            self.result = hook.run(self.request, self.lines.append)
+        except Exception as err:  # noqa: BLE001 - the test reports it
+            self.error = err
+
+    def outcome(self, timeout: float = 120):
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.request.job_name} still running after {timeout:.0f}s: {self.lines[-10:]}"
+        assert self.error is None, (self.error, self.lines[-20:])
+        return self.result
+
+    def said(self, pattern: str) -> list[str]:
+        return [line for line in list(self.lines) if re.search(pattern, line)]
+
+
+def test_a_two_host_job_is_admitted_whole_and_runs_through_the_trigger(kueue_queues, kube_admin):
+    started = time.monotonic()
+    batch = kube_admin["batch"]
+    request = make_request("kq-whole", hosts=2, annotations={PLAY + "run": "2s"}, queue="team-a")
+    hook = KubernetesLauncherHook()
+    hook.start(request)
+    job = batch.read_namespaced_job("kq-whole", kueue_queues)
+    assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    event = asyncio_run_trigger(hook.trigger(request))  # the wait happens in the triggerer's watch
+    assert event["status"] == "success", event
+    pods = job_pods(kube_admin["core"], kueue_queues, "kq-whole")
+    assert sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1"]
+    print(f"2-host job admitted whole: {time.monotonic() - started:.1f}s")
+
+
+def test_jobs_wait_in_the_queue_while_the_quota_is_used_with_their_position_and_run_when_it_frees(kueue_queues):
+    started = time.monotonic()
+    first = Launch(make_request("kq-first", hosts=2, annotations={PLAY + "run": "8s"}, queue="team-a"))
+    first.start()
+    wait_for("the first job admitted", lambda: first.said(r"admitted by Kueue in team-a"), 60)
+    second = Launch(make_request("kq-second", hosts=2, annotations={PLAY + "run": "1s"}, queue="team-a"))
+    second.start()
+    wait_for("the second job queued", lambda: second.said(r"queued in team-a \(position 1, waiting for cpu"), 60)
+    third = Launch(make_request("kq-third", hosts=2, annotations={PLAY + "run": "1s"}, queue="team-a"))
+    third.start()
+    wait_for("the third job queued behind it", lambda: third.said(r"queued in team-a \(position 2, "), 60)
+    assert not second.said("admitted") and not second.said(r"\(pod ")  # no pod of a queued job exists
+    for launch in (first, second, third):
+        result = launch.outcome()
+        assert result.succeeded, (launch.request.job_name, result, launch.lines[-20:])
+    assert third.said(r"position 1, ")  # moved up when the second was admitted
+    print(f"three jobs through one quota: {time.monotonic() - started:.1f}s")
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_afterwards(kueue_queues, kube_admin):
+    started = time.monotonic()
+    low = Launch(make_request("kq-low", hosts=2, annotations={PLAY + "run": "6s"}, queue="team-a",
+                              queue_priority="low"))
+    low.start()
+    wait_for("the low-priority job running", lambda: low.said(r"kq-low-1 \(pod .*\): Running"), 60)
+    first_pods = {p.metadata.uid for p in job_pods(kube_admin["core"], kueue_queues, "kq-low")}
+    high = Launch(make_request("kq-high", hosts=2, annotations={PLAY + "run": "2s"}, queue="team-b",
+                               queue_priority="high"))
+    high.start()
+    assert high.outcome().succeeded, high.lines[-20:]
+    result = low.outcome()
+    assert result.succeeded, (result, low.lines[-30:])
+    assert low.said(r"preempted in team-a"), low.lines
+    assert not low.said(r"failed|evicted or preempted \("), low.lines  # reported as preempted, not as a failure
+    resumed = {p.metadata.uid for p in job_pods(kube_admin["core"], kueue_queues, "kq-low")}
+    assert resumed and not resumed & first_pods  # every host started afresh (from the checkpoint)
+    print(f"preemption and resume: {time.monotonic() - started:.1f}s")
+
+
+def test_a_job_larger_than_the_quota_fails_at_once_naming_the_quota(kueue_queues, kube_admin):
+    started = time.monotonic()
+    request = make_request("kq-huge", hosts=3, annotations={PLAY + "run": "1s"}, queue="team-a")
+    launch = Launch(request)
+    launch.start()
+    result = launch.outcome(60)
+    assert not result.succeeded and result.failure_class == USER_ERROR, result
+    assert re.search(r"asks for 3 cpu but queue team-a's quota .* is 2 cpu", result.failure_reason), result
+    wait_for("the refused Job deleted", lambda: gone(kube_admin, kueue_queues, "kq-huge"), 30)
+    print(f"over quota refused: {time.monotonic() - started:.1f}s")
+
+
+def test_a_queue_the_admin_did_not_list_is_refused_before_anything_is_created(kueue_queues, kube_admin):
+    with pytest.raises(ValueError, match=r"kubernetes option 'queue' is 'team-z', not one of the admin's queues"):
+        KubernetesLauncherHook().start(make_request("kq-unlisted", queue="team-z"))
+    assert gone(kube_admin, kueue_queues, "kq-unlisted")

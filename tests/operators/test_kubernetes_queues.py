@@ -1,0 +1,52 @@
+"""Kueue queues and priorities: a spec picks only among the admin's ([training.kubernetes] queue, queues,
+queue_priority, queue_priorities), and a queued Job is created suspended with Kueue's labels."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes_job_samples import make_request
+
+from operators.kubernetes_manifests import job_manifest
+from operators.kubernetes_options import resolve_options
+from operators.kubernetes_profiles import ProfileError, check_spec_options
+from operators.settings import KubernetesSettings
+
+SETTINGS = KubernetesSettings(namespace="training", queue="team-a", queues=("team-b",), queue_priority="low",
+                              queue_priorities=("high",))
+
+
+def test_without_a_queue_the_job_is_not_kueues():
+    options = resolve_options({}, KubernetesSettings())
+    manifest = job_manifest(make_request(), options, "img")
+    assert "suspend" not in manifest["spec"]
+    assert not [k for k in manifest["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")]
+
+
+def test_the_admins_default_queue_makes_a_suspended_job_with_kueues_labels():
+    options = resolve_options({}, SETTINGS)
+    manifest = job_manifest(make_request(), options, "img")
+    assert manifest["spec"]["suspend"] is True
+    labels = manifest["metadata"]["labels"]
+    assert (labels["kueue.x-k8s.io/queue-name"], labels["kueue.x-k8s.io/priority-class"]) == ("team-a", "low")
+
+
+def test_a_spec_picks_another_listed_queue_and_priority():
+    options = resolve_options({"queue": "team-b", "queue_priority": "high"}, SETTINGS)
+    assert (options.queue, options.queue_priority) == ("team-b", "high")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"queue": "team-z"}, r"'queue' is 'team-z', not one of the admin's queues \(use one of: team-a, team-b"),
+    ({"queue": ""}, r"'queue' is '', not one of the admin's queues"),
+    ({"queue_priority": "urgent"}, r"'queue_priority' is 'urgent', not one of the admin's queue_priorities"),
+])
+def test_a_queue_or_priority_the_admin_did_not_list_is_refused_in_the_first_task(options, message):
+    with pytest.raises(ProfileError, match=message):
+        check_spec_options(options, SETTINGS)
+    with pytest.raises(ValueError, match=message):
+        resolve_options(options, SETTINGS)
+
+
+def test_no_queue_may_be_picked_when_the_admin_lists_none():
+    with pytest.raises(ProfileError, match=r"'queue' is 'team-a', not one of the admin's queues \(this Airflow lists"):
+        check_spec_options({"queue": "team-a"}, KubernetesSettings())
