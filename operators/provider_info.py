@@ -101,6 +101,15 @@ KUBERNETES = {
                         "isolation). A spec picks one with kubernetes.profile and may not set those fields itself; "
                         "the settings above are the profile 'default'. Empty = only 'default'.", "",
                         example='{"team-a": ' + '{"namespace": "team-a", "service_account": "trainer"}}'),
+    "queue": _option("Kueue LocalQueue (in the job's namespace) every training Job goes to: created suspended and "
+                     "admitted whole by Kueue against its ClusterQueue's quota. Empty = Kueue is not used.", "",
+                     example="team-a"),
+    "queues": _option("Comma-separated LocalQueues a spec's kubernetes.queue may pick besides the default queue.", "",
+                      example="team-a,team-b"),
+    "queue_priority": _option("Kueue WorkloadPriorityClass of training Jobs (who preempts whom); empty = the "
+                              "queue's default.", "", example="low"),
+    "queue_priorities": _option("Comma-separated WorkloadPriorityClasses a spec's kubernetes.queue_priority may "
+                                "pick besides the default.", "", example="low,high"),
 }
 
 DOCKER = {
