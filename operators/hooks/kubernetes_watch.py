@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from operators.hooks.launcher import (
+    EVICTED,
     IMAGE_ERROR,
     OOM,
     PLATFORM_ERROR,
@@ -364,7 +365,11 @@ class JobWatch:
             return failure_event(None, "completed", exit_code=0, status="success")
         failed = conditions.get("Failed") or conditions.get("FailureTarget")
         if failed is not None:
-            return job_failure(failed, pods, self.host, self.disruptions, self.instance_count)
+            event = job_failure(failed, pods, self.host, self.disruptions, self.instance_count)
+            if self.preempted and event["failure_class"] == PLATFORM_ERROR:
+                # The pods Kueue's preemption stopped: not the job's fault; a retry queues it again and resumes.
+                event.update(failure_class=EVICTED, message=f"{self.preempted}; then {event['message']}")
+            return event
         early = self.warnings(events, pods) or self.fail_fast(pods)
         if early is not None:
             return early

@@ -50,3 +50,12 @@ def test_a_queue_or_priority_the_admin_did_not_list_is_refused_in_the_first_task
 def test_no_queue_may_be_picked_when_the_admin_lists_none():
     with pytest.raises(ProfileError, match=r"'queue' is 'team-a', not one of the admin's queues \(this Airflow lists"):
         check_spec_options({"queue": "team-a"}, KubernetesSettings())
+
+
+def test_a_queued_job_survives_kueues_suspension_its_pods_sigterm_is_not_a_failure():
+    queued = job_manifest(make_request(hosts=2), resolve_options({}, SETTINGS), "img")
+    rules = queued["spec"]["podFailurePolicy"]["rules"]
+    assert {"action": "Ignore", "onExitCodes": {"containerName": "train", "operator": "In", "values": [143]}} in rules
+    assert queued["spec"]["backoffLimit"] == 0  # several hosts: any other failure still fails the whole Job
+    plain = job_manifest(make_request(hosts=2), resolve_options({}, KubernetesSettings()), "img")
+    assert not [r for r in plain["spec"]["podFailurePolicy"]["rules"] if 143 in r.get("onExitCodes", {}).get("values", [])]
