@@ -198,6 +198,11 @@ class KubernetesLauncherHook(BaseHook):
                 self.log.info("Created Job %s/%s: %d host(s) %s, image %s", namespace, name, request.instance_count,
                               ", ".join(self.hosts(request.job_name, request.instance_count)),
                               manifest["spec"]["template"]["spec"]["containers"][0]["image"])
+                if options.queue:
+                    self.log.info("Job %s/%s waits suspended in Kueue queue %s%s until all %d host(s) are admitted",
+                                  namespace, name, options.queue,
+                                  f" (priority {options.queue_priority})" if options.queue_priority else "",
+                                  request.instance_count)
                 self._ensure_service(name, namespace, options, created.metadata.uid)
                 return
             existing = self._read_job(name, namespace)

@@ -106,7 +106,7 @@ def test_jobs_wait_in_the_queue_while_the_quota_is_used_with_their_position_and_
 
 def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_afterwards(kueue_queues, kube_admin):
     started = time.monotonic()
-    low = Launch(make_request("kq-low", hosts=2, annotations={PLAY + "run": "6s"}, queue="team-a",
+    low = Launch(make_request("kq-low", hosts=2, annotations={PLAY + "run": "15s"}, queue="team-a",
                               queue_priority="low"))
     low.start()
     wait_for("the low-priority job running", lambda: low.said(r"kq-low-1 \(pod .*\): Running"), 60)

@@ -303,6 +303,7 @@ class LocalCluster:
         # that would lift it is not run (it would taint the node again whenever kwok renews a lease late).
         core.patch_node(NODE, {"spec": {"taints": None}})
         if self.kueue_dir:
+            self._wait("Kueue's serving certificate", lambda: kueue.mount_certs(api, self.dir / "kueue-certs"), 60)
             self._wait("Kueue", self.kueue_ready, 180)
             kueue.ensure_queues(api, self.namespace, self.namespace, DEFAULT_QUOTA)
         api.close()

@@ -2,8 +2,8 @@
 its CRDs, its controller's configuration and the queues a training namespace uses.
 
 How it runs on loopback, and why:
-- **Internal cert management** (Kueue issues its own serving certificate into a Secret in kueue-system and the
-  cluster directory): no cert-manager.
+- **Internal cert management** (Kueue issues its own serving certificate into a Secret in kueue-system; the
+  cluster copies it into the webhook's certDir, as the kubelet would mount it): no cert-manager.
 - **Its admission webhooks are not registered with the API server.** The API server reaches a webhook Service
   through its ClusterIP, and nothing routes ClusterIPs on loopback (no kube-proxy). What the webhooks would do for
   the launcher's Jobs, the launcher does itself: it creates them suspended with the queue label (the Job webhook's
@@ -27,6 +27,7 @@ KUEUE_VERSION = "v0.17.0"
 DEFAULT_KUEUE_DIR = Path(os.environ.get("TOOLS_CACHE", Path.home() / ".cache/training-jobs")) / f"kueue-{KUEUE_VERSION}"
 NAMESPACE = "kueue-system"
 WEBHOOK_SERVICE = "kueue-webhook-service"
+WEBHOOK_SECRET = "kueue-webhook-server-cert"
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 # Pod resources a training Job requests (operators/kubernetes_manifests.py): every ClusterQueue must cover them.
@@ -50,7 +51,7 @@ def config(cert_dir: Path, webhook_port: int, health_port: int) -> dict[str, Any
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": True, "webhookServiceName": WEBHOOK_SERVICE,
-                                   "webhookSecretName": "kueue-webhook-server-cert"},
+                                   "webhookSecretName": WEBHOOK_SECRET},
         "integrations": {"frameworks": ["batch/job"]},
     }
 
@@ -101,9 +102,12 @@ def _ensure(create, *args) -> None:
 
 
 def ensure_namespace(api: Any) -> None:
+    """kueue-system, and the (empty) Secret the cert rotator fills, as Kueue's own manifests create them."""
     from kubernetes import client
 
-    _ensure(client.CoreV1Api(api).create_namespace, {"metadata": {"name": NAMESPACE}})
+    core = client.CoreV1Api(api)
+    _ensure(core.create_namespace, {"metadata": {"name": NAMESPACE}})
+    _ensure(core.create_namespaced_secret, NAMESPACE, {"metadata": {"name": WEBHOOK_SECRET}})
 
 
 def ensure_queues(api: Any, namespace: str, cluster_queue: str, quota: dict[str, str],
@@ -144,6 +148,23 @@ def delete_cluster_queue(api: Any, name: str) -> None:
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+def mount_certs(api: Any, cert_dir: Path) -> bool:
+    """Do what the kubelet does for Kueue's pod: put the Secret its cert rotator filled into the webhook's certDir,
+    where the rotator waits for them (it never writes files itself). False while the Secret is still empty."""
+    import base64
+
+    from kubernetes import client
+
+    data = client.CoreV1Api(api).read_namespaced_secret(WEBHOOK_SECRET, NAMESPACE).data or {}
+    if "tls.crt" not in data or "tls.key" not in data:
+        return False
+    for name, value in data.items():
+        path = cert_dir / name
+        path.write_bytes(base64.b64decode(value))
+        path.chmod(0o600)
+    return True
 
 
 def write_config(path: Path, cert_dir: Path, webhook_port: int, health_port: int) -> None:
