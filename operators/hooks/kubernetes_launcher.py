@@ -225,7 +225,8 @@ class KubernetesLauncherHook(BaseHook):
                 namespace,
                 name,
                 existing.metadata.creation_timestamp,
-                "already complete" if state == "Complete" else "still running",
+                "already complete" if state == "Complete" else
+                "waiting suspended in its Kueue queue" if existing.spec.suspend else "still running",
             )
             if secret is not None:
                 secret.adopt(existing.metadata.uid, request.secret_env)  # the Secret there, never a second one

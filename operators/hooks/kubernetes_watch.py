@@ -324,7 +324,7 @@ class JobWatch:
         False when the pods decide."""
         if status is None:
             return False
-        if status.message != self.queue_said:
+        if status.message != self.queue_said and status.state != "finished":
             self.queue_said = status.message
             self.say(status.message)
         if status.state in ("preempted", "evicted"):

@@ -54,9 +54,7 @@ class Launch(threading.Thread):
 
     def run(self):
         try:
-            hook = KubernetesLauncherHook()
-            hook.start(self.request)
-            self.result = hook.run(self.request, self.lines.append)
+            self.result = KubernetesLauncherHook().run(self.request, self.lines.append)  # creates, then waits
         except Exception as err:  # noqa: BLE001 - the test reports it
             self.error = err
 
@@ -101,6 +99,7 @@ def test_jobs_wait_in_the_queue_while_the_quota_is_used_with_their_position_and_
         result = launch.outcome()
         assert result.succeeded, (launch.request.job_name, result, launch.lines[-20:])
     assert third.said(r"position 1, ")  # moved up when the second was admitted
+    print("\n".join(third.said(r"queued|admitted")))
     print(f"three jobs through one quota: {time.monotonic() - started:.1f}s")
 
 
@@ -118,6 +117,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_afterwards(kue
     result = low.outcome()
     assert result.succeeded, (result, low.lines[-30:])
     assert low.said(r"preempted in team-a"), low.lines
+    print("\n".join(low.said(r"queued|preempted|admitted")))
     assert not low.said(r"failed|evicted or preempted \("), low.lines  # reported as preempted, not as a failure
     resumed = {p.metadata.uid for p in job_pods(kube_admin["core"], kueue_queues, "kq-low")}
     assert resumed and not resumed & first_pods  # every host started afresh (from the checkpoint)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 KUEUE_VERSION = "v0.17.0"
-DEFAULT_KUEUE_DIR = Path(os.environ.get("TOOLS_CACHE", Path.home() / ".cache/training-jobs")) / f"kueue-{KUEUE_VERSION}"
+DEFAULT_KUEUE_DIR = Path(os.environ.get("KUEUE_DIR") or Path(os.environ.get(
+    "TOOLS_CACHE", Path.home() / ".cache/training-jobs")) / f"kueue-{KUEUE_VERSION}")
 NAMESPACE = "kueue-system"
 WEBHOOK_SERVICE = "kueue-webhook-service"
 WEBHOOK_SECRET = "kueue-webhook-server-cert"
