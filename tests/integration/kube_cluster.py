@@ -7,6 +7,8 @@ kube-controller-manager, kube-scheduler from the pinned release; kwok plays the 
   PersistentVolume of this session's workspace and its claim `training-workspace`; Airflow's
   kubernetes_default connection and [training.kubernetes] namespace point at it.
 
+- `make_queues`: Kueue (started by the cluster when built, tools/kueue) queues for a test namespace.
+
 tests/integration/conftest.py makes them available to every integration test module.
 """
 
@@ -23,6 +25,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "k8s"))
+sys.path.insert(0, str(REPO / "tools" / "kueue"))
+import kueue  # noqa: E402
 from localcluster import DEFAULT_BIN_DIR, LocalCluster  # noqa: E402
 
 # kwok plays the containers; these pod annotations choose what a container "does" (tools/k8s/kwok/pod-stages.yaml)
@@ -91,3 +95,25 @@ def kube_namespace(kube_cluster, kube_admin, monkeypatch) -> str:
     yield namespace
     core.delete_namespace(namespace)
     core.delete_persistent_volume(namespace)
+
+
+def make_queues(cluster: LocalCluster, api, namespace: str, quota: dict[str, str]) -> None:
+    """A ClusterQueue named after `namespace` with `quota`, its LocalQueues team-a and team-b, the priorities low and
+    high (tools/kueue/kueue.py), once Kueue has taken the LocalQueues up; skips when Kueue is not built."""
+    from kubernetes import client
+
+    if cluster.kueue_dir is None:
+        pytest.skip(f"Kueue is not built in {kueue.DEFAULT_KUEUE_DIR}: run `make kueue` (make test does)")
+    kueue.ensure_queues(api, namespace, namespace, quota)
+    objects = client.CustomObjectsApi(api)
+
+    def active(name: str) -> bool:
+        queue = objects.get_namespaced_custom_object(kueue.GROUP, kueue.VERSION, namespace, "localqueues", name)
+        conditions = {c["type"]: c["status"] for c in (queue.get("status") or {}).get("conditions") or []}
+        return conditions.get("Active") == "True"
+
+    deadline = time.monotonic() + 60
+    while not (active("team-a") and active("team-b")):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Kueue did not activate the LocalQueues of {namespace} within 60s")
+        time.sleep(0.2)

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from kube_cluster import PLAY
+import kueue
+from kube_cluster import PLAY, make_queues
 from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
 from operators.hooks.launcher import USER_ERROR
 from test_kubernetes_local_cluster import asyncio_run_trigger, gone, job_pods, make_request, wait_for
@@ -24,23 +25,9 @@ QUOTA = {"cpu": "2", "memory": "8Gi"}
 def kueue_queues(kube_cluster, kube_admin, kube_namespace, monkeypatch):
     """A ClusterQueue of QUOTA for this test's namespace, its LocalQueues team-a and team-b, the priorities low and
     high; the admin's lists in [training.kubernetes] name them."""
-    import kueue
-
-    if kube_cluster.kueue_dir is None:
-        pytest.skip(f"Kueue is not built in {kueue.DEFAULT_KUEUE_DIR}: run `make kueue` (make test does)")
-    kueue.ensure_queues(kube_admin["api"], kube_namespace, kube_namespace, QUOTA)
+    make_queues(kube_cluster, kube_admin["api"], kube_namespace, QUOTA)
     monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__QUEUES", "team-a,team-b")
     monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__QUEUE_PRIORITIES", "low,high")
-    from kubernetes import client
-
-    objects = client.CustomObjectsApi(kube_admin["api"])
-
-    def queue_active(name):
-        queue = objects.get_namespaced_custom_object(kueue.GROUP, kueue.VERSION, kube_namespace, "localqueues", name)
-        conditions = {c["type"]: c["status"] for c in (queue.get("status") or {}).get("conditions") or []}
-        return conditions.get("Active") == "True"
-
-    wait_for("the LocalQueues active in Kueue", lambda: queue_active("team-a") and queue_active("team-b"), 60)
     yield kube_namespace
     kueue.delete_cluster_queue(kube_admin["api"], kube_namespace)
 
