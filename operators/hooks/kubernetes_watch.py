@@ -104,6 +104,7 @@ class JobWatch:
         self.job_uid: str | None = None
         self.queue_said: str | None = None  # the last queue line (Kueue), said again only when it changes
         self.preempted: str | None = None  # Kueue's eviction of this Job, if any (see kubernetes_queue.py)
+        self.queued_since: float | None = None
         self.started = time.monotonic()
         self.last_heartbeat = self.started
 
@@ -333,7 +334,12 @@ class JobWatch:
             return failure_event(USER_ERROR, status.message, finished=False)
         if job.spec is not None and job.spec.suspend:
             # Queue time is not start-up time: startup_timeout_seconds and the no-pods hint count from admission.
-            self.started = time.monotonic()
+            now = time.monotonic()
+            self.queued_since = self.queued_since or now
+            if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
+                self.last_heartbeat = now
+                self.say(f"still {status.message}; {int(now - self.queued_since)} s in the queue")
+            self.started = now
             self.starting_since.clear()
             return True
         return False

@@ -54,3 +54,26 @@ def test_admission_preemption_and_no_workload_yet():
     assert status.state == "preempted" and "resumes from the last checkpoint" in status.message
     assert queue_status(None, [], "team-a").state == "waiting"
     assert waiting_for("") == "its turn"
+
+
+def test_the_watch_waits_while_queued_says_each_change_once_and_fails_a_refused_job():
+    from types import SimpleNamespace
+
+    from operators.hooks.kubernetes_queue import QueueStatus
+    from operators.hooks.kubernetes_watch import JobWatch
+
+    lines = []
+    watch = JobWatch(None, name="j", namespace="n", instance_count=2, poll_interval=1, image_pull_grace_seconds=1,
+                     emit=lines.append)
+    suspended = SimpleNamespace(spec=SimpleNamespace(suspend=True))
+    queued = QueueStatus("queued", "queued in team-a (position 2, waiting for cpu)")
+    watch.started = 0.0  # long ago: the no-pods hint and start-up clocks would have run out
+    assert watch.queue_verdict(suspended, queued) is True
+    assert watch.queue_verdict(suspended, queued) is True
+    assert lines == ["[kubernetes] queued in team-a (position 2, waiting for cpu)"]
+    assert watch.started > 0.0  # queue time is not start-up time
+    running = SimpleNamespace(spec=SimpleNamespace(suspend=False))
+    assert watch.queue_verdict(running, QueueStatus("admitted", "admitted by Kueue in team-a")) is False
+    assert watch.queue_verdict(running, None) is False  # not a queued Job: the pods decide
+    refused = watch.queue_verdict(suspended, QueueStatus("refused", "the job asks for 3 cpu but ..."))
+    assert refused["failure_class"] == "user_error" and refused["job_finished"] is False
