@@ -196,30 +196,21 @@ def volumes_and_mounts(request: Any, options: KubernetesJobOptions) -> tuple[lis
     return volumes, mounts
 
 
-# `train` stopped by SIGTERM (128 + 15): how every pod of a Job that Kueue suspends ends (preemption).
-SIGTERM_EXIT_CODE = 143
-
-
-def pod_failure_policy(instance_count: int = 1, queued: bool = False) -> dict[str, Any]:
-    rules = [
-        # The user's code failed or the job is invalid: retrying the pod cannot help.
-        {
-            "action": "FailJob",
-            "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": list(USER_EXIT_CODES)},
-        },
-        # Evicted, preempted, node drained: not the job's fault. One host: the replacement pod resumes from
-        # the checkpoint and the disruption is not counted against backoffLimit. Several hosts: a lone
-        # replacement rank cannot join the running rendezvous; fail the Job, Airflow retries it whole.
-        {"action": "Ignore" if instance_count == 1 else "FailJob",
-         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-    ]
-    if queued:
-        # Kueue preempts by suspending the Job: the Job controller deletes every pod (SIGTERM, no DisruptionTarget),
-        # and these must not count as failures (backoffLimit is 0 for several hosts), or the Job would fail instead
-        # of waiting in the queue; on re-admission every host starts afresh and resumes from the checkpoint.
-        rules.append({"action": "Ignore", "onExitCodes": {
-            "containerName": CONTAINER_NAME, "operator": "In", "values": [SIGTERM_EXIT_CODE]}})
-    return {"rules": rules}
+def pod_failure_policy(instance_count: int = 1) -> dict[str, Any]:
+    return {
+        "rules": [
+            # The user's code failed or the job is invalid: retrying the pod cannot help.
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": list(USER_EXIT_CODES)},
+            },
+            # Evicted, preempted, node drained: not the job's fault. One host: the replacement pod resumes from
+            # the checkpoint and the disruption is not counted against backoffLimit. Several hosts: a lone
+            # replacement rank cannot join the running rendezvous; fail the Job, Airflow retries it whole.
+            {"action": "Ignore" if instance_count == 1 else "FailJob",
+             "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]
+    }
 
 
 def backoff_limit(options: KubernetesJobOptions, instance_count: int) -> int:
@@ -290,7 +281,7 @@ def job_manifest(
         "completions": request.instance_count,
         "parallelism": request.instance_count,
         "backoffLimit": backoff_limit(options, request.instance_count),
-        "podFailurePolicy": pod_failure_policy(request.instance_count, queued=bool(options.queue)),
+        "podFailurePolicy": pod_failure_policy(request.instance_count),
         # Never two pods of one index at once (two ranks with one name break distributed training).
         "podReplacementPolicy": "Failed",
         "template": {
@@ -300,7 +291,9 @@ def job_manifest(
     }
     if options.queue:
         # Kueue admits the Job whole (every host's pods) or not at all: it waits suspended until then, and its
-        # activeDeadlineSeconds counts from admission (Kubernetes resets startTime on resume).
+        # activeDeadlineSeconds counts from admission (Kubernetes resets startTime on resume). A preemption suspends
+        # it again: the Job controller deletes the pods without counting them as failures (it removes their
+        # tracking finalizer first), so the pod failure policy is the same as without a queue.
         job_spec["suspend"] = True
         labels = {**labels, QUEUE_LABEL: options.queue}
         if options.queue_priority:

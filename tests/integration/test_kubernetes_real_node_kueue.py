@@ -32,4 +32,4 @@ def test_a_two_host_job_admitted_by_kueue_runs_on_the_real_node(real_cluster, re
     assert "admitted by Kueue in team-a" in output, output[-4000:]
     for host in ("real-queued-0", "real-queued-1"):
         assert f"{host}.real-queued of 2 hosts" in output, output[-4000:]
-    print(f"\\nreal node, 2 hosts admitted by Kueue: {seconds:.1f}s")
+    print(f"\nreal node, 2 hosts admitted by Kueue: {seconds:.1f}s")
