@@ -127,3 +127,30 @@ def test_a_queue_the_admin_did_not_list_is_refused_before_anything_is_created(ku
     with pytest.raises(ValueError, match=r"kubernetes option 'queue' is 'team-z', not one of the admin's queues"):
         KubernetesLauncherHook().start(make_request("kq-unlisted", queue="team-z"))
     assert gone(kube_admin, kueue_queues, "kq-unlisted")
+
+
+def test_a_queued_job_runs_as_a_client_bound_only_to_the_documented_role(kueue_queues, kube_cluster, kube_admin,
+                                                                       monkeypatch):
+    """The Role of docs/kubernetes.md (workloads get/list/watch included) is enough to queue a Job, see its position
+    and follow it to the end: the queue lines come from Workloads this user may list."""
+    import json
+
+    from test_kubernetes_local_cluster import docs_role
+
+    role = docs_role(kueue_queues)
+    kube_admin["rbac"].create_namespaced_role(kueue_queues, role)
+    kube_admin["rbac"].create_namespaced_role_binding(kueue_queues, {
+        "metadata": {"name": "airflow-training-launcher"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "airflow-launcher"}]})
+    kubeconfig = kube_cluster.user_kubeconfig("airflow-launcher")
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
+    first = Launch(make_request("kq-rbac-first", hosts=2, annotations={PLAY + "run": "5s"}, queue="team-a"))
+    first.start()
+    wait_for("the first job admitted", lambda: first.said(r"admitted by Kueue in team-a"), 60)
+    second = Launch(make_request("kq-rbac-second", hosts=2, annotations={PLAY + "run": "1s"}, queue="team-a"))
+    second.start()
+    wait_for("the second job's position", lambda: second.said(r"queued in team-a \(position 1, "), 60)
+    assert first.outcome().succeeded and second.outcome().succeeded, (first.lines[-10:], second.lines[-10:])
+    assert not second.said("may not list Kueue Workloads")
