@@ -26,7 +26,9 @@ of the Job) removes it too. stop() deletes the Job (propagation Foreground by de
 Service (and the Job's Secret, operators/hooks/kubernetes_secrets.py). When the watch gives up before Kubernetes has finished the Job (image error, OOM, missing
 Secret), result_from_event() deletes it so nothing keeps retrying in the cluster. The job root side (group-
 writable tree, mount points, the launch record that lets a retry after ttlSecondsAfterFinished report a success
-instead of training again): operators/hooks/kubernetes_workspace.py.
+instead of training again): operators/hooks/kubernetes_workspace.py. With a Kueue queue ([training.kubernetes]
+queue, operators/kubernetes_queues.py) the Job is created suspended and Kueue admits it whole; the watch reports
+its place in the queue (operators/hooks/kubernetes_queue.py).
 """
 
 from __future__ import annotations
