@@ -41,6 +41,7 @@ class QueueStatus:
 
     state: str
     message: str
+    note: str | None = None  # said once: the eviction that put an admitted Job back in the queue
 
 
 def conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -101,11 +102,12 @@ def queue_status(workload: Mapping[str, Any] | None, workloads: Iterable[Mapping
     if _true(workload, "Finished") is not None:
         return QueueStatus("finished", "finished")
     evicted = _true(workload, "Evicted")
+    note = None
     if evicted is not None and not has_quota(workload):
         why = evicted.get("reason") or "Evicted"
-        state = "preempted" if why == "Preempted" else "evicted"
-        return QueueStatus(state, f"{state} in {queue} ({evicted.get('message') or why}); queued again, every host "
-                                  "resumes from the last checkpoint when it is admitted")
+        kind = "preempted" if why == "Preempted" else "evicted"
+        note = (f"{kind} in {queue} ({evicted.get('message') or why}); queued again, every host resumes from the last "
+                "checkpoint when it is admitted")
     if _true(workload, "Admitted") is not None:
         flavors = sorted({f for ps in (status.get("admission") or {}).get("podSetAssignments") or []
                           for f in (ps.get("flavors") or {}).values()})
@@ -114,11 +116,13 @@ def queue_status(workload: Mapping[str, Any] | None, workloads: Iterable[Mapping
     if has_quota(workload):
         return QueueStatus("queued", f"quota reserved in {queue}, waiting for admission checks")
     reason = (conditions(workload).get("QuotaReserved") or {}).get("message") or ""
+    if evicted is not None and reason == evicted.get("message"):
+        reason = ""  # right after an eviction Kueue repeats its message here: not what the Job waits for
     refused = never_fits(reason, queue, cluster_queue)
     if refused:
         return QueueStatus("refused", refused)
-    return QueueStatus("queued", f"queued in {queue} (position {position(workload, workloads)}, waiting for "
-                                 f"{waiting_for(reason)})")
+    return QueueStatus("preempted" if note else "queued", f"queued in {queue} (position "
+                       f"{position(workload, workloads)}, waiting for {waiting_for(reason)})", note)
 
 
 def workload_of(job_uid: str, workloads: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:

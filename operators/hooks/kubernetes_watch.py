@@ -325,11 +325,13 @@ class JobWatch:
         False when the pods decide."""
         if status is None:
             return False
+        if status.note:
+            self.say(status.note, f"note:{status.note}")
         if status.message != self.queue_said and status.state != "finished":
             self.queue_said = status.message
             self.say(status.message)
-        if status.state in ("preempted", "evicted"):
-            self.preempted = status.message
+        if status.note:
+            self.preempted = status.note
         if status.state == "refused":
             return failure_event(USER_ERROR, status.message, finished=False)
         if job.spec is not None and job.spec.suspend:

@@ -104,6 +104,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_afterwards(kue
     result = low.outcome()
     assert result.succeeded, (result, low.lines[-30:])
     assert low.said(r"preempted in team-a"), low.lines
+    assert low.said(r"queued in team-a \(position 1, waiting for "), low.lines  # back in the queue, with its place
     print("\n".join(low.said(r"queued|preempted|admitted")))
     assert not low.said(r"failed|evicted or preempted \("), low.lines  # reported as preempted, not as a failure
     resumed = {p.metadata.uid for p in job_pods(kube_admin["core"], kueue_queues, "kq-low")}

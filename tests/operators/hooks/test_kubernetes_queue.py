@@ -48,10 +48,11 @@ def test_admission_preemption_and_no_workload_yet():
     assert queue_status(admitted, [], "team-a").message == (
         "admitted by Kueue in team-a (ClusterQueue team-a-cq, flavor default-flavor): every host starts now")
     evicted = workload("a", "t", conditions=[
-        {"type": "QuotaReserved", "status": "False"},
+        {"type": "QuotaReserved", "status": "False", "message": "Preempted to accommodate a workload"},
         {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a workload"}])
-    status = queue_status(evicted, [], "team-a")
-    assert status.state == "preempted" and "resumes from the last checkpoint" in status.message
+    status = queue_status(evicted, [evicted], "team-a")
+    assert status.state == "preempted" and "resumes from the last checkpoint" in status.note
+    assert status.message == "queued in team-a (position 1, waiting for its turn)"
     assert queue_status(None, [], "team-a").state == "waiting"
     assert waiting_for("") == "its turn"
 
