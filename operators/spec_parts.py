@@ -158,6 +158,11 @@ class KubernetesOptions(Strict):
         "included) before the job fails as a platform error; empty: 600.")
     poll_interval: float | None = Field(None, gt=0, le=300)
     propagation_policy: Literal["Foreground", "Background"] | None = None
+    queue: str | None = Field(None, max_length=63, description="A Kueue LocalQueue among the admin's "
+                              "([training.kubernetes] queues): the job waits there until all its hosts fit the "
+                              "queue's quota; empty: the admin's default queue.")
+    queue_priority: str | None = Field(None, max_length=253, description="A Kueue WorkloadPriorityClass among the "
+                                       "admin's ([training.kubernetes] queue_priorities); empty: the default.")
 
     def launch_options(self) -> dict[str, Any]:
         """The options a launcher receives (LaunchRequest.options): what the job set."""

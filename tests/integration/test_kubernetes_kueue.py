@@ -155,3 +155,25 @@ def test_a_queued_job_runs_as_a_client_bound_only_to_the_documented_role(kueue_q
     wait_for("the second job's position", lambda: second.said(r"queued in team-a \(position 1, "), 60)
     assert first.outcome().succeeded and second.outcome().succeeded, (first.lines[-10:], second.lines[-10:])
     assert not second.said("may not list Kueue Workloads")
+
+
+@pytest.mark.usefixtures("airflow_db")
+@pytest.mark.timeout(600)  # an Airflow start-up plus a DAG run
+def test_a_spec_picks_a_listed_queue_and_priority_through_airflow_dags_test(kueue_queues, kube_admin, tmp_path):
+    """The spec's kubernetes.queue / queue_priority, validated by the first task, reach the Job through the DAG."""
+    from test_kubernetes_local_cluster_dag import dags_test
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('kwok plays this container')\n")
+    conf = {"job_name": "kq-dag", "backend": "kubernetes", "image_uri": "training-base:latest", "source_dir": str(code),
+            "entry_point": "train.py", "output_path": str(tmp_path / "out"), "instance_count": 2,
+            "resources": {"cpu": "1", "memory": "1Gi"},
+            "kubernetes": {"queue": "team-b", "queue_priority": "high", "annotations": {PLAY + "run": "1s"},
+                           "keep_finished_jobs": True}}
+    state, states, _, output, seconds = dags_test(conf)
+    assert state == "success", (states, output[-4000:])
+    assert "admitted by Kueue in team-b" in output, output[-4000:]
+    labels = kube_admin["batch"].read_namespaced_job("kq-dag", kueue_queues).metadata.labels
+    assert (labels["kueue.x-k8s.io/queue-name"], labels["kueue.x-k8s.io/priority-class"]) == ("team-b", "high")
+    print(f"queued DAG run: {seconds:.1f}s")
