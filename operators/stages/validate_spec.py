@@ -5,6 +5,8 @@ from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
 
+from operators.stages.failure_reasons import records_failure_reason
+
 
 class ValidateSpecOperator(BaseOperator):
     """First stage: check the job spec and hand the validated spec (a dict) to every later stage through XCom.
@@ -22,6 +24,7 @@ class ValidateSpecOperator(BaseOperator):
         self.spec = spec
         self.spec_defaults = dict(spec_defaults or {})
 
+    @records_failure_reason
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 

@@ -33,6 +33,7 @@ from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, quer
 STATIC = Path(__file__).parent / "static"
 ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
 CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+CAN_CHANGE_TASKS = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
 
 app = FastAPI(title="Training jobs", description="The training-jobs view of the training-job platform",
               openapi_url=None, docs_url=None, redoc_url=None)
@@ -118,11 +119,36 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
         "task_prefix": job.prefix,
         "output_uri": output,
         "artifacts": listed,
-        "failure": artifacts.failure_reason(spec, upload, job.state("launch_training")),
+        "failure": _why_it_ended(job, spec, upload, summary["status"]),
         "hosts": artifacts.hosts(spec),
         "resume_parent": artifacts.parent_of(session, spec.get("resume_from"),
                                              dag_ids=_readable_dags(user, session)),
     }
+
+
+def _why_it_ended(job: Job, spec: dict, upload: dict, status: str) -> str | None:
+    """Who stopped it and when; else the training's own failure file (the user's traceback tail, the launcher's
+    reason); else what the failed stage recorded (the refused spec, the refused path, the storage error)."""
+    if status == "stopped" and job.stop_note:
+        return job.stop_note
+    if status not in ("failed", "stopped"):
+        return None
+    return artifacts.failure_reason(spec, upload, job.state("launch_training")) or job.stage_reason()
+
+
+@app.post("/api/jobs/{dag_id}/{run_id}/{map_index}/stop", dependencies=[CAN_READ_RUN, CAN_CHANGE_TASKS])
+def post_stop(dag_id: str, run_id: str, map_index: int, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
+    """Stop a job that has not ended: recorded as "Stopped by <user> at <time>", its stages under way marked failed
+    (training_console/stop.py)."""
+    from training_console.stop import stop_job
+
+    job = _job(session, dag_id, run_id, map_index)
+    status, _ = job.status()
+    if status not in ("running", "queued"):
+        raise HTTPException(409, f"training job {job.summary(_now())['job_name'] or run_id} already ended ({status}); "
+                                 "nothing to stop")
+    marked = stop_job(session, job, user.get_name(), user.get_id(), _now())
+    return {"stopped": marked, "status": "stopping"}
 
 
 @app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/metrics", dependencies=[CAN_READ_RUN])

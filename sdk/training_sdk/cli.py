@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {task:<20} {state or '-'}")
             if job.status == "Completed":
                 print(f"  model: {job.model_data()}")
-            elif job.status == "Failed":
+            elif job.status in ("Failed", "Stopped"):
                 print(f"  reason: {job.failure_reason()}")
             return 0
         if args.command == "stop":

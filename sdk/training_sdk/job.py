@@ -19,7 +19,7 @@ from training_sdk.session import ApiError, Session
 LAUNCH_TASK = "launch_training"
 UPLOAD_TASK = "upload_artifacts"
 PUBLISH_TASK = "publish_model"
-STOP_NOTE = "Stopped by training_sdk"
+STOP_NOTE_PREFIX = "Stopped by "  # the training-jobs view writes the same (plugins/training_console/stop.py)
 TERMINAL_RUN_STATES = ("success", "failed")
 # A task try whose log is complete: the try is over.
 _TRY_OVER = ("success", "failed", "skipped", "upstream_failed", "up_for_retry", "removed")
@@ -97,7 +97,7 @@ class TrainingJob:
 
     @staticmethod
     def _status_of(run: Mapping[str, Any]) -> str:
-        if run.get("state") == "failed" and str(run.get("note") or "").startswith(STOP_NOTE):
+        if run.get("state") == "failed" and _stop_note(run):
             return "Stopped"
         return STATUS.get(str(run.get("state")), str(run.get("state")))
 
@@ -121,7 +121,11 @@ class TrainingJob:
 
     def failure_reason(self) -> str | None:
         """Why the job failed: the error of the first task that failed (a refused spec, a staging error, the
-        training's own failure reason), else the failure file the upload stage stored."""
+        training's own failure reason), else the failure file the upload stage stored. A stopped job: who stopped it,
+        when ("Stopped by <user> at <time> UTC"), never the error of the task the stop killed."""
+        note = _stop_note(self.describe())
+        if note:
+            return note
         tis = [ti for ti in self.session.task_instances(self.dag_id, self.job_name) if ti.get("state") == "failed"]
         tis.sort(key=lambda ti: ti.get("start_date") or "")
         for ti in tis:
@@ -145,7 +149,9 @@ class TrainingJob:
         finish it as successful from the task states it already read.) A finished job is left as it is."""
         if self.describe().get("state") in TERMINAL_RUN_STATES:
             return
-        self.session.set_run_note(self.dag_id, self.job_name, f"{STOP_NOTE}: stop() was called")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+        who = "a token's owner" if self.session._fixed_token else self.session.username  # a token names no user here
+        self.session.set_run_note(self.dag_id, self.job_name, f"{STOP_NOTE_PREFIX}{who} at {when} UTC (training_sdk)")
         for _ in range(30):  # between two stages nothing is under way for a moment: look again
             busy = [ti for ti in self.session.task_instances(self.dag_id, self.job_name)
                     if ti.get("state") in _UNDER_WAY and ti["task_id"] not in (UPLOAD_TASK, PUBLISH_TASK)]
@@ -170,7 +176,7 @@ class TrainingJob:
         run = self.describe()
         if run.get("state") != "success":
             status = self._status_of(run)
-            reason = "stop() was called" if status == "Stopped" else self.failure_reason()
+            reason = self.failure_reason()
             raise TrainingJobError(self.job_name, status, reason)
         return self
 
@@ -246,6 +252,11 @@ class TrainingJob:
             if deadline is not None and time.monotonic() > deadline:
                 raise TrainingSdkError(f"training job {self.job_name} still {self.status} after {timeout} s")
             time.sleep(self.poll_seconds)
+
+
+def _stop_note(run: Mapping[str, Any]) -> str | None:
+    note = str(run.get("note") or "")
+    return note if note.startswith(STOP_NOTE_PREFIX) else None
 
 
 def _stage_printer() -> Callable[[str, str], None]:

@@ -224,13 +224,29 @@ function clonePanel(job, resume) {
   };
 }
 
-async function stopJob(job) {
-  if (!confirm(`Stop training job ${job.job_name}?`)) return;
-  const task = encodeURIComponent(job.task_prefix + "launch_training");
-  const mapped = job.map_index >= 0 ? `/${job.map_index}` : "";
-  await api(`${ROOT}/api/v2/dags/${encodeURIComponent(job.dag_id)}/dagRuns/${encodeURIComponent(job.run_id)}/taskInstances/${task}${mapped}`,
-    {method: "PATCH", body: JSON.stringify({new_state: "failed"})});
-  route();
+// Stop asks in the page itself: the view runs in Airflow's sandboxed iframe, where confirm() and alert() are
+// ignored. The plugin records who stopped the job and marks its stages under way failed (training_console/stop.py).
+function stopPanel(job) {
+  const panel = document.getElementById("stop-confirm");
+  panel.innerHTML = `<p>Stop training job <b>${esc(job.job_name)}</b>? Its training ends now; what it wrote so far is
+    still uploaded.</p><div class="actions"><button class="danger" id="stop-yes">Stop the job</button>
+    <button id="stop-no">Keep it running</button><span id="stop-error" class="error"></span></div>`;
+  panel.hidden = false;
+  document.getElementById("stop-no").onclick = () => { panel.hidden = true; panel.innerHTML = ""; };
+  document.getElementById("stop-yes").onclick = async () => {
+    const button = document.getElementById("stop-yes");
+    button.disabled = true;
+    button.textContent = "Stopping…";
+    try {
+      await api(apiJob(job) + "/stop", {method: "POST", body: "{}"});
+      panel.innerHTML = `<p class="muted" id="stop-requested">Stop requested: the job ends in a few seconds.</p>`;
+      setTimeout(route, 1500);
+    } catch (err) {
+      button.disabled = false;
+      button.textContent = "Stop the job";
+      document.getElementById("stop-error").textContent = "Could not stop it: " + err.message;
+    }
+  };
 }
 
 async function showLog(job, host) {
@@ -250,7 +266,8 @@ async function showLog(job, host) {
 async function jobPage(key, section) {
   const job = await api(apiJob(key));
   document.getElementById("where").innerHTML = `<span class="muted">/</span> <a href="#/?dag_id=${encodeURIComponent(job.dag_id)}">${esc(job.dag_id)}</a> <span class="muted">/</span> ${esc(job.job_name || job.run_id)}`;
-  const failure = job.status === "failed" || job.failure ? `<section id="failure"><h2>Failure</h2>
+  const ended = job.status === "failed" || job.status === "stopped";
+  const failure = ended ? `<section id="failure"><h2>${job.status === "stopped" ? "Stopped" : "Failure"}</h2>
       ${kvTable([["stage", esc(STAGE_LABELS[job.failed_stage] || job.failed_stage || "")], ...(job.failure_class ? [["class", esc(job.failure_class)]] : [])])}
       <pre id="failure-reason">${esc(job.failure || "No reason recorded: see the failed task's log.")}</pre></section>` : "";
   const stageRows = job.stages.filter((s) => s.state).map((s) => {
@@ -272,6 +289,7 @@ async function jobPage(key, section) {
         <button id="clone-btn">Clone</button>
         ${job.model_uri ? '<button id="resume-btn">Train again from this model</button>' : ""}
       </div></div>
+    <div id="stop-confirm" class="confirm" hidden></div>
     <div id="clone"></div>
     ${failure}
     <section id="metrics"><h2>Metrics</h2><div class="charts" id="charts"><p class="muted">Loading…</p></div></section>
@@ -286,7 +304,7 @@ async function jobPage(key, section) {
     <section id="logs"><h2>Logs <select id="host">${job.hosts.map((h) => `<option>${esc(h)}</option>`).join("")}</select></h2><pre id="host-log">Loading…</pre></section>`;
   document.getElementById("clone-btn").onclick = () => clonePanel(job, false);
   if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
-  if (running) document.getElementById("stop").onclick = () => stopJob(job).catch((e) => alert(e.message));
+  if (running) document.getElementById("stop").onclick = () => stopPanel(job);
   const hostSelect = document.getElementById("host");
   refreshLog = () => showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
   hostSelect.onchange = refreshLog;
