@@ -114,6 +114,7 @@ class Job:
         created = self.created()
         return {
             **self.key,
+            "task_prefix": self.prefix,
             "job_name": spec.get("job_name") or self._requested_name(),
             "base_job_name": spec.get("base_job_name") or "",
             "status": status,

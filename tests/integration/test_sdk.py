@@ -170,7 +170,7 @@ def test_attach_to_a_running_job_and_stop_it(session, tmp_path, airflow_server):
 
     done = cli(airflow_server, "stop", job.job_name)
     assert done.returncode == 0 and "stop requested" in done.stdout
-    with pytest.raises(TrainingJobError, match="stopped: stop\\(\\) was called"):
+    with pytest.raises(TrainingJobError, match=r"stopped: Stopped by admin at \d{4}-\d\d-\d\d "):
         attached.wait(logs=False)
     stopped = TrainingJob.attach(job.job_name, session=session)
     assert stopped.status == "Stopped"
@@ -212,13 +212,44 @@ def test_cli_submit_wait_then_status_list_and_logs(airflow_server, tmp_path):
     assert job_name.startswith("sdk-cli-") and f"{job_name}/output/model.tar.gz" in done.stderr
 
     status = cli(airflow_server, "status", job_name)
-    assert status.returncode == 0 and f"{job_name}: Completed" in status.stdout and "model: " in status.stdout
+    assert status.returncode == 0 and f"{job_name}: succeeded" in status.stdout and "model: " in status.stdout
     listing = cli(airflow_server, "list", "--limit", "50")
-    assert any(line.split()[:2] == [job_name, "Completed"] for line in listing.stdout.splitlines()), listing.stdout
+    assert any(line.split()[:2] == [job_name, "succeeded"] for line in listing.stdout.splitlines()), listing.stdout
     logs = cli(airflow_server, "logs", job_name)
     assert "epoch=0 loss=0.1500" in logs.stdout
     missing = cli(airflow_server, "status", "no-such-job")
     assert missing.returncode == 2 and "no training job 'no-such-job'" in missing.stderr
+
+
+def test_the_cli_names_a_rest_triggered_job_as_the_view_does_and_stops_it(airflow_server, tmp_path):
+    """A job triggered without the SDK has an Airflow run id (manual__...): the CLI takes the name the view shows."""
+    code = code_dir(tmp_path, SLOW_SCRIPT)
+    run = airflow_server.trigger("training_job", {"base_job_name": "rest-named", "source_dir": str(code),
+                                                  "entry_point": "train.py", "output_path": str(tmp_path / "models")})
+    assert run["dag_run_id"].startswith("manual__")
+    deadline = time.monotonic() + 300
+    while True:  # the view knows the name once validate_spec ran
+        _, listed = airflow_server.api.call("GET", f"/training-jobs/api/jobs?run_id={run['dag_run_id']}")
+        row = (listed.get("items") or [{}])[0]
+        if row.get("job_name", "").startswith("rest-named-") and row.get("status") == "running":
+            break
+        assert time.monotonic() < deadline, f"job of {run['dag_run_id']} not running after 300 s: {row}"
+        time.sleep(1)
+    name = row["job_name"]
+    status = cli(airflow_server, "status", name)
+    assert status.returncode == 0 and f"{name}: running" in status.stdout, status.stdout + status.stderr
+    listing = cli(airflow_server, "list")
+    assert any(line.split()[:2] == [name, "running"] for line in listing.stdout.splitlines()), listing.stdout
+    stop = cli(airflow_server, "stop", name)
+    assert stop.returncode == 0 and "stop requested" in stop.stdout, stop.stderr
+    assert airflow_server.wait_for_run("training_job", run["dag_run_id"])["state"] == "failed"
+    status = cli(airflow_server, "status", name)
+    assert f"{name}: stopped" in status.stdout and "reason: Stopped by admin at " in status.stdout, status.stdout
+    assert "API_SERVER_ERROR" not in status.stdout
+    _, job = airflow_server.api.call("GET", f"/training-jobs/api/jobs/training_job/{run['dag_run_id']}/-1")
+    assert job["status"] == "stopped" and job["failure"].startswith("Stopped by admin at "), job
+    logs = cli(airflow_server, "logs", name)
+    assert "step=0" in logs.stdout
 
 
 def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_path):
