@@ -205,6 +205,16 @@ function cloneConf(job, resume) {
   return conf;
 }
 
+// Airflow's 400 for a conf its Params refuse names the param and, for an object, the key inside it under
+// "On instance[...]" (jsonschema's text): one line "resources.gpu: -1 is less than the minimum of 0".
+function paramProblem(message) {
+  const m = /Invalid input for param ([\w.]+): ([^\n]*)/.exec(message);
+  if (!m) return message;
+  const inside = /On instance((?:\[[^\]]+\])+)/.exec(message);
+  const path = inside ? inside[1].match(/\[([^\]]+)\]/g).map((k) => k.slice(1, -1).replace(/^'|'$/g, "")) : [];
+  return `${[m[1], ...path].join(".")}: ${m[2]}`;
+}
+
 function clonePanel(job, resume) {
   const target = job.task_prefix || !job.conf || !Object.keys(job.conf).length ? "training_job" : job.dag_id;
   const panel = document.getElementById("clone");
@@ -220,7 +230,10 @@ function clonePanel(job, resume) {
       const conf = JSON.parse(document.getElementById("clone-conf").value);
       const run = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(target)}/dagRuns`, {method: "POST", body: JSON.stringify({logical_date: null, conf})});
       location.hash = `#/run/${encodeURIComponent(target)}/${encodeURIComponent(run.dag_run_id)}`;
-    } catch (err) { document.getElementById("clone-error").textContent = err.message; }
+    } catch (err) {
+      const problem = err instanceof SyntaxError ? "the spec is not valid JSON: " + err.message : paramProblem(err.message.replace(/^400: /, ""));
+      document.getElementById("clone-error").textContent = "Not triggered: " + problem;
+    }
   };
 }
 
