@@ -18,6 +18,7 @@ import tarfile
 import textwrap
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -228,14 +229,15 @@ def test_the_cli_names_a_rest_triggered_job_as_the_view_does_and_stops_it(airflo
                                                   "entry_point": "train.py", "output_path": str(tmp_path / "models")})
     assert run["dag_run_id"].startswith("manual__")
     deadline = time.monotonic() + 300
-    while True:  # the view knows the name once validate_spec ran
-        _, listed = airflow_server.api.call("GET", f"/training-jobs/api/jobs?run_id={run['dag_run_id']}")
-        row = (listed.get("items") or [{}])[0]
-        if row.get("job_name", "").startswith("rest-named-") and row.get("status") == "running":
+    while True:  # the view knows the name once validate_spec ran; wait for the training itself
+        _, row = airflow_server.api.call("GET", f"/training-jobs/api/jobs/training_job/{quote(run['dag_run_id'])}/-1")
+        launch = next((st for st in row.get("stages") or [] if st["stage"] == "launch_training"), {})
+        if launch.get("state") == "running":
             break
-        assert time.monotonic() < deadline, f"job of {run['dag_run_id']} not running after 300 s: {row}"
+        assert time.monotonic() < deadline, f"job of {run['dag_run_id']} not training after 300 s: {row}"
         time.sleep(1)
     name = row["job_name"]
+    assert name.startswith("rest-named-")
     status = cli(airflow_server, "status", name)
     assert status.returncode == 0 and f"{name}: running" in status.stdout, status.stdout + status.stderr
     listing = cli(airflow_server, "list")
@@ -246,7 +248,7 @@ def test_the_cli_names_a_rest_triggered_job_as_the_view_does_and_stops_it(airflo
     status = cli(airflow_server, "status", name)
     assert f"{name}: stopped" in status.stdout and "reason: Stopped by admin at " in status.stdout, status.stdout
     assert "API_SERVER_ERROR" not in status.stdout
-    _, job = airflow_server.api.call("GET", f"/training-jobs/api/jobs/training_job/{run['dag_run_id']}/-1")
+    _, job = airflow_server.api.call("GET", f"/training-jobs/api/jobs/training_job/{quote(run['dag_run_id'])}/-1")
     assert job["status"] == "stopped" and job["failure"].startswith("Stopped by admin at "), job
     logs = cli(airflow_server, "logs", name)
     assert "step=0" in logs.stdout

@@ -80,7 +80,7 @@ def test_a_refused_spec_says_why_on_the_job_page(airflow_server, tmp_path):
     assert job["failure"] == f"invalid job spec: entry_point: trian.py is not in source_dir {tmp_path / 'code'}; " \
                              "give a file that is there (a path relative to source_dir)"
     states = airflow_server.task_states("training_job", "ui-refused-job")
-    assert states["stage_code"] == "upstream_failed", states  # refused before anything was staged
+    assert states[("stage_code", -1)] == "upstream_failed", states  # refused before anything was staged
 
 
 HANG = 30.0

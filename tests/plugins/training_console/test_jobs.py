@@ -31,6 +31,7 @@ def test_status_names_the_failed_stage_and_durations_split_staging_training_uplo
     assert job("c", OK).status() == ("succeeded", None)
     assert job("d", ["success"] * 5 + ["skipped", "success", "skipped"]).status() == ("stopped", "launch_training")
     assert job("e", ["queued"] + [None] * 7).status() == ("queued", None)
+    assert job("f", ["success"] + [None] * 7).status() == ("running", None)  # the next stage not scheduled yet
 
 
 def test_trials_of_a_search_are_one_item_with_the_best_marked():
