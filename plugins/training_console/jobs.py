@@ -282,7 +282,7 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
         if search is None:
             conf = job.conf or {}
             search = {"kind": "search", "dag_id": job.dag_id, "run_id": job.run_id,
-                      "job_name": conf.get("job_name") or job.run_id, "objective": conf.get("objective"),
+                      "job_name": conf.get("job_name") or _search_name(row["job_name"]) or job.run_id, "objective": conf.get("objective"),
                       "direction": conf.get("direction") or "minimize", "trials": [], "run_state": job.run_state}
             searches[key] = search
             items.append(search)
@@ -309,6 +309,12 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
             search[name] = trials[0][name] if trials else None
         search["durations"] = {k: _sum(t["durations"][k] for t in trials) for k in ("staging", "training", "upload")}
     return items
+
+
+def _search_name(trial_name: str) -> str:
+    """The search's name from a trial's: trials are named <search>-t<NN> (operators/search.py)."""
+    head, sep, number = trial_name.rpartition("-t")
+    return head if sep and number.isdigit() else ""
 
 
 def _sum(values: Iterable[float | None]) -> float | None:

@@ -127,8 +127,12 @@ async function setMonaco(page, editor, text) {
     const points = await view.locator(".chart[data-metric=loss] circle").count();
     assert.equal(points, DEMO.hyperparameters.epochs, "one loss point per epoch");
     await view.locator("#host-log:not(:text('Loading'))").waitFor();
-    assert.match(await view.locator("#host-log").textContent(), /loss=/);
+    const hostLog = await view.locator("#host-log").textContent();
+    assert.match(hostLog, /loss=/);
+    assert.doesNotMatch(hostLog, /DAG bundles|DeprecationWarning|Filling up the DagBag/, "the host log is the training's, not Airflow's");
     assert.equal(await view.locator("#failure").count(), 0, "a successful job shows no failure section");
+    const specKeys = await view.locator("table.kv tr td:first-child").allTextContents();
+    assert.ok(specKeys.includes("backend") && !specKeys.includes("kubernetes"), "a local job lists no Kubernetes options");
     await shot(page, "03-job-page", { fullPage: true });
     step(`job page of ${jobName} in Airflow's frame: loss curve with ${points} points`);
 

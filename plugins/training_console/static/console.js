@@ -154,6 +154,13 @@ function kvTable(rows) {
   return `<table class="kv"><tbody>${rows.map(([k, v]) => `<tr><td>${esc(k)}</td><td class="wrap">${v}</td></tr>`).join("")}</tbody></table>`;
 }
 
+// An options object without its unset (null) keys: a local job's spec has two dozen null Kubernetes options.
+function setOnly(v) {
+  if (!v || typeof v !== "object" || Array.isArray(v)) return v;
+  const kept = Object.entries(v).filter(([, x]) => x != null && !(typeof x === "object" && !Array.isArray(x) && !Object.keys(x).length));
+  return kept.length ? Object.fromEntries(kept) : null;
+}
+
 function specRows(job) {
   const spec = job.spec || {};
   const rows = [];
@@ -165,7 +172,10 @@ function specRows(job) {
   const parent = job.resume_parent;
   rows.push(["resume_from", parent ? (parent.dag_id ? `<a href="${jobHref(parent)}" id="parent-link">${esc(parent.job_name)}</a> <span class="muted">${esc(parent.uri)}</span>` : value(parent.uri)) : value(null)]);
   for (const key of ["backend", "layout", "instance_count", "processes_per_host", "distribution", "resources", "image_uri",
-    "max_run_seconds", "metric_definitions", "environment", "connections", "kubernetes"]) rows.push([key, value(spec[key])]);
+    "max_run_seconds", "metric_definitions", "environment", "connections", "kubernetes", "docker"]) {
+    if ((key === "kubernetes" || key === "docker") && spec.backend !== key) continue;  // ignored on other backends
+    rows.push([key, value(setOnly(spec[key]))]);
+  }
   return rows;
 }
 
@@ -269,7 +279,11 @@ async function showLog(job, host) {
   const mapped = job.map_index >= 0 ? `&map_index=${job.map_index}` : "";
   const body = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(job.dag_id)}/dagRuns/${encodeURIComponent(job.run_id)}/taskInstances/` +
     `${encodeURIComponent(launch.task_id)}/logs/${launch.try_number}?full_content=true${mapped}`);
-  const lines = (body.content || []).map((m) => typeof m === "string" ? m : m.event || "")
+  // the training's own lines (the launch stage logs each with its own logger), not Airflow's records about the
+  // task (deprecation warnings, "DAG bundles loaded", ...); a plain-text log is shown whole
+  const entries = body.content || [];
+  const training = entries.filter((m) => typeof m === "object" && String(m.logger || "").endsWith("LaunchTrainingOperator"));
+  const lines = (training.length ? training : entries).map((m) => typeof m === "string" ? m : m.event || "")
     .filter((l) => l && !l.startsWith("::group::") && !l.startsWith("::endgroup::"));
   const multi = job.hosts.length > 1, prefix = `[${host}] `;
   const mine = multi ? lines.filter((l) => l.startsWith(prefix)).map((l) => l.slice(prefix.length)) : lines;
@@ -280,6 +294,7 @@ async function jobPage(key, section) {
   const job = await api(apiJob(key));
   document.getElementById("where").innerHTML = `<span class="muted">/</span> <a href="#/?dag_id=${encodeURIComponent(job.dag_id)}">${esc(job.dag_id)}</a> <span class="muted">/</span> ${esc(job.job_name || job.run_id)}`;
   const ended = job.status === "failed" || job.status === "stopped";
+  const running = job.status === "running" || job.status === "queued";
   const failure = ended ? `<section id="failure"><h2>${job.status === "stopped" ? "Stopped" : "Failure"}</h2>
       ${kvTable([["stage", esc(STAGE_LABELS[job.failed_stage] || job.failed_stage || "")], ...(job.failure_class ? [["class", esc(job.failure_class)]] : [])])}
       <pre id="failure-reason">${esc(job.failure || "No reason recorded: see the failed task's log.")}</pre></section>` : "";
@@ -290,13 +305,12 @@ async function jobPage(key, section) {
   const artifactRows = job.artifacts.map((a) => {
     const downloadable = ["model.tar.gz", "metrics.json", "failure", "output.tar.gz"].includes(a.name) && a.available;
     const link = downloadable ? `<a href="${apiJob(job)}/artifacts/${a.name}" class="artifact" data-artifact="${esc(a.name)}" ${a.name.endsWith(".gz") ? "download" : 'target="_self"'}>${esc(a.name)}</a>` : esc(a.name);
-    return `<tr><td>${link}</td><td class="wrap">${esc(a.uri)}${a.available === false ? ' <span class="muted">(not uploaded yet)</span>' : ""}</td></tr>`;
+    return `<tr><td>${link}</td><td class="wrap">${esc(a.uri)}${a.available === false ? ` <span class="muted">(${running ? "not uploaded yet" : "not uploaded"})</span>` : ""}</td></tr>`;
   }).join("");
-  const running = job.status === "running" || job.status === "queued";
   main.innerHTML = `
     <div class="head"><h1 id="job-name">${esc(job.job_name || "(spec not validated)")}</h1>
       <span id="job-status" data-status="${esc(job.status)}">${badge(job.status)}</span>
-      <span class="muted">${esc(job.dag_id)} · ${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}`, job.run_id)}${job.map_index >= 0 ? " · trial " + job.map_index : ""}</span>
+      <span class="muted">${esc(job.dag_id)} · ${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}`, job.run_id)}${job.map_index >= 0 ? " · trial " + (job.map_index + 1) : ""}</span>
       <div class="actions">
         ${running ? '<button class="danger" id="stop">Stop</button>' : ""}
         <button id="clone-btn">Clone</button>

@@ -96,3 +96,13 @@ def test_the_reason_of_a_failed_stage_is_the_first_failed_stages():
     refused.reasons["validate_spec"] = "invalid job spec: source_dir: /x is outside the local roots"
     assert refused.stage_reason() == "invalid job spec: source_dir: /x is outside the local roots"
     assert job("ok", OK).stage_reason() is None
+
+
+def test_a_search_started_without_a_job_name_is_listed_under_its_trials_name_not_the_run_id():
+    trials = [job(f"tune-20261123-030000-ab12-t0{i + 1}", OK, prefix="trial.", map_index=i, dag_id="hyperparameter_search",
+                  conf={"objective": "loss"}) for i in range(2)]
+    for t in trials:
+        t.run_id = "manual__2026-11-23T03:00:00+00:00"
+    search = query_items(trials, now=T0)["items"][0]
+    assert search["job_name"] == "tune-20261123-030000-ab12"
+    assert [t["job_name"] for t in search["trials"]] == ["tune-20261123-030000-ab12-t01", "tune-20261123-030000-ab12-t02"]
