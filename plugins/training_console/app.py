@@ -29,6 +29,7 @@ from training_console import artifacts
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.spec_access import check_served_paths, require_validated
 from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
+from training_console.warmup import warm_up
 
 STATIC = Path(__file__).parent / "static"
 ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
@@ -36,7 +37,7 @@ CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 CAN_CHANGE_TASKS = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
 
 app = FastAPI(title="Training jobs", description="The training-jobs view of the training-job platform",
-              openapi_url=None, docs_url=None, redoc_url=None)
+              openapi_url=None, docs_url=None, redoc_url=None, lifespan=warm_up)
 add_docs_behind_login(app)
 
 
