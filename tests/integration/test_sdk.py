@@ -254,7 +254,7 @@ def test_the_cli_names_a_rest_triggered_job_as_the_view_does_and_stops_it(airflo
     assert "step=0" in logs.stdout
 
 
-def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_path):
+def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_path, airflow_server):
     est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, TRAIN_SCRIPT)), session=session,
                     hyperparameters={"epochs": 2}, metric_definitions=LOSS, base_job_name="sdk-tune")
     tuner = HyperparameterTuner(est, objective_metric_name="loss", objective_type="Minimize",
@@ -270,6 +270,14 @@ def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_p
         assert tar.extractfile("lr.txt").read() == b"0.2"
     assert tuner.best_estimator().hyperparameters == {"epochs": 2, "lr": 0.2}
     assert [p["value"] for p in tuner.best_job.metrics()["loss"]] == [0.1, 0.05]
+    # the CLI lists the search and its trials by the names the view shows, and takes a trial's name
+    search_name = tuner.latest_tuning_job.job_name
+    listing = cli(airflow_server, "list").stdout.splitlines()
+    assert any(line.split()[:2] == [search_name, "succeeded"] and "(search, 3 trials)" in line for line in listing), listing
+    assert any(line.split()[:2] == [best, "succeeded"] for line in listing), listing
+    status = cli(airflow_server, "status", best)
+    assert f"{best}: succeeded" in status.stdout and f"model: {tuner.model_data()}" in status.stdout, status
+    assert "launch_training" in status.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------------
