@@ -14,6 +14,7 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperatorLink
 
 PLUGIN_PREFIX = "/training-jobs"
+RUN_VIEW_ROUTE = "training-jobs-run"  # the plugin's tab on a DAG run, inside Airflow's UI (training_jobs_plugin.py)
 STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
           "upload_artifacts", "publish_model")
 
@@ -98,11 +99,19 @@ class HostLogsLink(_JobLink):
         return job_page_url(dag_id, run_id, map_index, "logs")
 
 
+def run_view_url(dag_id: str, run_id: str) -> str:
+    """The run's "Training jobs" tab in Airflow's own UI (the view in its frame, with Airflow's navigation)."""
+    return f"{base_url()}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/plugin/{RUN_VIEW_ROUTE}"
+
+
 class TrainingJobLink(_JobLink):
+    """Inside Airflow's UI: the run's Training jobs tab (a plain job is its run's only job; a search's tab lists its
+    trials). The view's own page is left for the links to a section of one job (metrics, logs)."""
+
     name = "Training job"
 
     def url(self, dag_id, run_id, map_index):
-        return job_page_url(dag_id, run_id, map_index)
+        return run_view_url(dag_id, run_id)
 
 
 def stage_links() -> tuple[BaseOperatorLink, ...]:

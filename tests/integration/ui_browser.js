@@ -152,6 +152,16 @@ async function setMonaco(page, editor, text) {
     assert.equal(viaLink.status(), 200);
     assert.equal((await viaLink.body()).length, bytes.length);
     step(`model link: ${bytes.length} bytes`);
+    // the "Training job" extra link opens the job inside Airflow's UI (the run's Training jobs tab), not outside it
+    const jobLink = links.extra_links["Training job"];
+    assert.ok(jobLink.startsWith(`${BASE}/dags/training_job/runs/`), jobLink);
+    await page.goto(jobLink);
+    assert.equal(await page.frameLocator("iframe[title='Training jobs']").locator("#job-name").textContent(), jobName);
+    await page.goto(`${BASE}/`);
+    await page.click("a[aria-label='Training jobs']");
+    await view.locator(`tr.job[data-job='${jobName}'] a.job-link`).click();
+    await view.locator("#clone-btn").waitFor();
+    step("the Training job extra link opens the job in Airflow's UI");
 
     // 6. train again from this model: the spec with resume_from = this job's model; then clone with a bad value
     // (the refusal names the field, in the page), fixed, triggered

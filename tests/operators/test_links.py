@@ -23,7 +23,10 @@ def test_links_point_at_the_plugin_on_the_served_base_url(monkeypatch):
     job = "hyperparameter_search/manual__2026-11-23T03%3A00%3A00%2B00%3A00/2"
     assert ModelArtifactsLink().get_link(None, ti_key=key) == f"{base}/api/jobs/{job}/artifacts/model.tar.gz"
     assert FailureReasonLink().get_link(None, ti_key=key) == f"{base}/api/jobs/{job}/artifacts/failure"
-    assert TrainingJobLink().get_link(None, ti_key=key) == f"{base}/ui/#/job/{job}"
+    # the job in Airflow's own UI: the run's Training jobs tab
+    assert TrainingJobLink().get_link(None, ti_key=key) == (
+        "https://airflow.example.com/dags/hyperparameter_search/runs/manual__2026-11-23T03%3A00%3A00%2B00%3A00/plugin/"
+        "training-jobs-run")
 
 
 def test_without_base_url_the_links_use_the_api_host_and_port(monkeypatch):
