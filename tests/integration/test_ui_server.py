@@ -48,6 +48,9 @@ def test_rest_triggered_training_job_succeeds_through_the_scheduler(airflow_serv
     status, log = airflow_server.api.call(
         "GET", "/api/v2/dags/training_job/dagRuns/rest-ui-job/taskInstances/launch_training/logs/1?full_content=true")
     assert status == 200 and "loss=0.3000" in json.dumps(log), log
+    _, links = airflow_server.api.call(
+        "GET", "/api/v2/dags/training_job/dagRuns/rest-ui-job/taskInstances/upload_artifacts/links")
+    assert links["extra_links"]["Failure reason"] is None and links["extra_links"]["Model"], links  # nothing failed
 
 
 
