@@ -81,8 +81,31 @@ def list_jobs(
 
     allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     jobs = load_jobs_cached(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
-    return query_items(jobs, status=status or None, dag_id=dag_id or None, run_id=run_id or None, q=q or None,
-                       sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
+    result = query_items(jobs, status=status or None, dag_id=dag_id or None, run_id=run_id or None, q=q or None,
+                         sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
+    _add_live_metrics(result, jobs)
+    return result
+
+
+def _add_live_metrics(result: dict[str, Any], jobs: list[Job]) -> None:
+    """The running jobs of the page show their latest metric values, as the job page's curves do (the launch stage
+    records final metrics only when it ends)."""
+    by_key = {(j.dag_id, j.run_id, j.map_index): j for j in jobs}
+    names = set(result["metric_names"])
+    for item in result["items"]:
+        for row in [item, *item.get("trials", ())] if item.get("kind") == "search" else [item]:
+            job = by_key.get((row["dag_id"], row["run_id"], row.get("map_index")))
+            if row.get("status") != "running" or row.get("metrics") or job is None or not job.spec:
+                continue
+            try:
+                check_served_paths(job.spec)
+            except HTTPException:
+                continue
+            latest = {name: points[-1]["value"] for name, points in
+                      (artifacts.metrics(job.spec, live=True).get("series") or {}).items() if points}
+            row["metrics"] = latest
+            names.update(latest)
+    result["metric_names"] = sorted(names)
 
 
 def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:

@@ -213,6 +213,13 @@ async function setMonaco(page, editor, text) {
     await frame.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] circle").length > n, before, { timeout: 60000 });
     const after = await countPoints();
     await shot(page, "05-job-running", { fullPage: true });
+    // the list shows a running job's latest loss too
+    await frame.evaluate((q) => { location.hash = `#/?q=${q}`; }, slow.base_job_name);
+    await frame.waitForFunction((q) => [...document.querySelectorAll("tr.job")].some((r) => r.dataset.job.startsWith(q) &&
+      [...r.querySelectorAll("td.num")].some((td) => /^[0-9.]+$/.test(td.textContent.trim()))), slow.base_job_name);
+    step("the list shows the running job's latest loss");
+    await frame.evaluate((runId) => { location.hash = `#/run/training_job/${encodeURIComponent(runId)}`; }, slowRun.dag_run_id);
+    await view.locator("#job-status[data-status=running]").waitFor();
     await view.locator("#stop").click();
     await view.locator("#stop-yes").waitFor();
     await shot(page, "06-stop-confirm", { fullPage: true });
