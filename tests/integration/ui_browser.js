@@ -199,6 +199,17 @@ async function setMonaco(page, editor, text) {
     await shot(page, "04-jobs-list", { fullPage: true });
     step("jobs list");
 
+    // 7b. a job refused by its first stage says why on its page (not "no reason recorded")
+    const refusedRun = await (await page.request.post(`${BASE}/api/v2/dags/training_job/dagRuns`,
+      { data: { logical_date: null, conf: { ...DEMO, base_job_name: "typo", entry_point: "trian.py" } } })).json();
+    assert.equal((await waitForRun(page, "training_job", refusedRun.dag_run_id, 300000)).state, "failed");
+    await frame.evaluate((runId) => { location.hash = `#/run/training_job/${encodeURIComponent(runId)}`; }, refusedRun.dag_run_id);
+    await view.locator("#failure-reason").waitFor();
+    assert.equal(await view.locator("#failure-reason").textContent(),
+      `invalid job spec: entry_point: trian.py is not in source_dir ${DEMO.source_dir}; give a file that is there (a path relative to source_dir)`);
+    await shot(page, "06-refused-spec", { fullPage: true });
+    step("a refused spec says why on its page");
+
     // 8. a job that is still training: its curve grows while we watch, and Stop (asked in the page) ends it
     const dialogs = [];
     page.on("dialog", (dialog) => { dialogs.push(dialog.message()); dialog.dismiss(); });
@@ -222,7 +233,7 @@ async function setMonaco(page, editor, text) {
     await view.locator("#job-status[data-status=running]").waitFor();
     await view.locator("#stop").click();
     await view.locator("#stop-yes").waitFor();
-    await shot(page, "06-stop-confirm", { fullPage: true });
+    await shot(page, "07-stop-confirm", { fullPage: true });
     await view.locator("#stop-yes").click();
     await view.locator("#stop-requested").waitFor();
     const stopped = await waitForRun(page, "training_job", slowRun.dag_run_id, 180000);
@@ -232,7 +243,7 @@ async function setMonaco(page, editor, text) {
     assert.deepEqual(dialogs, [], "no browser dialog: they are ignored in Airflow's frame");
     const final = await countPoints();
     assert.ok(final < 600, `the training stopped (${final} of its 600 points)`);
-    await shot(page, "07-job-stopped", { fullPage: true });
+    await shot(page, "08-job-stopped", { fullPage: true });
     await frame.evaluate(() => { location.hash = "#/?status=stopped"; });
     await frame.waitForFunction((name) => [...document.querySelectorAll("tr.job")].some((r) => r.dataset.job.startsWith(name)), slow.base_job_name);
     result.live_points = [before, after];
