@@ -4,7 +4,8 @@ The walk-through itself is tests/integration/ui_browser.js: log in, trigger trai
 the demo values, watch the run succeed, open the training-jobs view from Airflow's nav entry (in Airflow's sandboxed
 frame, as a user meets it), see the loss curve, download the model, follow the Training job extra link, clone with a
 bad value (refused in the page, naming the field) and then a good one, see why a refused spec failed, watch a
-running job's curve grow in its page and in the list, Stop it (asked in the page) and see who stopped it. Screenshots are kept in test-artifacts/ui/ (git-ignored) at the repository root."""
+running job's curve grow in its page and in the list, Stop it (asked in the page) and see who stopped it.
+Screenshots are kept in test-artifacts/ui/ (git-ignored) at the repository root."""
 
 from __future__ import annotations
 
