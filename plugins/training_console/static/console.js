@@ -165,7 +165,10 @@ function specRows(job) {
   const spec = job.spec || {};
   const rows = [];
   const value = (v) => v == null || v === "" ? '<span class="muted">—</span>' : typeof v === "object" ? `<code>${esc(JSON.stringify(v))}</code>` : esc(v);
-  for (const key of ["job_name", "base_job_name", "source_dir", "entry_point", "command"]) rows.push([key, value(spec[key])]);
+  for (const key of ["job_name", "base_job_name", "entry_point", "command"]) rows.push([key, value(spec[key])]);
+  // the SDK's upload is a content-addressed archive in the workspace: say what it is, keep the path in the tooltip
+  const upload = /\/staging\/code\/([^/]+)\/([0-9a-f]{64})\.tar\.gz$/.exec(spec.source_dir || "");
+  rows.splice(2, 0, ["source_dir", upload ? `<span id="sdk-upload" title="${esc(spec.source_dir)}">code uploaded by ${esc(upload[1])} with the SDK (sha256 ${upload[2].slice(0, 12)}…)</span>` : value(spec.source_dir)]);
   for (const [k, v] of Object.entries(spec.hyperparameters || {})) rows.push([`hyperparameter ${k}`, value(v)]);
   for (const [k, v] of Object.entries(spec.inputs || {})) rows.push([`channel ${k}`, value(v)]);
   rows.push(["output_path", value(spec.output_path)], ["checkpoint_path", value(spec.checkpoint_path)]);
