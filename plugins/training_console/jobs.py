@@ -299,7 +299,7 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
             t["best"] = t is best
         statuses = {t["status"] for t in trials}
         search["status"] = ("running" if statuses & {"running", "queued"} else
-                            "succeeded" if best is not None else "failed")
+                            "succeeded" if best is not None else "stopped" if statuses == {"stopped"} else "failed")
         search["failed_stage"] = None
         search["created"] = min((t["created"] for t in trials if t["created"]), default=None)
         search["metrics"] = best["metrics"] if best else {}

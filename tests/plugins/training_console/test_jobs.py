@@ -106,3 +106,11 @@ def test_a_search_started_without_a_job_name_is_listed_under_its_trials_name_not
     search = query_items(trials, now=T0)["items"][0]
     assert search["job_name"] == "tune-20261123-030000-ab12"
     assert [t["job_name"] for t in search["trials"]] == ["tune-20261123-030000-ab12-t01", "tune-20261123-030000-ab12-t02"]
+
+
+def test_a_search_whose_trials_were_all_stopped_is_stopped():
+    trials = [job(f"s-t0{i + 1}", ["success"] * 5 + ["failed", "success", "upstream_failed"], prefix="trial.",
+                  map_index=i, dag_id="hyperparameter_search", conf={"objective": "loss"}) for i in range(2)]
+    for t in trials:
+        t.run_id, t.launch_note = "search-run", "Stopped by alice at 2026-11-23 03:05:00 UTC"
+    assert query_items(trials, now=T0)["items"][0]["status"] == "stopped"
