@@ -14,6 +14,7 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperatorLink
 
 PLUGIN_PREFIX = "/training-jobs"
+RUN_VIEW_ROUTE = "training-jobs-run"  # the plugin's tab on a DAG run, inside Airflow's UI (training_jobs_plugin.py)
 STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
           "upload_artifacts", "publish_model")
 
@@ -85,10 +86,35 @@ class MetricsLink(_JobLink):
 
 
 class FailureReasonLink(_JobLink):
+    """Only where the job failed: the task itself failed, or the training did (its launch stage recorded the outcome
+    of a failed launch; the upload and publish stages run on after it). Elsewhere the link is empty, which Airflow's
+    UI does not offer."""
+
     name = "Failure reason"
 
     def url(self, dag_id, run_id, map_index):
         return artifact_url(dag_id, run_id, map_index, "failure")
+
+    def get_link(self, operator, *, ti_key) -> str:
+        if not _job_failed(ti_key):
+            return ""
+        return super().get_link(operator, ti_key=ti_key)
+
+
+def _job_failed(ti) -> bool:
+    """In the worker, where Airflow computes the links when the task ends, `ti` is the running task instance; given a
+    bare key (nothing to ask), the link is kept."""
+    if not hasattr(ti, "xcom_pull"):
+        return True
+    if str(getattr(ti, "state", "") or "") in ("failed", "up_for_retry"):
+        return True
+    group, _, _ = ti.task_id.rpartition(".")
+    launch = f"{group}.launch_training" if group else "launch_training"
+    try:
+        outcome = ti.xcom_pull(task_ids=launch, key="outcome", map_indexes=ti.map_index)
+    except Exception:  # noqa: BLE001 - a link must never fail the task; when in doubt, offer it
+        return True
+    return isinstance(outcome, dict) and not outcome.get("succeeded", False)
 
 
 class HostLogsLink(_JobLink):
@@ -98,11 +124,19 @@ class HostLogsLink(_JobLink):
         return job_page_url(dag_id, run_id, map_index, "logs")
 
 
+def run_view_url(dag_id: str, run_id: str) -> str:
+    """The run's "Training jobs" tab in Airflow's own UI (the view in its frame, with Airflow's navigation)."""
+    return f"{base_url()}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/plugin/{RUN_VIEW_ROUTE}"
+
+
 class TrainingJobLink(_JobLink):
+    """Inside Airflow's UI: the run's Training jobs tab (a plain job is its run's only job; a search's tab lists its
+    trials). The view's own page is left for the links to a section of one job (metrics, logs)."""
+
     name = "Training job"
 
     def url(self, dag_id, run_id, map_index):
-        return job_page_url(dag_id, run_id, map_index)
+        return run_view_url(dag_id, run_id)
 
 
 def stage_links() -> tuple[BaseOperatorLink, ...]:

@@ -4,7 +4,7 @@ server's check of the secrets a new run references (plugins/secret_reference_che
 
 from airflow.plugins_manager import AirflowPlugin
 
-from operators.links import ALL_LINKS, PLUGIN_PREFIX
+from operators.links import ALL_LINKS, PLUGIN_PREFIX, RUN_VIEW_ROUTE
 from secret_reference_check import SecretReferenceCheck
 
 
@@ -28,5 +28,5 @@ class TrainingJobsPlugin(AirflowPlugin):
         {"name": "Training jobs", "href": f"{PLUGIN_PREFIX}/ui/", "url_route": "training-jobs", "destination": "nav",
          "icon": f"{PLUGIN_PREFIX}/ui/icon.svg"},
         {"name": "Training jobs", "href": f"{PLUGIN_PREFIX}/ui/#/run/{{DAG_ID}}/{{RUN_ID}}",
-         "url_route": "training-jobs-run", "destination": "dag_run"},
+         "url_route": RUN_VIEW_ROUTE, "destination": "dag_run"},
     ]

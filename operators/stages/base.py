@@ -41,6 +41,15 @@ class JobStageOperator(BaseOperator):
     template_fields = ("job",)
     ui_color = "#e8f4fd"
 
+    def __init_subclass__(cls, **kwargs):
+        """Every stage's failure says why in the training-jobs view (operators/stages/failure_reasons.py)."""
+        super().__init_subclass__(**kwargs)
+        from operators.stages.failure_reasons import records_failure_reason
+
+        for name in ("execute", "execute_complete"):
+            if name in vars(cls):
+                setattr(cls, name, records_failure_reason(vars(cls)[name]))
+
     def __init__(self, *, job: Mapping[str, Any] | Any, **kwargs):
         super().__init__(**kwargs)
         self.job = job

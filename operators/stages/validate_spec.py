@@ -5,6 +5,8 @@ from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
 
+from operators.stages.failure_reasons import records_failure_reason
+
 
 class ValidateSpecOperator(BaseOperator):
     """First stage: check the job spec and hand the validated spec (a dict) to every later stage through XCom.
@@ -22,9 +24,11 @@ class ValidateSpecOperator(BaseOperator):
         self.spec = spec
         self.spec_defaults = dict(spec_defaults or {})
 
+    @records_failure_reason
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from operators.local_entry_point import check_entry_point
         from operators.local_paths import airflow_private_paths, check_private_paths
         from operators.secret_policy import load_policy, references
         from operators.settings import training_settings
@@ -59,6 +63,7 @@ class ValidateSpecOperator(BaseOperator):
             areas = settings.platform_areas_for(getattr(context["dag_run"], "triggering_user_name", None))
             check_world(spec, settings.local_roots, areas)
             check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace), areas)
+            check_entry_point(spec)  # after the path checks: only an allowed path is looked into
         except SpecError as err:
             for line in getattr(err, "details", ()):  # every problem pydantic found, for the log only
                 self.log.info("spec problem: %s", line)

@@ -29,13 +29,15 @@ from training_console import artifacts
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.spec_access import check_served_paths, require_validated
 from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
+from training_console.warmup import warm_up
 
 STATIC = Path(__file__).parent / "static"
 ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
 CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+CAN_CHANGE_TASKS = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
 
 app = FastAPI(title="Training jobs", description="The training-jobs view of the training-job platform",
-              openapi_url=None, docs_url=None, redoc_url=None)
+              openapi_url=None, docs_url=None, redoc_url=None, lifespan=warm_up)
 add_docs_behind_login(app)
 
 
@@ -79,8 +81,31 @@ def list_jobs(
 
     allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     jobs = load_jobs_cached(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
-    return query_items(jobs, status=status or None, dag_id=dag_id or None, run_id=run_id or None, q=q or None,
-                       sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
+    result = query_items(jobs, status=status or None, dag_id=dag_id or None, run_id=run_id or None, q=q or None,
+                         sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
+    _add_live_metrics(result, jobs)
+    return result
+
+
+def _add_live_metrics(result: dict[str, Any], jobs: list[Job]) -> None:
+    """The running jobs of the page show their latest metric values, as the job page's curves do (the launch stage
+    records final metrics only when it ends)."""
+    by_key = {(j.dag_id, j.run_id, j.map_index): j for j in jobs}
+    names = set(result["metric_names"])
+    for item in result["items"]:
+        for row in [item, *item.get("trials", ())] if item.get("kind") == "search" else [item]:
+            job = by_key.get((row["dag_id"], row["run_id"], row.get("map_index")))
+            if row.get("status") != "running" or row.get("metrics") or job is None or not job.spec:
+                continue
+            try:
+                check_served_paths(job.spec)
+            except HTTPException:
+                continue
+            latest = {name: points[-1]["value"] for name, points in
+                      (artifacts.metrics(job.spec, live=True).get("series") or {}).items() if points}
+            row["metrics"] = latest
+            names.update(latest)
+    result["metric_names"] = sorted(names)
 
 
 def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:
@@ -118,11 +143,36 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
         "task_prefix": job.prefix,
         "output_uri": output,
         "artifacts": listed,
-        "failure": artifacts.failure_reason(spec, upload, job.state("launch_training")),
+        "failure": _why_it_ended(job, spec, upload, summary["status"]),
         "hosts": artifacts.hosts(spec),
         "resume_parent": artifacts.parent_of(session, spec.get("resume_from"),
                                              dag_ids=_readable_dags(user, session)),
     }
+
+
+def _why_it_ended(job: Job, spec: dict, upload: dict, status: str) -> str | None:
+    """Who stopped it and when; else the training's own failure file (the user's traceback tail, the launcher's
+    reason); else what the failed stage recorded (the refused spec, the refused path, the storage error)."""
+    if status == "stopped" and job.stop_note:
+        return job.stop_note
+    if status not in ("failed", "stopped"):
+        return None
+    return artifacts.failure_reason(spec, upload, job.state("launch_training")) or job.stage_reason()
+
+
+@app.post("/api/jobs/{dag_id}/{run_id}/{map_index}/stop", dependencies=[CAN_READ_RUN, CAN_CHANGE_TASKS])
+def post_stop(dag_id: str, run_id: str, map_index: int, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
+    """Stop a job that has not ended: recorded as "Stopped by <user> at <time>", its stages under way marked failed
+    (training_console/stop.py)."""
+    from training_console.stop import stop_job
+
+    job = _job(session, dag_id, run_id, map_index)
+    status, _ = job.status()
+    if status not in ("running", "queued"):
+        raise HTTPException(409, f"training job {job.summary(_now())['job_name'] or run_id} already ended ({status}); "
+                                 "nothing to stop")
+    marked = stop_job(session, job, user.get_name(), user.get_id(), _now())
+    return {"stopped": marked, "status": "stopping"}
 
 
 @app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/metrics", dependencies=[CAN_READ_RUN])

@@ -20,7 +20,9 @@ STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "rest
 STAGING = ("stage_code", "prefetch_data", "write_configs", "restore")
 UPLOAD = ("upload_artifacts", "publish_model")
 ACTIVE = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
-XCOM_STAGES = ("validate_spec", "launch_training", "upload_artifacts")
+RESULT_STAGES = ("validate_spec", "launch_training", "upload_artifacts")  # whose return values the view reads
+XCOM_STAGES = STAGES  # every stage: the "failure_reason" it recorded when it failed
+FAILURE_REASON_KEY = "failure_reason"  # operators/stages/failure_reasons.py
 
 
 @dataclass
@@ -34,6 +36,26 @@ class Job:
     conf: Mapping[str, Any] = field(default_factory=dict)
     tis: dict[str, tuple] = field(default_factory=dict)  # stage -> (state, start, end, try_number)
     xcoms: dict[str, Any] = field(default_factory=dict)  # stage -> return value
+    reasons: dict[str, str] = field(default_factory=dict)  # stage -> why it failed (its XCom "failure_reason")
+    run_note: str | None = None
+    launch_note: str | None = None  # the note of this job's launch_training task instance
+
+    @property
+    def stop_note(self) -> str | None:
+        """"Stopped by <user> at <time>" when the job was stopped (training_console/stop.py; the SDK's stop writes
+        the run's note): a trial's own note, or the run's for a job that is the whole run."""
+        from training_console.stop import is_stop_note
+
+        if is_stop_note(self.launch_note):
+            return self.launch_note
+        if not self.prefix and is_stop_note(self.run_note):
+            return self.run_note
+        return None
+
+    def stage_reason(self) -> str | None:
+        """What the first failed stage recorded about its failure."""
+        failed = next((s for s in STAGES if self.state(s) == "failed" and self.reasons.get(s)), None)
+        return self.reasons.get(failed) if failed else None
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -54,7 +76,14 @@ class Job:
         return (self.tis.get(stage) or (None,))[0]
 
     def status(self) -> tuple[str, str | None]:
-        """(succeeded | failed | stopped | running | queued, the stage that failed or stopped)."""
+        """(succeeded | failed | stopped | running | queued, the stage that failed or stopped). A job someone stopped
+        is "stopped" once it ended, never a failure of the platform or of the training."""
+        status, stage = self._status()
+        if status == "failed" and self.stop_note:
+            return "stopped", stage
+        return status, stage
+
+    def _status(self) -> tuple[str, str | None]:
         for stage in STAGES:
             if self.state(stage) == "failed":
                 return "failed", stage
@@ -67,6 +96,8 @@ class Job:
             return "succeeded", None
         if self.state("upload_artifacts") == "upstream_failed" or self.state("publish_model") == "upstream_failed":
             return "failed", _first(self, ("upstream_failed",)) or None
+        if self.run_state == "running" and any(self.state(s) == "success" for s in STAGES):
+            return "running", None  # between two stages: the next is not scheduled yet
         return ("queued" if self.run_state in ("queued", "running", None) else (self.run_state or "queued")), None
 
     def durations(self, now: datetime) -> dict[str, float | None]:
@@ -85,11 +116,13 @@ class Job:
         created = self.created()
         return {
             **self.key,
+            "task_prefix": self.prefix,
             "job_name": spec.get("job_name") or self._requested_name(),
             "base_job_name": spec.get("base_job_name") or "",
             "status": status,
             "failed_stage": failed_stage,
             "failure_class": launch.get("failure_class") if status == "failed" else None,
+            "stopped_by": self.stop_note if status == "stopped" else None,
             "created": created.isoformat() if created else None,
             "durations": self.durations(now),
             "backend": spec.get("backend"),
@@ -136,8 +169,8 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
     """Every training job (optionally of some DAGs / one run), with its task states and recorded XComs."""
     from sqlalchemy import or_, select
 
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.dagrun import DagRun, DagRunNote
+    from airflow.models.taskinstance import TaskInstance as TI, TaskInstanceNote
     from airflow.models.xcom import XComModel
 
     def scoped(query, model):
@@ -149,10 +182,12 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
 
     stage_filter = or_(*(TI.task_id.like(f"%{s}") for s in STAGES))
     rows = session.execute(scoped(select(TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.state, TI.start_date,
-                                         TI.end_date, TI.try_number).where(stage_filter), TI)).all()
+                                         TI.end_date, TI.try_number, TaskInstanceNote.content)
+                                  .outerjoin(TaskInstanceNote, TaskInstanceNote.ti_id == TI.id)
+                                  .where(stage_filter), TI)).all()
     jobs: dict[tuple, Job] = {}
     other: list[tuple] = []
-    for dag_id, rid, task_id, map_index, state, start, end, try_number in rows:
+    for dag_id, rid, task_id, map_index, state, start, end, try_number, note in rows:
         split = _split(task_id)
         if split is None:
             continue
@@ -161,31 +196,38 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
             job = jobs.setdefault((dag_id, rid, prefix, map_index), Job(dag_id, rid, map_index, prefix))
             job.tis[stage] = (state, start, end, try_number)
         else:
-            other.append((dag_id, rid, prefix, map_index, stage, (state, start, end, try_number)))
-    for dag_id, rid, prefix, map_index, stage, ti in other:
+            other.append((dag_id, rid, prefix, map_index, stage, (state, start, end, try_number), note))
+    for dag_id, rid, prefix, map_index, stage, ti, note in other:
         job = jobs.get((dag_id, rid, prefix, map_index))
         if job is not None:
             job.tis[stage] = ti
+            if stage == "launch_training":
+                job.launch_note = note
     if not jobs:
         return []
     job_dags = {k[0] for k in jobs}
-    runs = session.execute(scoped(select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after, DagRun.conf)
+    runs = session.execute(scoped(select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after, DagRun.conf,
+                                         DagRunNote.content)
+                                  .outerjoin(DagRunNote, DagRunNote.dag_run_id == DagRun.id)
                                   .where(DagRun.dag_id.in_(job_dags)), DagRun)).all()
-    run_info = {(d, r): (s, after, conf) for d, r, s, after, conf in runs}
+    run_info = {(d, r): (s, after, conf, note) for d, r, s, after, conf, note in runs}
     xcom_filter = or_(*(XComModel.task_id.like(f"%{s}") for s in XCOM_STAGES))
     xcoms = session.execute(scoped(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
                                           XComModel.value, XComModel.key)
-                                   .where(XComModel.key.in_(("return_value", "outcome")),
+                                   .where(XComModel.key.in_(("return_value", "outcome", FAILURE_REASON_KEY)),
                                           XComModel.dag_id.in_(job_dags), xcom_filter),
                                    XComModel)).all()
     for (dag_id, rid, prefix, map_index), job in jobs.items():
-        state, after, conf = run_info.get((dag_id, rid), (None, None, None))
-        job.run_state, job.run_after = state, after
+        state, after, conf, note = run_info.get((dag_id, rid), (None, None, None, None))
+        job.run_state, job.run_after, job.run_note = state, after, note
         job.conf = _decode(conf) or {}
-    for dag_id, rid, task_id, map_index, value, key in xcoms:
+    for dag_id, rid, task_id, map_index, value, key in xcoms:  # "outcome": the summary of a failed launch
         split = _split(task_id)
         job = jobs.get((dag_id, rid, split[0], map_index)) if split else None
-        if job is not None and (key == "return_value" or split[1] not in job.xcoms):  # "outcome": a failed launch
+        if job is not None and key == FAILURE_REASON_KEY:
+            reason = _decode(value)
+            job.reasons[split[1]] = reason if isinstance(reason, str) else str(reason)
+        elif job is not None and split[1] in RESULT_STAGES and (key == "return_value" or split[1] not in job.xcoms):
             job.xcoms[split[1]] = _decode(value)
     return list(jobs.values())
 
@@ -240,7 +282,7 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
         if search is None:
             conf = job.conf or {}
             search = {"kind": "search", "dag_id": job.dag_id, "run_id": job.run_id,
-                      "job_name": conf.get("job_name") or job.run_id, "objective": conf.get("objective"),
+                      "job_name": conf.get("job_name") or _search_name(row["job_name"]) or job.run_id, "objective": conf.get("objective"),
                       "direction": conf.get("direction") or "minimize", "trials": [], "run_state": job.run_state}
             searches[key] = search
             items.append(search)
@@ -257,7 +299,7 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
             t["best"] = t is best
         statuses = {t["status"] for t in trials}
         search["status"] = ("running" if statuses & {"running", "queued"} else
-                            "succeeded" if best is not None else "failed")
+                            "succeeded" if best is not None else "stopped" if statuses == {"stopped"} else "failed")
         search["failed_stage"] = None
         search["created"] = min((t["created"] for t in trials if t["created"]), default=None)
         search["metrics"] = best["metrics"] if best else {}
@@ -267,6 +309,12 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
             search[name] = trials[0][name] if trials else None
         search["durations"] = {k: _sum(t["durations"][k] for t in trials) for k in ("staging", "training", "upload")}
     return items
+
+
+def _search_name(trial_name: str) -> str:
+    """The search's name from a trial's: trials are named <search>-t<NN> (operators/search.py)."""
+    head, sep, number = trial_name.rpartition("-t")
+    return head if sep and number.isdigit() else ""
 
 
 def _sum(values: Iterable[float | None]) -> float | None:

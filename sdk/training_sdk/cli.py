@@ -4,6 +4,10 @@
     training-job logs JOB [--follow]        training-job status JOB        training-job stop JOB
     training-job list [--limit N]           training-job attach JOB   (follow the log until the job ends)
 
+JOB is the job name the training-jobs view shows, whichever way the job was started (the form, --conf, REST, a
+schedule, a search's trial). `list` shows every training DAG's jobs, searches with their trials; the states are
+the view's words: queued, running, succeeded, failed, stopped.
+
 The API and credentials: --api-url / TRAINING_API_URL etc. (see training_sdk/session.py); with nothing set, the
 local `make airflow`. Exit status: 0 success, 1 the job failed (the reason on stderr), 2 bad usage or input.
 """
@@ -43,7 +47,7 @@ def _metrics(items: Sequence[str] | None) -> list[dict[str, str]]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="training-job", description=__doc__.split("\n\n")[0])
     parser.add_argument("--api-url", help="Airflow API URL (default: $TRAINING_API_URL, else http://127.0.0.1:8080)")
-    parser.add_argument("--dag-id", default="training_job", help="the training DAG (default: training_job)")
+    parser.add_argument("--dag-id", help="the training DAG (submit: default training_job; list: every DAG)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("submit", help="pack and upload the code, trigger the job")
@@ -93,12 +97,41 @@ def _submit(args) -> int:
                     instance_type=args.instance_type, instance_count=args.instance_count, layout=args.layout,
                     backend=args.backend, output_path=args.output_path, checkpoint_path=args.checkpoint_path,
                     metric_definitions=_metrics(args.metric), max_run_seconds=args.max_run_seconds,
-                    environment=_pairs(args.env, "--env"), base_job_name=args.base_job_name, dag_id=args.dag_id,
-                    code_location=args.code_location, session=None if est_local(args) else _session(args))
+                    environment=_pairs(args.env, "--env"), base_job_name=args.base_job_name,
+                    code_location=args.code_location, session=None if est_local(args) else _session(args),
+                    dag_id=args.dag_id or DEFAULT_DAG)
     job = est.fit(_pairs(args.input, "--input"), wait=args.wait or est.is_local, job_name=args.job_name)
     print(job.job_name)
     if args.wait or est.is_local:
         print(f"model: {job.model_data()}", file=sys.stderr)
+    return 0
+
+
+DEFAULT_DAG = "training_job"
+# The SDK's words (SageMaker's) -> the view's, which the CLI prints
+VIEW_WORDS = {"Pending": "queued", "InProgress": "running", "Completed": "succeeded", "Failed": "failed",
+              "Stopped": "stopped"}
+
+
+def _list(session, args) -> int:
+    from training_sdk.session import ApiError
+
+    try:
+        listed = session.jobs(dag_id=args.dag_id, limit=args.limit)
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        raise TrainingSdkError(f"{session.api_url} has no training-jobs view (/training-jobs): is the "
+                               "training_jobs plugin in its plugins folder?") from None
+    for item in listed.get("items") or []:
+        if item.get("kind") == "search":
+            print(f"{item['job_name']:<50} {item['status']:<10} {item['dag_id']} (search, "
+                  f"{len(item.get('trials') or [])} trials)")
+            for trial in item.get("trials") or []:
+                print(f"  {trial['job_name']:<48} {trial['status']:<10} {trial['dag_id']} {trial.get('created') or '-'}")
+        else:
+            print(f"{item['job_name'] or item['run_id']:<50} {item['status']:<10} {item['dag_id']} "
+                  f"{item.get('created') or '-'}")
     return 0
 
 
@@ -115,18 +148,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         session = _session(args)
         if args.command == "list":
-            for run in session.dag_runs(args.dag_id, args.limit):
-                status = TrainingJob._status_of(run)
-                print(f"{run['dag_run_id']:<50} {status:<11} {run.get('start_date') or '-'}")
-            return 0
-        job = TrainingJob.attach(args.job_name, dag_id=args.dag_id, session=session)
+            return _list(session, args)
+        job = TrainingJob.attach(args.job_name, dag_id=args.dag_id or DEFAULT_DAG, session=session)
         if args.command == "status":
-            print(f"{job.job_name}: {job.status}")
+            status = job.status
+            print(f"{job.job_name}: {VIEW_WORDS.get(status, status)}")
             for task, state in job.task_states().items():
                 print(f"  {task:<20} {state or '-'}")
-            if job.status == "Completed":
+            if status == "Completed":
                 print(f"  model: {job.model_data()}")
-            elif job.status == "Failed":
+            elif status in ("Failed", "Stopped"):
                 print(f"  reason: {job.failure_reason()}")
             return 0
         if args.command == "stop":

@@ -1,4 +1,6 @@
-"""A training job submitted to Airflow: one run of the training DAG whose run id is the job name.
+"""A training job submitted to Airflow, named as the training-jobs view names it: the SDK's own jobs are the run
+whose id is the job name; a job triggered from the form, --conf, REST or a schedule is found by its job name in the
+view's list, and so is a search's trial (one map index of the search's run, its tasks in the "trial." group).
 
     job = TrainingJob.attach("my-job-20260101-120000")     # or Estimator.attach / est.latest_job
     job.wait()              # streams the training log lines until the job ends; raises TrainingJobError on failure
@@ -19,16 +21,17 @@ from training_sdk.session import ApiError, Session
 LAUNCH_TASK = "launch_training"
 UPLOAD_TASK = "upload_artifacts"
 PUBLISH_TASK = "publish_model"
-STOP_NOTE = "Stopped by training_sdk"
+STOP_NOTE_PREFIX = "Stopped by "  # the training-jobs view writes the same (plugins/training_console/stop.py)
 TERMINAL_RUN_STATES = ("success", "failed")
 # A task try whose log is complete: the try is over.
 _TRY_OVER = ("success", "failed", "skipped", "upstream_failed", "up_for_retry", "removed")
-_UNDER_WAY = ("running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule", "restarting")
 _TRY_STARTED = ("running", "deferred", "up_for_reschedule", *_TRY_OVER)
 # Log records of the launch task that are the training's own output (the launch stage logs each line with "%s").
 _TRAINING_LOGGERS = ("LaunchTrainingOperator",)
 
 STATUS = {"queued": "Pending", "running": "InProgress", "success": "Completed", "failed": "Failed"}
+VIEW_STATUS = {"queued": "Pending", "running": "InProgress", "succeeded": "Completed", "failed": "Failed",
+               "stopped": "Stopped"}  # the training-jobs view's words -> the SDK's
 
 
 def _entry_text(entry: Any) -> str:
@@ -66,11 +69,14 @@ class TrainingJob:
     """A handle on one training job (a DAG run); cheap to create, every property asks the API."""
 
     def __init__(self, job_name: str, *, dag_id: str = "training_job", session: Session | None = None,
-                 poll_seconds: float = 2.0):
+                 poll_seconds: float = 2.0, run_id: str | None = None, map_index: int = -1, task_prefix: str = ""):
         self.job_name = job_name
         self.dag_id = dag_id
         self.session = session or Session()
         self.poll_seconds = poll_seconds
+        self.run_id = run_id or job_name
+        self.map_index = map_index  # >= 0: a search's trial
+        self.task_prefix = task_prefix  # "trial." for a trial
 
     def __repr__(self) -> str:
         return f"TrainingJob({self.job_name!r}, dag_id={self.dag_id!r})"
@@ -80,56 +86,89 @@ class TrainingJob:
         job = cls(job_name, dag_id=dag_id, session=session)
         try:
             job.describe()
+            return job
         except ApiError as err:
-            if err.status == 404:
-                raise TrainingSdkError(f"no training job {job_name!r} in DAG {dag_id} at {job.session.api_url}; "
-                                       f"`training-job list` shows the recent ones") from None
-            raise
-        return job
+            if err.status != 404:
+                raise
+        row = job.session.find_job(job_name)  # any DAG: a name is unique to one run (operators/job_lease.py)
+        if row is None:
+            raise TrainingSdkError(f"no training job {job_name!r} at {job.session.api_url}; "
+                                   f"`training-job list` shows the recent ones")
+        return cls(job_name, dag_id=row["dag_id"], session=job.session, run_id=row["run_id"],
+                   map_index=int(row["map_index"]), task_prefix=row.get("task_prefix") or "")
 
     # -- state ------------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        return self.session.dag_run(self.dag_id, self.job_name)
+        """The DAG run (for a trial: its search's run)."""
+        return self.session.dag_run(self.dag_id, self.run_id)
+
+    @property
+    def is_trial(self) -> bool:
+        return self.map_index >= 0
 
     @property
     def status(self) -> str:
+        if self.is_trial:  # the run is the whole search's: the trial's own status is the view's
+            row = self.session.find_job(self.job_name, self.dag_id) or {}
+            return VIEW_STATUS.get(str(row.get("status")), str(row.get("status")))
         return self._status_of(self.describe())
+
+    def _ended(self, run: Mapping[str, Any]) -> bool:
+        if self.is_trial:
+            return self.status not in ("InProgress", "Pending")
+        return run.get("state") in TERMINAL_RUN_STATES
+
+    def _tis(self) -> list[dict[str, Any]]:
+        """This job's task instances, keyed by stage name (a trial's without its group prefix)."""
+        mine = []
+        for ti in self.session.task_instances(self.dag_id, self.run_id):
+            task_id = str(ti.get("task_id"))
+            if ti.get("map_index", -1) == self.map_index and task_id.startswith(self.task_prefix):
+                mine.append({**ti, "stage": task_id[len(self.task_prefix):]})
+        return mine
 
     @staticmethod
     def _status_of(run: Mapping[str, Any]) -> str:
-        if run.get("state") == "failed" and str(run.get("note") or "").startswith(STOP_NOTE):
+        if run.get("state") == "failed" and _stop_note(run):
             return "Stopped"
         return STATUS.get(str(run.get("state")), str(run.get("state")))
 
     def is_finished(self) -> bool:
-        return self.describe().get("state") in TERMINAL_RUN_STATES
+        return self._ended(self.describe())
 
     def task_states(self) -> dict[str, str | None]:
-        return {ti["task_id"]: ti.get("state") for ti in self.session.task_instances(self.dag_id, self.job_name)
-                if ti.get("map_index", -1) == -1}
+        return {ti["stage"]: ti.get("state") for ti in self._tis()}
 
     # -- results ----------------------------------------------------------------------------------------------
     def model_data(self) -> str | None:
         """The model URI (model.tar.gz under <output_path>/<job_name>/output/); None until the job succeeded."""
-        return self.session.xcom(self.dag_id, self.job_name, PUBLISH_TASK)
+        return self.session.xcom(self.dag_id, self.run_id, self.task_prefix + PUBLISH_TASK, map_index=self.map_index)
 
     def metrics(self) -> dict[str, list[dict[str, Any]]]:
         """The metric time series: name -> [{"value", "step", "timestamp"}, ...] (metric_definitions matched in the
         log, plus what the script wrote to TRAINING_METRICS_FILE); live while the job trains."""
-        data = self.session.job_metrics(self.dag_id, self.job_name)
+        data = self.session.job_metrics(self.dag_id, self.run_id, self.map_index)
         return dict((data or {}).get("series") or {})
 
     def failure_reason(self) -> str | None:
         """Why the job failed: the error of the first task that failed (a refused spec, a staging error, the
-        training's own failure reason), else the failure file the upload stage stored."""
-        tis = [ti for ti in self.session.task_instances(self.dag_id, self.job_name) if ti.get("state") == "failed"]
+        training's own failure reason), else the failure file the upload stage stored. A stopped job: who stopped it,
+        when ("Stopped by <user> at <time> UTC"), never the error of the task the stop killed."""
+        if self.is_trial:
+            row = self.session.find_job(self.job_name, self.dag_id) or {}
+            if row.get("stopped_by"):
+                return str(row["stopped_by"])
+        note = None if self.is_trial else _stop_note(self.describe())
+        if note:
+            return note
+        tis = [ti for ti in self._tis() if ti.get("state") == "failed"]
         tis.sort(key=lambda ti: ti.get("start_date") or "")
         for ti in tis:
             entries = self._read_try(ti["task_id"], int(ti.get("try_number") or 1), ti.get("map_index", -1))
             reason = error_of(entries)
             if reason:
                 return reason
-        upload = self.session.xcom(self.dag_id, self.job_name, UPLOAD_TASK)
+        upload = self.session.xcom(self.dag_id, self.run_id, self.task_prefix + UPLOAD_TASK, map_index=self.map_index)
         if isinstance(upload, Mapping) and upload.get("failure"):
             return str(upload["failure"]).strip()
         if tis:
@@ -139,27 +178,12 @@ class TrainingJob:
 
     # -- control ----------------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop the job: the run gets a note saying so, and its unfinished stages that are under way are marked failed.
-        Airflow then kills a running task, whose on_kill stops the training's processes (or pods), and the run fails
-        through the scheduler's own rules. (Marking the run itself failed races the scheduler, which may still
-        finish it as successful from the task states it already read.) A finished job is left as it is."""
-        if self.describe().get("state") in TERMINAL_RUN_STATES:
+        """Stop the job through the training-jobs view's endpoint: the server records "Stopped by <you> at <time>" and
+        marks its unfinished stages failed. Airflow then kills a running task, whose on_kill stops the training's
+        processes (or pods); the upload stages keep what it wrote. A finished job is left as it is."""
+        if self._ended(self.describe()):
             return
-        self.session.set_run_note(self.dag_id, self.job_name, f"{STOP_NOTE}: stop() was called")
-        for _ in range(30):  # between two stages nothing is under way for a moment: look again
-            busy = [ti for ti in self.session.task_instances(self.dag_id, self.job_name)
-                    if ti.get("state") in _UNDER_WAY and ti["task_id"] not in (UPLOAD_TASK, PUBLISH_TASK)]
-            for ti in busy:
-                try:
-                    self.session.set_task_state(self.dag_id, self.job_name, ti["task_id"], "failed",
-                                                ti.get("map_index", -1))
-                except ApiError as err:
-                    if err.status not in (400, 404, 409):  # it finished meanwhile
-                        raise
-            if busy or self.describe().get("state") in TERMINAL_RUN_STATES:
-                return
-            time.sleep(1)
-        raise TrainingSdkError(f"could not stop {self.job_name}: no stage of it is under way")
+        self.session.stop_job(self.dag_id, self.run_id, self.map_index)
 
     def wait(self, logs: bool = True, *, timeout: float | None = None, out: TextIO | None = None) -> TrainingJob:
         """Block until the job ends, printing the training log lines as they come (logs=True). Raises
@@ -167,11 +191,9 @@ class TrainingJob:
         printer = _printer(out) if logs else (lambda line: None)
         for line in self.stream_logs(follow=True, timeout=timeout, on_stage=_stage_printer() if logs else None):
             printer(line)
-        run = self.describe()
-        if run.get("state") != "success":
-            status = self._status_of(run)
-            reason = "stop() was called" if status == "Stopped" else self.failure_reason()
-            raise TrainingJobError(self.job_name, status, reason)
+        status = self.status
+        if status != "Completed":
+            raise TrainingJobError(self.job_name, status, self.failure_reason())
         return self
 
     def logs(self, follow: bool = False, *, out: TextIO | None = None) -> None:
@@ -182,9 +204,9 @@ class TrainingJob:
 
     # -- log streaming ----------------------------------------------------------------------------------------
     def _read_try(self, task_id: str, try_number: int, map_index: int = -1) -> list[Any]:
-        entries, token = self.session.task_log(self.dag_id, self.job_name, task_id, try_number, map_index=map_index)
+        entries, token = self.session.task_log(self.dag_id, self.run_id, task_id, try_number, map_index=map_index)
         while token:
-            more, token = self.session.task_log(self.dag_id, self.job_name, task_id, try_number, token,
+            more, token = self.session.task_log(self.dag_id, self.run_id, task_id, try_number, token,
                                                 map_index=map_index)
             if not more:
                 break
@@ -204,14 +226,15 @@ class TrainingJob:
         stages: dict[str, str] = {}
         while True:
             run = self.describe()
-            run_over = run.get("state") in TERMINAL_RUN_STATES
-            tis = self.session.task_instances(self.dag_id, self.job_name)
+            tis = self._tis()
+            run_over = run.get("state") in TERMINAL_RUN_STATES or (
+                self.is_trial and all(t.get("state") in _TRY_OVER for t in tis if t["stage"] == PUBLISH_TASK))
             if on_stage is not None:
                 for t in tis:
-                    if t.get("map_index", -1) == -1 and t.get("state") and stages.get(t["task_id"]) != t["state"]:
-                        stages[t["task_id"]] = t["state"]
-                        on_stage(t["task_id"], t["state"])
-            ti = next((t for t in tis if t["task_id"] == task_id and t.get("map_index", -1) == -1), None)
+                    if t.get("state") and stages.get(t["stage"]) != t["state"]:
+                        stages[t["stage"]] = t["state"]
+                        on_stage(t["stage"], t["state"])
+            ti = next((t for t in tis if t["stage"] == task_id), None)
             current = int((ti or {}).get("try_number") or 0)
             state = (ti or {}).get("state")
             for try_number in range(1, current + 1):
@@ -224,8 +247,9 @@ class TrainingJob:
                     announced.add(try_number)
                     yield f"[training_sdk] {task_id}: attempt {try_number}"
                 while True:
-                    entries, token = self.session.task_log(self.dag_id, self.job_name, task_id, try_number,
-                                                           tokens.get(try_number))
+                    entries, token = self.session.task_log(self.dag_id, self.run_id, self.task_prefix + task_id,
+                                                           try_number, tokens.get(try_number),
+                                                           map_index=self.map_index)
                     keys = seen.setdefault(try_number, set())
                     for entry in entries:
                         key = _entry_key(entry)
@@ -246,6 +270,11 @@ class TrainingJob:
             if deadline is not None and time.monotonic() > deadline:
                 raise TrainingSdkError(f"training job {self.job_name} still {self.status} after {timeout} s")
             time.sleep(self.poll_seconds)
+
+
+def _stop_note(run: Mapping[str, Any]) -> str | None:
+    note = str(run.get("note") or "")
+    return note if note.startswith(STOP_NOTE_PREFIX) else None
 
 
 def _stage_printer() -> Callable[[str, str], None]:

@@ -223,6 +223,32 @@ class Session:
                     from None
             raise
 
+    def jobs(self, **params: Any) -> dict[str, Any]:
+        """The training-jobs view's list (plugins/training_console): every DAG's jobs the caller may read, searches
+        as one item with their trials; params: q, status, dag_id, sort, order, offset, limit."""
+        return self.get(f"{CONSOLE_PREFIX}/api/jobs", **params)
+
+    def find_job(self, job_name: str, dag_id: str | None = None) -> dict[str, Any] | None:
+        """The job the view shows under this name (a job from the form, --conf, REST, a schedule, or a search's
+        trial): its list row with dag_id, run_id, map_index and task_prefix; None if there is none."""
+        try:
+            listed = self.jobs(q=job_name, dag_id=dag_id, limit=500)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        for item in listed.get("items") or []:
+            for row in [item, *(item.get("trials") or [])]:
+                if row.get("job_name") == job_name and "map_index" in row:
+                    return row
+        return None
+
+    def stop_job(self, dag_id: str, run_id: str, map_index: int = -1) -> None:
+        """Stop through the view's endpoint: the server records "Stopped by <you> at <time>" and marks the stages
+        under way failed. A job that already ended is left as it is."""
+        self.request("POST", f"{CONSOLE_PREFIX}/api/jobs/{_q(dag_id)}/{_q(run_id)}/{int(map_index)}/stop", {},
+                     ok=(200, 409))
+
     def job_metrics(self, dag_id: str, run_id: str, map_index: int = -1) -> dict[str, Any] | None:
         """{"final", "series"} of a job (live while it trains), from the training-jobs view's API (plugins/
         training_console); a search trial is its run's map index."""

@@ -18,6 +18,7 @@ import tarfile
 import textwrap
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -170,7 +171,7 @@ def test_attach_to_a_running_job_and_stop_it(session, tmp_path, airflow_server):
 
     done = cli(airflow_server, "stop", job.job_name)
     assert done.returncode == 0 and "stop requested" in done.stdout
-    with pytest.raises(TrainingJobError, match="stopped: stop\\(\\) was called"):
+    with pytest.raises(TrainingJobError, match=r"stopped: Stopped by admin at \d{4}-\d\d-\d\d "):
         attached.wait(logs=False)
     stopped = TrainingJob.attach(job.job_name, session=session)
     assert stopped.status == "Stopped"
@@ -212,16 +213,48 @@ def test_cli_submit_wait_then_status_list_and_logs(airflow_server, tmp_path):
     assert job_name.startswith("sdk-cli-") and f"{job_name}/output/model.tar.gz" in done.stderr
 
     status = cli(airflow_server, "status", job_name)
-    assert status.returncode == 0 and f"{job_name}: Completed" in status.stdout and "model: " in status.stdout
+    assert status.returncode == 0 and f"{job_name}: succeeded" in status.stdout and "model: " in status.stdout
     listing = cli(airflow_server, "list", "--limit", "50")
-    assert any(line.split()[:2] == [job_name, "Completed"] for line in listing.stdout.splitlines()), listing.stdout
+    assert any(line.split()[:2] == [job_name, "succeeded"] for line in listing.stdout.splitlines()), listing.stdout
     logs = cli(airflow_server, "logs", job_name)
     assert "epoch=0 loss=0.1500" in logs.stdout
     missing = cli(airflow_server, "status", "no-such-job")
     assert missing.returncode == 2 and "no training job 'no-such-job'" in missing.stderr
 
 
-def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_path):
+def test_the_cli_names_a_rest_triggered_job_as_the_view_does_and_stops_it(airflow_server, tmp_path):
+    """A job triggered without the SDK has an Airflow run id (manual__...): the CLI takes the name the view shows."""
+    code = code_dir(tmp_path, SLOW_SCRIPT)
+    run = airflow_server.trigger("training_job", {"base_job_name": "rest-named", "source_dir": str(code),
+                                                  "entry_point": "train.py", "output_path": str(tmp_path / "models")})
+    assert run["dag_run_id"].startswith("manual__")
+    deadline = time.monotonic() + 300
+    while True:  # the view knows the name once validate_spec ran; wait for the training itself
+        _, row = airflow_server.api.call("GET", f"/training-jobs/api/jobs/training_job/{quote(run['dag_run_id'])}/-1")
+        launch = next((st for st in row.get("stages") or [] if st["stage"] == "launch_training"), {})
+        if launch.get("state") == "running":
+            break
+        assert time.monotonic() < deadline, f"job of {run['dag_run_id']} not training after 300 s: {row}"
+        time.sleep(1)
+    name = row["job_name"]
+    assert name.startswith("rest-named-")
+    status = cli(airflow_server, "status", name)
+    assert status.returncode == 0 and f"{name}: running" in status.stdout, status.stdout + status.stderr
+    listing = cli(airflow_server, "list")
+    assert any(line.split()[:2] == [name, "running"] for line in listing.stdout.splitlines()), listing.stdout
+    stop = cli(airflow_server, "stop", name)
+    assert stop.returncode == 0 and "stop requested" in stop.stdout, stop.stderr
+    assert airflow_server.wait_for_run("training_job", run["dag_run_id"])["state"] == "failed"
+    status = cli(airflow_server, "status", name)
+    assert f"{name}: stopped" in status.stdout and "reason: Stopped by admin at " in status.stdout, status.stdout
+    assert "API_SERVER_ERROR" not in status.stdout
+    _, job = airflow_server.api.call("GET", f"/training-jobs/api/jobs/training_job/{quote(run['dag_run_id'])}/-1")
+    assert job["status"] == "stopped" and job["failure"].startswith("Stopped by admin at "), job
+    logs = cli(airflow_server, "logs", name)
+    assert "step=0" in logs.stdout
+
+
+def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_path, airflow_server):
     est = Estimator(entry_point="train.py", source_dir=str(code_dir(tmp_path, TRAIN_SCRIPT)), session=session,
                     hyperparameters={"epochs": 2}, metric_definitions=LOSS, base_job_name="sdk-tune")
     tuner = HyperparameterTuner(est, objective_metric_name="loss", objective_type="Minimize",
@@ -237,6 +270,14 @@ def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_p
         assert tar.extractfile("lr.txt").read() == b"0.2"
     assert tuner.best_estimator().hyperparameters == {"epochs": 2, "lr": 0.2}
     assert [p["value"] for p in tuner.best_job.metrics()["loss"]] == [0.1, 0.05]
+    # the CLI lists the search and its trials by the names the view shows, and takes a trial's name
+    search_name = tuner.latest_tuning_job.job_name
+    listing = cli(airflow_server, "list").stdout.splitlines()
+    assert any(line.split()[:2] == [search_name, "succeeded"] and "(search, 3 trials)" in line for line in listing), listing
+    assert any(line.split()[:2] == [best, "succeeded"] for line in listing), listing
+    status = cli(airflow_server, "status", best)
+    assert f"{best}: succeeded" in status.stdout and f"model: {tuner.model_data()}" in status.stdout, status
+    assert "launch_training" in status.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The Airflow UI in a real browser: Debian's chromium, driven by npm's playwright-core (`make browser-deps` installs
 both; no browser is ever downloaded), against the real components started by tests/integration/airflow_server.py.
 The walk-through itself is tests/integration/ui_browser.js: log in, trigger training_job from the trigger form with
-the demo values, watch the run succeed, open the job in the training-jobs view, see the loss curve, follow the model
-link, clone the job, watch a running job's curve grow and stop it. Screenshots are kept in test-artifacts/ui/ (git-ignored) at the repository root."""
+the demo values, watch the run succeed, open the training-jobs view from Airflow's nav entry (in Airflow's sandboxed
+frame, as a user meets it), see the loss curve, download the model, follow the Training job extra link, clone with a
+bad value (refused in the page, naming the field) and then a good one, see why a refused spec failed, watch a
+running job's curve grow in its page and in the list, Stop it (asked in the page) and see who stopped it.
+Screenshots are kept in test-artifacts/ui/ (git-ignored) at the repository root."""
 
 from __future__ import annotations
 
@@ -75,5 +78,6 @@ def test_a_new_user_trains_from_the_form_and_follows_the_job_in_the_view(airflow
                                   f"(screenshot {SHOTS / 'failure.png'}):\n{result.get('error') or proc.stderr[-3000:]}"
                                   f"\nscheduler log:\n{airflow_server.log_tail('scheduler', 2000)}")
     assert result["steps"][-1].endswith("stopped") and result["model_bytes"] > 100
-    for name in ("01-trigger-form", "02-jobs-list-embedded", "03-job-page", "04-jobs-list", "05-job-running"):
+    for name in ("01-trigger-form", "02-jobs-list-embedded", "03-job-page", "04-bad-value", "04-jobs-list",
+                 "05-job-running", "06-refused-spec", "07-stop-confirm", "08-job-stopped"):
         assert (SHOTS / f"{name}.png").stat().st_size > 10_000, name

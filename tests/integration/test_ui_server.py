@@ -48,6 +48,9 @@ def test_rest_triggered_training_job_succeeds_through_the_scheduler(airflow_serv
     status, log = airflow_server.api.call(
         "GET", "/api/v2/dags/training_job/dagRuns/rest-ui-job/taskInstances/launch_training/logs/1?full_content=true")
     assert status == 200 and "loss=0.3000" in json.dumps(log), log
+    _, links = airflow_server.api.call(
+        "GET", "/api/v2/dags/training_job/dagRuns/rest-ui-job/taskInstances/upload_artifacts/links")
+    assert links["extra_links"]["Failure reason"] is None and links["extra_links"]["Model"], links  # nothing failed
 
 
 
@@ -68,6 +71,20 @@ def test_a_failed_job_shows_its_stage_class_and_reason_and_the_links_serve_them(
     assert links["extra_links"]["Host logs"].endswith("/training-jobs/ui/#/job/training_job/ui-failing-job/-1/logs")
     status, body, _ = api.raw("GET", "/training-jobs/api/jobs/training_job/ui-failing-job/-1/artifacts/model.tar.gz")
     assert status == 404 and b"does not exist" in body  # no model after a failure, and the reply says so
+
+
+def test_a_refused_spec_says_why_on_the_job_page(airflow_server, tmp_path):
+    conf = job_conf(tmp_path, "ui-refused-job", entry_point="trian.py")
+    airflow_server.trigger("training_job", conf, run_id="ui-refused-job")
+    assert airflow_server.wait_for_run("training_job", "ui-refused-job")["state"] == "failed"
+    status, job = airflow_server.api.call("GET", "/training-jobs/api/jobs/training_job/ui-refused-job/-1")
+    assert status == 200, job
+    assert (job["status"], job["failed_stage"]) == ("failed", "validate_spec")
+    assert job["failure"] == f"invalid job spec: entry_point: trian.py is not in source_dir {tmp_path / 'code'}; " \
+                             "give a file that is there (a path relative to source_dir)"
+    states = airflow_server.task_states("training_job", "ui-refused-job")
+    assert states[("stage_code", -1)] == "upstream_failed", states  # refused before anything was staged
+
 
 HANG = 30.0
 

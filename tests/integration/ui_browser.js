@@ -1,8 +1,10 @@
 // The UI walk-through a new user does, in headless Debian chromium driven by playwright-core (no browser download):
-// log in, trigger training_job from the trigger form with the demo values, watch the run succeed, open the job in
-// the training-jobs view, see the loss curve, follow the model link, clone the job, watch a running job's curve
-// grow and stop it. Run by test_ui_browser.py, which
-// starts Airflow and passes everything in the environment; screenshots go to $UI_SHOTS; results to $UI_RESULT.
+// log in, trigger training_job from the trigger form with the demo values, watch the run succeed, open the
+// training-jobs view from Airflow's nav entry (the view in Airflow's sandboxed iframe, as a user meets it), see the
+// loss curve, download the model, clone the job with a bad value (refused in the page, naming the field), fix it and
+// trigger, watch a running job's curve grow, Stop it (asked in the page) and see who stopped it. Run by
+// test_ui_browser.py, which starts Airflow and passes everything in the environment; screenshots go to $UI_SHOTS;
+// results to $UI_RESULT.
 "use strict";
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
@@ -104,30 +106,40 @@ async function setMonaco(page, editor, text) {
     assert.equal(finished.state, "success", `run ${run.dag_run_id} ${finished.state}`);
     step("run succeeded");
 
-    // 4. the job in the training-jobs view (the nav entry, embedded in the Airflow UI)
-    await page.goto(`${BASE}/plugin/training-jobs`);
-    const frame = page.frameLocator("iframe");
-    await frame.locator("tr.job a.job-link").first().waitFor();
-    await page.waitForTimeout(500);
-    await shot(page, "02-jobs-list-embedded");
-    // the page on its own, for the job page and the actions
-    await page.goto(`${BASE}/training-jobs/ui/#/run/training_job/${encodeURIComponent(run.dag_run_id)}`);
-    await page.waitForSelector(".chart[data-metric=loss] svg path");
-    const jobName = await page.textContent("#job-name");
+    // 4. the job in the training-jobs view, reached as a user does: Airflow's nav entry, the view in Airflow's
+    // sandboxed iframe (no confirm()/alert() there: every action must work in the page itself)
+    await page.goto(`${BASE}/`);
+    await page.click("a[aria-label='Training jobs']");
+    const view = page.frameLocator("iframe[title='Training jobs']");
+    const viewFrame = async () => (await page.waitForSelector("iframe[title='Training jobs']")).contentFrame();
+    await view.locator("tr.job a.job-link").first().waitFor();
+    // the run's job, by the name the view gives it (<base_job_name>-<time>-<hash>)
+    const listedRun = await (await page.request.get(`${BASE}/training-jobs/api/jobs?run_id=${encodeURIComponent(run.dag_run_id)}`)).json();
+    const jobName = listedRun.items[0].job_name;
     result.job_name = jobName;
     assert.match(jobName, new RegExp(`^${DEMO.base_job_name}-`));
-    assert.equal(await page.getAttribute("#job-status", "data-status"), "succeeded");
-    const points = await page.locator(".chart[data-metric=loss] circle").count();
+    await page.waitForTimeout(500);
+    await shot(page, "02-jobs-list-embedded");
+    await view.locator(`tr.job[data-job='${jobName}'] a.job-link`).click();
+    await view.locator(".chart[data-metric=loss] svg path").waitFor();
+    assert.equal(await view.locator("#job-name").textContent(), jobName);
+    assert.equal(await view.locator("#job-status").getAttribute("data-status"), "succeeded");
+    const points = await view.locator(".chart[data-metric=loss] circle").count();
     assert.equal(points, DEMO.hyperparameters.epochs, "one loss point per epoch");
-    await page.waitForSelector("#host-log:not(:text('Loading'))");
-    assert.match(await page.textContent("#host-log"), /loss=/);
+    await view.locator("#host-log:not(:text('Loading'))").waitFor();
+    const hostLog = await view.locator("#host-log").textContent();
+    assert.match(hostLog, /loss=/);
+    assert.doesNotMatch(hostLog, /DAG bundles|DeprecationWarning|Filling up the DagBag/, "the host log is the training's, not Airflow's");
+    assert.equal(await view.locator("#failure").count(), 0, "a successful job shows no failure section");
+    const specKeys = await view.locator("table.kv tr td:first-child").allTextContents();
+    assert.ok(specKeys.includes("backend") && !specKeys.includes("kubernetes"), "a local job lists no Kubernetes options");
     await shot(page, "03-job-page", { fullPage: true });
-    step(`job page of ${jobName}: loss curve with ${points} points`);
+    step(`job page of ${jobName} in Airflow's frame: loss curve with ${points} points`);
 
-    // 5. the model link: the plugin streams the local model.tar.gz (no file:// URL)
-    const href = await page.getAttribute("a.artifact[data-artifact='model.tar.gz']", "href");
+    // 5. the model link: the plugin streams the local model.tar.gz (no file:// URL); downloaded from the frame
+    const href = await view.locator("a.artifact[data-artifact='model.tar.gz']").getAttribute("href");
     assert.ok(!href.startsWith("file:"), href);
-    const [download] = await Promise.all([page.waitForEvent("download"), page.click("a.artifact[data-artifact='model.tar.gz']")]);
+    const [download] = await Promise.all([page.waitForEvent("download"), view.locator("a.artifact[data-artifact='model.tar.gz']").click()]);
     const saved = path.join(SHOTS, "downloaded-model.tar.gz");
     await download.saveAs(saved);
     const bytes = fs.readFileSync(saved);
@@ -140,21 +152,39 @@ async function setMonaco(page, editor, text) {
     assert.equal(viaLink.status(), 200);
     assert.equal((await viaLink.body()).length, bytes.length);
     step(`model link: ${bytes.length} bytes`);
+    // the "Training job" extra link opens the job inside Airflow's UI (the run's Training jobs tab), not outside it
+    const jobLink = links.extra_links["Training job"];
+    assert.ok(jobLink.startsWith(`${BASE}/dags/training_job/runs/`), jobLink);
+    await page.goto(jobLink);
+    assert.equal(await page.frameLocator("iframe[title='Training jobs']").locator("#job-name").textContent(), jobName);
+    await page.goto(`${BASE}/`);
+    await page.click("a[aria-label='Training jobs']");
+    await view.locator(`tr.job[data-job='${jobName}'] a.job-link`).click();
+    await view.locator("#clone-btn").waitFor();
+    step("the Training job extra link opens the job in Airflow's UI");
 
-    // 6. train again from this model: the spec with resume_from = this job's model; then clone, triggered
-    await page.click("#resume-btn");
-    assert.equal(JSON.parse(await page.inputValue("#clone-conf")).resume_from, `${DEMO.output_path}/${jobName}/output/model.tar.gz`);
-    await page.click("#clone-cancel");
-    await page.click("#clone-btn");
-    const cloneConf = JSON.parse(await page.inputValue("#clone-conf"));
+    // 6. train again from this model: the spec with resume_from = this job's model; then clone with a bad value
+    // (the refusal names the field, in the page), fixed, triggered
+    await view.locator("#resume-btn").click();
+    assert.equal(JSON.parse(await view.locator("#clone-conf").inputValue()).resume_from, `${DEMO.output_path}/${jobName}/output/model.tar.gz`);
+    await view.locator("#clone-cancel").click();
+    await view.locator("#clone-btn").click();
+    const cloneConf = JSON.parse(await view.locator("#clone-conf").inputValue());
     assert.equal(cloneConf.source_dir, DEMO.source_dir);
     assert.deepEqual(cloneConf.hyperparameters, DEMO.hyperparameters);
     assert.ok(!("job_name" in cloneConf), "a clone gets a new job name");
     cloneConf.hyperparameters.epochs = 3;
-    await page.fill("#clone-conf", JSON.stringify(cloneConf, null, 2));
-    await page.click("#clone-trigger");
-    await page.waitForFunction((runId) => location.hash.startsWith("#/run/training_job/") && !location.hash.endsWith(encodeURIComponent(runId)), run.dag_run_id);
-    const cloneRunId = decodeURIComponent(await page.evaluate(() => location.hash.split("/").pop()));
+    await view.locator("#clone-conf").fill(JSON.stringify({ ...cloneConf, resources: { ...(cloneConf.resources || {}), gpu: -1 } }, null, 2));
+    await view.locator("#clone-trigger").click();
+    await view.locator("#clone-error:text('Not triggered')").waitFor();
+    assert.equal(await view.locator("#clone-error").textContent(), "Not triggered: resources.gpu: -1 is less than the minimum of 0");
+    await shot(page, "04-bad-value", { fullPage: true });
+    step("a bad value is refused in the page, naming resources.gpu");
+    await view.locator("#clone-conf").fill(JSON.stringify(cloneConf, null, 2));
+    await view.locator("#clone-trigger").click();
+    const frame = await viewFrame();
+    await frame.waitForFunction((runId) => location.hash.startsWith("#/run/training_job/") && !location.hash.endsWith(encodeURIComponent(runId)), run.dag_run_id);
+    const cloneRunId = decodeURIComponent(await frame.evaluate(() => location.hash.split("/").pop()));
     const cloned = await waitForRun(page, "training_job", cloneRunId, 420000);
     assert.equal(cloned.state, "success");
     assert.equal(cloned.conf.hyperparameters.epochs, 3);
@@ -162,31 +192,60 @@ async function setMonaco(page, editor, text) {
     step(`clone ${cloneRunId} succeeded`);
 
     // 7. the list with both jobs
-    await page.goto(`${BASE}/training-jobs/ui/#/?q=${DEMO.base_job_name}`);
-    await page.waitForSelector("tr.job");
-    const listed = await page.locator("tr.job").evaluateAll((rows) => rows.map((r) => r.dataset.job));
+    await frame.evaluate((q) => { location.hash = `#/?q=${q}`; }, DEMO.base_job_name);
+    await frame.waitForFunction(() => document.querySelectorAll("tr.job").length >= 2);
+    const listed = await view.locator("tr.job").evaluateAll((rows) => rows.map((r) => r.dataset.job));
     assert.ok(listed.includes(result.job_name) && listed.length >= 2, JSON.stringify(listed));
     await shot(page, "04-jobs-list", { fullPage: true });
     step("jobs list");
 
-    // 8. a job that is still training: its curve grows while we watch, and Stop ends it
+    // 7b. a job refused by its first stage says why on its page (not "no reason recorded")
+    const refusedRun = await (await page.request.post(`${BASE}/api/v2/dags/training_job/dagRuns`,
+      { data: { logical_date: null, conf: { ...DEMO, base_job_name: "typo", entry_point: "trian.py" } } })).json();
+    assert.equal((await waitForRun(page, "training_job", refusedRun.dag_run_id, 300000)).state, "failed");
+    await frame.evaluate((runId) => { location.hash = `#/run/training_job/${encodeURIComponent(runId)}`; }, refusedRun.dag_run_id);
+    await view.locator("#failure-reason").waitFor();
+    assert.equal(await view.locator("#failure-reason").textContent(),
+      `invalid job spec: entry_point: trian.py is not in source_dir ${DEMO.source_dir}; give a file that is there (a path relative to source_dir)`);
+    await shot(page, "06-refused-spec", { fullPage: true });
+    step("a refused spec says why on its page");
+
+    // 8. a job that is still training: its curve grows while we watch, and Stop (asked in the page) ends it
+    const dialogs = [];
+    page.on("dialog", (dialog) => { dialogs.push(dialog.message()); dialog.dismiss(); });
     const slow = JSON.parse(process.env.UI_SLOW_CONF);
     const slowRun = await (await page.request.post(`${BASE}/api/v2/dags/training_job/dagRuns`,
       { data: { logical_date: null, conf: slow } })).json();
-    await page.goto(`${BASE}/training-jobs/ui/#/run/training_job/${encodeURIComponent(slowRun.dag_run_id)}`);
-    await page.waitForSelector("#job-status[data-status=running]", { timeout: 300000 });
-    const countPoints = () => page.locator(".chart[data-metric=loss] circle").count();
-    await page.waitForFunction(() => document.querySelectorAll(".chart[data-metric=loss] circle").length >= 2, null, { timeout: 120000 });
+    await frame.evaluate((runId) => { location.hash = `#/run/training_job/${encodeURIComponent(runId)}`; }, slowRun.dag_run_id);
+    await view.locator("#job-status[data-status=running]").waitFor({ timeout: 300000 });
+    const countPoints = () => view.locator(".chart[data-metric=loss] circle").count();
+    await frame.waitForFunction(() => document.querySelectorAll(".chart[data-metric=loss] circle").length >= 2, null, { timeout: 120000 });
     const before = await countPoints();
-    await page.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] circle").length > n, before, { timeout: 60000 });
+    await frame.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] circle").length > n, before, { timeout: 60000 });
     const after = await countPoints();
     await shot(page, "05-job-running", { fullPage: true });
-    page.once("dialog", (dialog) => dialog.accept());
-    await page.click("#stop");
+    // the list shows a running job's latest loss too
+    await frame.evaluate((q) => { location.hash = `#/?q=${q}`; }, slow.base_job_name);
+    await frame.waitForFunction((q) => [...document.querySelectorAll("tr.job")].some((r) => r.dataset.job.startsWith(q) &&
+      [...r.querySelectorAll("td.num")].some((td) => /^[0-9.]+$/.test(td.textContent.trim()))), slow.base_job_name);
+    step("the list shows the running job's latest loss");
+    await frame.evaluate((runId) => { location.hash = `#/run/training_job/${encodeURIComponent(runId)}`; }, slowRun.dag_run_id);
+    await view.locator("#job-status[data-status=running]").waitFor();
+    await view.locator("#stop").click();
+    await view.locator("#stop-yes").waitFor();
+    await shot(page, "07-stop-confirm", { fullPage: true });
+    await view.locator("#stop-yes").click();
+    await view.locator("#stop-requested").waitFor();
     const stopped = await waitForRun(page, "training_job", slowRun.dag_run_id, 180000);
     assert.equal(stopped.state, "failed");
-    await page.goto(`${BASE}/training-jobs/ui/#/run/training_job/${encodeURIComponent(slowRun.dag_run_id)}`);
-    await page.waitForSelector("#job-status[data-status=failed]");
+    await view.locator("#job-status[data-status=stopped]").waitFor({ timeout: 120000 });
+    assert.match(await view.locator("#failure-reason").textContent(), /^Stopped by admin at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/);
+    assert.deepEqual(dialogs, [], "no browser dialog: they are ignored in Airflow's frame");
+    const final = await countPoints();
+    assert.ok(final < 600, `the training stopped (${final} of its 600 points)`);
+    await shot(page, "08-job-stopped", { fullPage: true });
+    await frame.evaluate(() => { location.hash = "#/?status=stopped"; });
+    await frame.waitForFunction((name) => [...document.querySelectorAll("tr.job")].some((r) => r.dataset.job.startsWith(name)), slow.base_job_name);
     result.live_points = [before, after];
     step(`live curve grew ${before} -> ${after} points; stopped`);
   } catch (err) {

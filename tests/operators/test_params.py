@@ -86,3 +86,25 @@ def test_the_form_refuses_bad_values_before_a_run(change, words):
     with pytest.raises(ParamValidationError) as err:
         resolved({**GOOD, **change})
     assert words in str(err.value)
+
+
+def test_the_kubernetes_example_job_of_the_docs_is_a_valid_spec_and_passes_the_trigger_form():
+    import json
+    import re
+    from pathlib import Path
+
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from operators.params import training_job_params
+    from operators.spec import validate_spec
+
+    doc = (Path(__file__).resolve().parents[2] / "docs/kubernetes.md").read_text()
+    section = doc[doc.index("## An example job with `backend: kubernetes`"):]
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    params = ParamsDict(training_job_params())
+    for key, value in example.items():
+        params[key] = value
+    params.validate()
+    spec = validate_spec(example, default_job_name="resnet-ddp-1", default_base_job_name="resnet-ddp",
+                         default_backend="local", default_layout="ti")
+    assert (spec.backend, spec.instance_count) == ("kubernetes", 2)

@@ -154,18 +154,31 @@ function kvTable(rows) {
   return `<table class="kv"><tbody>${rows.map(([k, v]) => `<tr><td>${esc(k)}</td><td class="wrap">${v}</td></tr>`).join("")}</tbody></table>`;
 }
 
+// An options object without its unset (null) keys: a local job's spec has two dozen null Kubernetes options.
+function setOnly(v) {
+  if (!v || typeof v !== "object" || Array.isArray(v)) return v;
+  const kept = Object.entries(v).filter(([, x]) => x != null && !(typeof x === "object" && !Array.isArray(x) && !Object.keys(x).length));
+  return kept.length ? Object.fromEntries(kept) : null;
+}
+
 function specRows(job) {
   const spec = job.spec || {};
   const rows = [];
   const value = (v) => v == null || v === "" ? '<span class="muted">—</span>' : typeof v === "object" ? `<code>${esc(JSON.stringify(v))}</code>` : esc(v);
-  for (const key of ["job_name", "base_job_name", "source_dir", "entry_point", "command"]) rows.push([key, value(spec[key])]);
+  for (const key of ["job_name", "base_job_name", "entry_point", "command"]) rows.push([key, value(spec[key])]);
+  // the SDK's upload is a content-addressed archive in the workspace: say what it is, keep the path in the tooltip
+  const upload = /\/staging\/code\/([^/]+)\/([0-9a-f]{64})\.tar\.gz$/.exec(spec.source_dir || "");
+  rows.splice(2, 0, ["source_dir", upload ? `<span id="sdk-upload" title="${esc(spec.source_dir)}">code uploaded by ${esc(upload[1])} with the SDK (sha256 ${upload[2].slice(0, 12)}…)</span>` : value(spec.source_dir)]);
   for (const [k, v] of Object.entries(spec.hyperparameters || {})) rows.push([`hyperparameter ${k}`, value(v)]);
   for (const [k, v] of Object.entries(spec.inputs || {})) rows.push([`channel ${k}`, value(v)]);
   rows.push(["output_path", value(spec.output_path)], ["checkpoint_path", value(spec.checkpoint_path)]);
   const parent = job.resume_parent;
   rows.push(["resume_from", parent ? (parent.dag_id ? `<a href="${jobHref(parent)}" id="parent-link">${esc(parent.job_name)}</a> <span class="muted">${esc(parent.uri)}</span>` : value(parent.uri)) : value(null)]);
   for (const key of ["backend", "layout", "instance_count", "processes_per_host", "distribution", "resources", "image_uri",
-    "max_run_seconds", "metric_definitions", "environment", "connections", "kubernetes"]) rows.push([key, value(spec[key])]);
+    "max_run_seconds", "metric_definitions", "environment", "connections", "kubernetes", "docker"]) {
+    if ((key === "kubernetes" || key === "docker") && spec.backend !== key) continue;  // ignored on other backends
+    rows.push([key, value(setOnly(spec[key]))]);
+  }
   return rows;
 }
 
@@ -205,6 +218,16 @@ function cloneConf(job, resume) {
   return conf;
 }
 
+// Airflow's 400 for a conf its Params refuse names the param and, for an object, the key inside it under
+// "On instance[...]" (jsonschema's text): one line "resources.gpu: -1 is less than the minimum of 0".
+function paramProblem(message) {
+  const m = /Invalid input for param ([\w.]+): ([^\n]*)/.exec(message);
+  if (!m) return message;
+  const inside = /On instance((?:\[[^\]]+\])+)/.exec(message);
+  const path = inside ? inside[1].match(/\[([^\]]+)\]/g).map((k) => k.slice(1, -1).replace(/^'|'$/g, "")) : [];
+  return `${[m[1], ...path].join(".")}: ${m[2]}`;
+}
+
 function clonePanel(job, resume) {
   const target = job.task_prefix || !job.conf || !Object.keys(job.conf).length ? "training_job" : job.dag_id;
   const panel = document.getElementById("clone");
@@ -220,17 +243,36 @@ function clonePanel(job, resume) {
       const conf = JSON.parse(document.getElementById("clone-conf").value);
       const run = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(target)}/dagRuns`, {method: "POST", body: JSON.stringify({logical_date: null, conf})});
       location.hash = `#/run/${encodeURIComponent(target)}/${encodeURIComponent(run.dag_run_id)}`;
-    } catch (err) { document.getElementById("clone-error").textContent = err.message; }
+    } catch (err) {
+      const problem = err instanceof SyntaxError ? "the spec is not valid JSON: " + err.message : paramProblem(err.message.replace(/^400: /, ""));
+      document.getElementById("clone-error").textContent = "Not triggered: " + problem;
+    }
   };
 }
 
-async function stopJob(job) {
-  if (!confirm(`Stop training job ${job.job_name}?`)) return;
-  const task = encodeURIComponent(job.task_prefix + "launch_training");
-  const mapped = job.map_index >= 0 ? `/${job.map_index}` : "";
-  await api(`${ROOT}/api/v2/dags/${encodeURIComponent(job.dag_id)}/dagRuns/${encodeURIComponent(job.run_id)}/taskInstances/${task}${mapped}`,
-    {method: "PATCH", body: JSON.stringify({new_state: "failed"})});
-  route();
+// Stop asks in the page itself: the view runs in Airflow's sandboxed iframe, where confirm() and alert() are
+// ignored. The plugin records who stopped the job and marks its stages under way failed (training_console/stop.py).
+function stopPanel(job) {
+  const panel = document.getElementById("stop-confirm");
+  panel.innerHTML = `<p>Stop training job <b>${esc(job.job_name)}</b>? Its training ends now; what it wrote so far is
+    still uploaded.</p><div class="actions"><button class="danger" id="stop-yes">Stop the job</button>
+    <button id="stop-no">Keep it running</button><span id="stop-error" class="error"></span></div>`;
+  panel.hidden = false;
+  document.getElementById("stop-no").onclick = () => { panel.hidden = true; panel.innerHTML = ""; };
+  document.getElementById("stop-yes").onclick = async () => {
+    const button = document.getElementById("stop-yes");
+    button.disabled = true;
+    button.textContent = "Stopping…";
+    try {
+      await api(apiJob(job) + "/stop", {method: "POST", body: "{}"});
+      panel.innerHTML = `<p class="muted" id="stop-requested">Stop requested: the job ends in a few seconds.</p>`;
+      setTimeout(route, 1500);
+    } catch (err) {
+      button.disabled = false;
+      button.textContent = "Stop the job";
+      document.getElementById("stop-error").textContent = "Could not stop it: " + err.message;
+    }
+  };
 }
 
 async function showLog(job, host) {
@@ -240,7 +282,11 @@ async function showLog(job, host) {
   const mapped = job.map_index >= 0 ? `&map_index=${job.map_index}` : "";
   const body = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(job.dag_id)}/dagRuns/${encodeURIComponent(job.run_id)}/taskInstances/` +
     `${encodeURIComponent(launch.task_id)}/logs/${launch.try_number}?full_content=true${mapped}`);
-  const lines = (body.content || []).map((m) => typeof m === "string" ? m : m.event || "")
+  // the training's own lines (the launch stage logs each with its own logger), not Airflow's records about the
+  // task (deprecation warnings, "DAG bundles loaded", ...); a plain-text log is shown whole
+  const entries = body.content || [];
+  const training = entries.filter((m) => typeof m === "object" && String(m.logger || "").endsWith("LaunchTrainingOperator"));
+  const lines = (training.length ? training : entries).map((m) => typeof m === "string" ? m : m.event || "")
     .filter((l) => l && !l.startsWith("::group::") && !l.startsWith("::endgroup::"));
   const multi = job.hosts.length > 1, prefix = `[${host}] `;
   const mine = multi ? lines.filter((l) => l.startsWith(prefix)).map((l) => l.slice(prefix.length)) : lines;
@@ -250,7 +296,9 @@ async function showLog(job, host) {
 async function jobPage(key, section) {
   const job = await api(apiJob(key));
   document.getElementById("where").innerHTML = `<span class="muted">/</span> <a href="#/?dag_id=${encodeURIComponent(job.dag_id)}">${esc(job.dag_id)}</a> <span class="muted">/</span> ${esc(job.job_name || job.run_id)}`;
-  const failure = job.status === "failed" || job.failure ? `<section id="failure"><h2>Failure</h2>
+  const ended = job.status === "failed" || job.status === "stopped";
+  const running = job.status === "running" || job.status === "queued";
+  const failure = ended ? `<section id="failure"><h2>${job.status === "stopped" ? "Stopped" : "Failure"}</h2>
       ${kvTable([["stage", esc(STAGE_LABELS[job.failed_stage] || job.failed_stage || "")], ...(job.failure_class ? [["class", esc(job.failure_class)]] : [])])}
       <pre id="failure-reason">${esc(job.failure || "No reason recorded: see the failed task's log.")}</pre></section>` : "";
   const stageRows = job.stages.filter((s) => s.state).map((s) => {
@@ -260,18 +308,18 @@ async function jobPage(key, section) {
   const artifactRows = job.artifacts.map((a) => {
     const downloadable = ["model.tar.gz", "metrics.json", "failure", "output.tar.gz"].includes(a.name) && a.available;
     const link = downloadable ? `<a href="${apiJob(job)}/artifacts/${a.name}" class="artifact" data-artifact="${esc(a.name)}" ${a.name.endsWith(".gz") ? "download" : 'target="_self"'}>${esc(a.name)}</a>` : esc(a.name);
-    return `<tr><td>${link}</td><td class="wrap">${esc(a.uri)}${a.available === false ? ' <span class="muted">(not uploaded yet)</span>' : ""}</td></tr>`;
+    return `<tr><td>${link}</td><td class="wrap">${esc(a.uri)}${a.available === false ? ` <span class="muted">(${running ? "not uploaded yet" : "not uploaded"})</span>` : ""}</td></tr>`;
   }).join("");
-  const running = job.status === "running" || job.status === "queued";
   main.innerHTML = `
     <div class="head"><h1 id="job-name">${esc(job.job_name || "(spec not validated)")}</h1>
       <span id="job-status" data-status="${esc(job.status)}">${badge(job.status)}</span>
-      <span class="muted">${esc(job.dag_id)} · ${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}`, job.run_id)}${job.map_index >= 0 ? " · trial " + job.map_index : ""}</span>
+      <span class="muted">${esc(job.dag_id)} · ${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}`, job.run_id)}${job.map_index >= 0 ? " · trial " + (job.map_index + 1) : ""}</span>
       <div class="actions">
         ${running ? '<button class="danger" id="stop">Stop</button>' : ""}
         <button id="clone-btn">Clone</button>
         ${job.model_uri ? '<button id="resume-btn">Train again from this model</button>' : ""}
       </div></div>
+    <div id="stop-confirm" class="confirm" hidden></div>
     <div id="clone"></div>
     ${failure}
     <section id="metrics"><h2>Metrics</h2><div class="charts" id="charts"><p class="muted">Loading…</p></div></section>
@@ -286,7 +334,7 @@ async function jobPage(key, section) {
     <section id="logs"><h2>Logs <select id="host">${job.hosts.map((h) => `<option>${esc(h)}</option>`).join("")}</select></h2><pre id="host-log">Loading…</pre></section>`;
   document.getElementById("clone-btn").onclick = () => clonePanel(job, false);
   if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
-  if (running) document.getElementById("stop").onclick = () => stopJob(job).catch((e) => alert(e.message));
+  if (running) document.getElementById("stop").onclick = () => stopPanel(job);
   const hostSelect = document.getElementById("host");
   refreshLog = () => showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
   hostSelect.onchange = refreshLog;

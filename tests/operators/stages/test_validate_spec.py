@@ -11,7 +11,17 @@ from types import SimpleNamespace
 import pytest
 
 
-def run_validate(dag_id: str, spec: dict) -> dict:
+class RecordingTI:
+    """The task instance's XCom pushes, as the view will read them."""
+
+    def __init__(self):
+        self.pushed: dict[str, object] = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def run_validate(dag_id: str, spec: dict, ti: RecordingTI | None = None) -> dict:
     from airflow.sdk import DAG
 
     from operators.stages.validate_spec import ValidateSpecOperator
@@ -20,7 +30,7 @@ def run_validate(dag_id: str, spec: dict) -> dict:
         task = ValidateSpecOperator(task_id="validate_spec", spec=spec)
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     context = {"params": {}, "run_id": "manual__1", "logical_date": when,
-               "dag_run": SimpleNamespace(run_after=when, triggering_user_name="alice")}
+               "dag_run": SimpleNamespace(run_after=when, triggering_user_name="alice"), "ti": ti or RecordingTI()}
     return task.execute(context)
 
 
@@ -67,3 +77,36 @@ def test_a_malformed_policy_fails_the_task_naming_the_setting(spec, monkeypatch)
     monkeypatch.setenv("AIRFLOW__TRAINING__SECRET_REFERENCES", '{"training_job": ["ops_api_key"]}')
     with pytest.raises(AirflowFailException, match=r"\[training\] secret_references entry 'training_job'"):
         run_validate("training_job", spec)
+
+
+def test_a_refused_spec_records_its_reason_for_the_view(spec, tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    monkeypatch.setenv("AIRFLOW__TRAINING__LOCAL_ROOTS", str(tmp_path / "allowed"))
+    spec.pop("environment")
+    ti = RecordingTI()
+    with pytest.raises(AirflowFailException):
+        run_validate("training_job", spec, ti)
+    reason = ti.pushed["failure_reason"]
+    assert reason.startswith(f"invalid job spec: source_dir: {spec['source_dir']} is outside the local roots")
+
+
+def test_a_missing_local_entry_point_is_refused_before_anything_is_staged(spec, tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    spec.pop("environment")
+    ti = RecordingTI()
+    with pytest.raises(AirflowFailException, match=r"entry_point: trian\.py is not in source_dir"):
+        run_validate("training_job", {**spec, "entry_point": "trian.py"}, ti)
+    assert "trian.py is not in source_dir" in ti.pushed["failure_reason"]
+    archive = tmp_path / "code.tar.gz"  # what the SDK uploads
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"x=1"))
+    assert run_validate("training_job", {**spec, "source_dir": str(archive)})["entry_point"] == "train.py"
+    with pytest.raises(AirflowFailException, match=r"entry_point: main\.py is not in the code archive"):
+        run_validate("training_job", {**spec, "source_dir": str(archive), "entry_point": "main.py"})

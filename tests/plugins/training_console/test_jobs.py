@@ -31,6 +31,7 @@ def test_status_names_the_failed_stage_and_durations_split_staging_training_uplo
     assert job("c", OK).status() == ("succeeded", None)
     assert job("d", ["success"] * 5 + ["skipped", "success", "skipped"]).status() == ("stopped", "launch_training")
     assert job("e", ["queued"] + [None] * 7).status() == ("queued", None)
+    assert job("f", ["success"] + [None] * 7).status() == ("running", None)  # the next stage not scheduled yet
 
 
 def test_trials_of_a_search_are_one_item_with_the_best_marked():
@@ -66,3 +67,50 @@ def test_a_thousand_jobs_sorted_by_a_metric_page_in_order():
     assert first["total"] == 1000 and len(first["items"]) == 50
     assert [i["metrics"]["loss"] for i in first["items"]] == [n / 1000 for n in range(50)]
     assert [i["metrics"]["loss"] for i in third["items"]] == [n / 1000 for n in range(100, 150)]
+
+
+def test_a_job_stopped_from_the_view_is_stopped_with_who_and_when_not_a_platform_error():
+    note = "Stopped by alice at 2026-11-23 03:01:00 UTC"
+    stopped = job("st", ["success"] * 5 + ["failed", "success", "upstream_failed"])
+    stopped.xcoms["launch_training"] = {"metrics": {}, "failure_class": "platform_error"}
+    stopped.launch_note = note
+    row = stopped.summary(T0 + timedelta(hours=1))
+    assert (row["status"], row["failure_class"], row["stopped_by"]) == ("stopped", None, note)
+    # a whole-run job stopped by the SDK (the run's note) is stopped too; a trial only by its own note
+    by_sdk = job("sdk", ["success"] * 5 + ["failed", "success", "upstream_failed"])
+    by_sdk.run_note = "Stopped by bob at 2026-11-23 03:02:00 UTC (training_sdk)"
+    trial = job("t", ["success"] * 5 + ["failed", "success", "upstream_failed"], prefix="trial.", map_index=0)
+    trial.run_note = by_sdk.run_note
+    assert by_sdk.status()[0] == "stopped" and trial.status()[0] == "failed"
+    # still winding down: running until its stages end
+    stopping = job("w", ["success"] * 5 + ["running", None, None])
+    stopping.launch_note = note
+    assert stopping.status()[0] == "running"
+    names = lambda r: [i["job_name"] for i in r["items"]]  # noqa: E731
+    assert names(query_items([stopped, by_sdk, job("ok", OK)], status="stopped")) == ["st", "sdk"]
+    assert names(query_items([stopped, by_sdk, job("ok", OK)], status="failed")) == []
+
+
+def test_the_reason_of_a_failed_stage_is_the_first_failed_stages():
+    refused = job("r", ["failed"] + ["upstream_failed"] * 7)
+    refused.reasons["validate_spec"] = "invalid job spec: source_dir: /x is outside the local roots"
+    assert refused.stage_reason() == "invalid job spec: source_dir: /x is outside the local roots"
+    assert job("ok", OK).stage_reason() is None
+
+
+def test_a_search_started_without_a_job_name_is_listed_under_its_trials_name_not_the_run_id():
+    trials = [job(f"tune-20261123-030000-ab12-t0{i + 1}", OK, prefix="trial.", map_index=i, dag_id="hyperparameter_search",
+                  conf={"objective": "loss"}) for i in range(2)]
+    for t in trials:
+        t.run_id = "manual__2026-11-23T03:00:00+00:00"
+    search = query_items(trials, now=T0)["items"][0]
+    assert search["job_name"] == "tune-20261123-030000-ab12"
+    assert [t["job_name"] for t in search["trials"]] == ["tune-20261123-030000-ab12-t01", "tune-20261123-030000-ab12-t02"]
+
+
+def test_a_search_whose_trials_were_all_stopped_is_stopped():
+    trials = [job(f"s-t0{i + 1}", ["success"] * 5 + ["failed", "success", "upstream_failed"], prefix="trial.",
+                  map_index=i, dag_id="hyperparameter_search", conf={"objective": "loss"}) for i in range(2)]
+    for t in trials:
+        t.run_id, t.launch_note = "search-run", "Stopped by alice at 2026-11-23 03:05:00 UTC"
+    assert query_items(trials, now=T0)["items"][0]["status"] == "stopped"
