@@ -58,10 +58,7 @@ def profile_for(options: Mapping[str, Any], settings: Any) -> dict[str, Any]:
 
 def check_spec_options(options: Mapping[str, Any], settings: Any) -> None:
     """Refuse a spec's kubernetes options that set a profile field to anything but the named profile's value."""
-    from operators.kubernetes_queues import queue_choice
-
     profile = profile_for(options, settings)
-    queue_choice(options, settings)  # a queue or priority the admin did not list
     for key in PROFILE_FIELDS:
         value = options.get(key)
         if value is None or _same(key, value, profile[key]):

@@ -90,11 +90,13 @@ def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None 
 
 
 def check_isolation_options(spec: JobSpec, kubernetes_settings: Any = None) -> None:
-    """The spec's kubernetes options set nothing its admin-defined profile does not (operators/kubernetes_profiles.py).
+    """The spec's kubernetes options set nothing its admin-defined profile does not (operators/kubernetes_profiles.py)
+    and pick only the admin's queues and priorities (operators/kubernetes_queues.py).
     Docker's `user` and `host_workspace` are checked by the spec model itself (operators/spec_parts.py)."""
     if spec.backend != "kubernetes":
         return
     from operators.kubernetes_profiles import ProfileError, check_spec_options
+    from operators.kubernetes_queues import queue_choice
 
     if kubernetes_settings is None:
         from operators.settings import kubernetes_settings as read_settings
@@ -102,6 +104,7 @@ def check_isolation_options(spec: JobSpec, kubernetes_settings: Any = None) -> N
         kubernetes_settings = read_settings()
     try:
         check_spec_options(spec.backend_options(), kubernetes_settings)
+        queue_choice(spec.backend_options(), kubernetes_settings)  # a queue or priority the admin did not list
     except ProfileError as err:
         raise SpecError(f"kubernetes.{err.key}", err.problem) from None
 

@@ -8,7 +8,8 @@ from kubernetes_job_samples import make_request
 
 from operators.kubernetes_manifests import job_manifest
 from operators.kubernetes_options import resolve_options
-from operators.kubernetes_profiles import ProfileError, check_spec_options
+from operators.kubernetes_profiles import ProfileError
+from operators.kubernetes_queues import queue_choice
 from operators.settings import KubernetesSettings
 
 SETTINGS = KubernetesSettings(namespace="training", queue="team-a", queues=("team-b",), queue_priority="low",
@@ -42,14 +43,14 @@ def test_a_spec_picks_another_listed_queue_and_priority():
 ])
 def test_a_queue_or_priority_the_admin_did_not_list_is_refused_in_the_first_task(options, message):
     with pytest.raises(ProfileError, match=message):
-        check_spec_options(options, SETTINGS)
+        queue_choice(options, SETTINGS)
     with pytest.raises(ValueError, match=message):
         resolve_options(options, SETTINGS)
 
 
 def test_no_queue_may_be_picked_when_the_admin_lists_none():
     with pytest.raises(ProfileError, match=r"'queue' is 'team-a', not one of the admin's queues \(this Airflow lists"):
-        check_spec_options({"queue": "team-a"}, KubernetesSettings())
+        queue_choice({"queue": "team-a"}, KubernetesSettings())
 
 
 
