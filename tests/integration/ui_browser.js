@@ -117,7 +117,7 @@ async function setMonaco(page, editor, text) {
     result.job_name = jobName;
     assert.match(jobName, new RegExp(`^${DEMO.base_job_name}-`));
     assert.equal(await page.getAttribute("#job-status", "data-status"), "succeeded");
-    const points = await page.locator(".chart[data-metric=loss] circle").count();
+    const points = await page.locator(".chart[data-metric=loss] path.point").count();
     assert.equal(points, DEMO.hyperparameters.epochs, "one loss point per epoch");
     await page.waitForSelector("#host-log:not(:text('Loading'))");
     assert.match(await page.textContent("#host-log"), /loss=/);
@@ -175,10 +175,10 @@ async function setMonaco(page, editor, text) {
       { data: { logical_date: null, conf: slow } })).json();
     await page.goto(`${BASE}/training-jobs/ui/#/run/training_job/${encodeURIComponent(slowRun.dag_run_id)}`);
     await page.waitForSelector("#job-status[data-status=running]", { timeout: 300000 });
-    const countPoints = () => page.locator(".chart[data-metric=loss] circle").count();
-    await page.waitForFunction(() => document.querySelectorAll(".chart[data-metric=loss] circle").length >= 2, null, { timeout: 120000 });
+    const countPoints = () => page.locator(".chart[data-metric=loss] path.point").count();
+    await page.waitForFunction(() => document.querySelectorAll(".chart[data-metric=loss] path.point").length >= 2, null, { timeout: 120000 });
     const before = await countPoints();
-    await page.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] circle").length > n, before, { timeout: 60000 });
+    await page.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] path.point").length > n, before, { timeout: 60000 });
     const after = await countPoints();
     await shot(page, "05-job-running", { fullPage: true });
     page.once("dialog", (dialog) => dialog.accept());
