@@ -73,16 +73,15 @@
           hoverinfo: "skip", showlegend: false});
       }
       out.push({x, y: smooth(y, options.smoothing), type: "scatter", mode: markers ? "lines+markers" : "lines", name: c.label,
-        line: {color: c.color, width: 2}, marker: {size: 5}, hovertemplate: "%{y:.6g}<extra>" + esc(c.label) + "</extra>"});
+        line: {color: c.color, width: 2}, marker: {size: 5}, hovertemplate: "%{y:.6~g}<extra>" + esc(c.label) + "</extra>"});
     }
     return out;
   }
 
-  function layout(name, options, showLegend) {
+  function layout(options, showLegend) {
     const axisTitle = {step: "step", wall: "time", relative: "seconds since the first point"}[options.axis];
     return {
-      title: {text: name, font: {size: 13}, x: 0.02, xanchor: "left"},
-      height: 240, margin: {l: 56, r: 12, t: 32, b: 40},
+      height: 240, margin: {l: 56, r: 12, t: 16, b: 40},
       xaxis: {title: {text: axisTitle, font: {size: 11}}, type: options.axis === "wall" ? "date" : "linear", zeroline: false},
       yaxis: {type: options.log ? "log" : "linear", zeroline: false, exponentformat: "SI"},
       hovermode: "x unified", showlegend: showLegend, legend: {orientation: "h", y: -0.25, font: {size: 11}},
@@ -143,7 +142,7 @@
       const plot = box.querySelector(".plot");
       box.dataset.points = String(Math.max(...curves.map((c) => c.points.length)));
       box.querySelector(".chart-last").textContent = curves.map((c) => (curves.length > 1 ? c.label + " " : "") + "last " + fmt(c.points[c.points.length - 1].value)).join(" · ");
-      await Plotly.react(plot, traces(curves, s.options), layout(name, s.options, curves.length > 1),
+      await Plotly.react(plot, traces(curves, s.options), layout(s.options, curves.length > 1),
         {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"]});
       if (!plot.dataset.listening) {
         plot.dataset.listening = "1";
@@ -165,7 +164,7 @@
     const Plotly = await loadPlotly();
     const numeric = points.every((p) => typeof p.x === "number");
     await Plotly.react(el, [{x: points.map((p) => p.x), y: points.map((p) => p.y), text: points.map((p) => p.label), type: "scatter",
-      mode: "markers", marker: {size: 9, color: COLORS[0]}, hovertemplate: "%{text}<br>" + esc(xName) + " %{x}<br>" + esc(yName) + " %{y:.6g}<extra></extra>"}],
+      mode: "markers", marker: {size: 9, color: COLORS[0]}, hovertemplate: "%{text}<br>" + esc(xName) + " %{x}<br>" + esc(yName) + " %{y:.6~g}<extra></extra>"}],
     {height: 240, margin: {l: 56, r: 12, t: 32, b: 44}, title: {text: `${yName} vs ${xName}`, font: {size: 13}, x: 0.02, xanchor: "left"},
       xaxis: {title: {text: xName}, type: numeric ? "linear" : "category"}, yaxis: {title: {text: yName}},
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {size: 11}},

@@ -8,7 +8,7 @@
   const main = document.getElementById("main");
   let poller = null;
   const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
-  const fmt = (v) => v == null ? "—" : typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(5)) : typeof v === "object" ? JSON.stringify(v) : String(v);
+  const fmt = (v) => v == null ? "—" : typeof v === "number" ? String(Number(v.toPrecision(6))) : typeof v === "object" ? JSON.stringify(v) : String(v);
   const jobKey = (j) => [j.dag_id, j.run_id, j.map_index].map((p) => encodeURIComponent(p)).join("/");
   const runKey = (dagId, runId) => [dagId, runId].map((p) => encodeURIComponent(p)).join("/");
   const jobPage = (j) => `./#/job/${encodeURIComponent(j.dag_id)}/${encodeURIComponent(j.run_id)}/${j.map_index}`;
