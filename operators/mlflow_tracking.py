@@ -35,9 +35,10 @@ MODEL_REFERENCE = "model/reference.json"  # the run's artifact naming the upload
 PUSH_SECONDS = 5.0  # how often streamed points go to the server while training runs
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 # A server that does not answer must not hold the training's task: a few quick tries per call instead of MLflow's
-# default (7 retries with exponential backoff, minutes). An admin's own MLFLOW_HTTP_* variables win.
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# default (7 retries with exponential backoff, minutes); a busy server still gets 30 s to answer. An admin's own
+# MLFLOW_HTTP_* variables win.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 _BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
 
 
@@ -121,8 +122,10 @@ class JobRun:
         client = self._client = _client(self.uri)
         experiment = client.get_experiment_by_name(self.experiment)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(self.experiment)
-        found = client.search_runs([experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{self.job_name}'",
-                                   max_results=1)
+        # Only this DAG run's run of the job is continued: a later job that reuses the name starts its own.
+        found = [r for r in client.search_runs([experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{self.job_name}'",
+                                               max_results=100)
+                 if all(r.data.tags.get(k) == self.tags[k] for k in ("training.dag_id", "training.run_id"))]
         if found:
             run = found[0]
             self.mlflow_run_id = run.info.run_id
@@ -200,22 +203,24 @@ def job_run(uri: str, spec, *, dag_id: str, run_id: str, map_index: int = -1,
                   run_id=run_id, run_link=link, hyperparameters=spec.hyperparameters, logger=logger)
 
 
-def _find_run(client, experiment: str, job_name: str):
+def _find_run(client, experiment: str, job_name: str, run_id: str | None = None):
+    """The newest run of the job (of that DAG run, when given) in the experiment, or None."""
     experiment_obj = client.get_experiment_by_name(experiment)
     if experiment_obj is None:
         return None
-    found = client.search_runs([experiment_obj.experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{job_name}'",
-                               max_results=1)
+    found = [r for r in client.search_runs([experiment_obj.experiment_id], order_by=["attributes.start_time DESC"],
+                                           filter_string=f"tags.`{JOB_TAG}` = '{job_name}'", max_results=100)
+             if run_id is None or r.data.tags.get("training.run_id") == run_id]
     return found[0] if found else None
 
 
-def record_model(uri: str, *, experiment: str, job_name: str, model_uri: str,
+def record_model(uri: str, *, experiment: str, job_name: str, model_uri: str, run_id: str | None = None,
                  logger: logging.Logger | None = None) -> bool:
     """Tag the job's run with the uploaded model's URI (the model stays where it was uploaded: a reference)."""
     logger = logger or log
     try:
         client = _client(uri)
-        run = _find_run(client, experiment, job_name)
+        run = _find_run(client, experiment, job_name, run_id)
         if run is None:
             logger.warning("MLflow: no run of job %s in experiment %r at %s: the model URI is not recorded",
                            job_name, experiment, shown_uri(uri))
@@ -242,7 +247,7 @@ def version_source(model_uri: str, run) -> str:
 
 
 def register_model_version(uri: str, *, name: str, experiment: str, job_name: str, model_uri: str,
-                           logger: logging.Logger | None = None) -> str | None:
+                           run_id: str | None = None, logger: logging.Logger | None = None) -> str | None:
     """Register `model_uri` as a new version of the registered model `name` (created when missing), linked to the
     job's run when there is one; returns the version, or None (after a warning) when the server failed."""
     logger = logger or log
@@ -256,7 +261,7 @@ def register_model_version(uri: str, *, name: str, experiment: str, job_name: st
             if getattr(err, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
                 raise
             client.create_registered_model(name, description=f"Promoted models of the retraining of {name}")
-        run = _find_run(client, experiment, job_name)
+        run = _find_run(client, experiment, job_name, run_id)
         run_link = (run.data.tags.get("training.run_link") or None) if run else None
         version = client.create_model_version(name, source=version_source(model_uri, run),
                                               run_id=run.info.run_id if run else None,

@@ -95,7 +95,7 @@ class MlflowServer:
                      "--artifacts-destination", f"{self.dir}/artifacts"],
                     env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir, preexec_fn=_die_with_parent,
                     start_new_session=True)
-            if self._wait_ready(timeout):
+            if self._wait_ready(timeout) and self._warm_up(timeout):
                 return self
             code = self.process.returncode
             self.stop(keep_dir=True)
@@ -117,6 +117,16 @@ class MlflowServer:
                 pass
             time.sleep(0.2)
         return False
+
+    def _warm_up(self, timeout: float) -> bool:
+        """One API call with time to spare: the server's first request (its store's first query) may be slow on a
+        busy machine, and the platform's client gives a server 30 s before it turns tracking off."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/2.0/mlflow/experiments/search?max_results=1",
+                                        timeout=timeout) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
 
     def stop(self, keep_dir: bool = False) -> None:
         if self.process and self.process.poll() is None:

@@ -35,10 +35,10 @@ class PublishModelOperator(BaseOperator):
                 "run_id": context["run_id"],
             }
         self.log.info("Model published: %s", model_uri)
-        self._record_in_mlflow(model_uri)
+        self._record_in_mlflow(model_uri, context["run_id"])
         return model_uri
 
-    def _record_in_mlflow(self, model_uri: str) -> None:
+    def _record_in_mlflow(self, model_uri: str, run_id: str) -> None:
         from operators.mlflow_tracking import configured_uri, record_model
 
         uri = configured_uri()
@@ -47,4 +47,4 @@ class PublishModelOperator(BaseOperator):
 
             spec = JobSpec.from_dict(self.job)
             record_model(uri, experiment=spec.base_job_name or self.dag_id, job_name=spec.job_name,
-                         model_uri=model_uri, logger=self.log)
+                         model_uri=model_uri, run_id=run_id, logger=self.log)

@@ -112,7 +112,7 @@ async function setMonaco(page, editor, text) {
     await shot(page, "02-jobs-list-embedded");
     // the page on its own, for the job page and the actions
     await page.goto(`${BASE}/training-jobs/ui/#/run/training_job/${encodeURIComponent(run.dag_run_id)}`);
-    await page.waitForSelector(".chart[data-metric=loss] svg path");
+    await page.waitForSelector(".chart[data-metric=loss] .scatterlayer .trace");
     const jobName = await page.textContent("#job-name");
     result.job_name = jobName;
     assert.match(jobName, new RegExp(`^${DEMO.base_job_name}-`));
@@ -180,6 +180,8 @@ async function setMonaco(page, editor, text) {
     const before = await countPoints();
     await page.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] path.point").length > n, before, { timeout: 60000 });
     const after = await countPoints();
+    // System metrics (the runtime samples its cgroup every 5 s): their own charts, a curve per host.
+    await page.waitForSelector('.chart-group[data-group=system] .chart[data-metric="system/memory_bytes"] .scatterlayer .trace', { timeout: 60000 });
     await shot(page, "05-job-running", { fullPage: true });
     page.once("dialog", (dialog) => dialog.accept());
     await page.click("#stop");

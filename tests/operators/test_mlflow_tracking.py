@@ -23,8 +23,8 @@ def points(*values, start=0):
     return [{"value": v, "step": start + i, "timestamp": 1_800_000_000 + i} for i, v in enumerate(values)]
 
 
-def job_run(uri: str, job_name: str = "job-a", **hyperparameters) -> JobRun:
-    return JobRun(uri, experiment="unit", job_name=job_name, dag_id="training_job", run_id="manual__1",
+def job_run(uri: str, job_name: str = "job-a", run_id: str = "manual__1", **hyperparameters) -> JobRun:
+    return JobRun(uri, experiment="unit", job_name=job_name, dag_id="training_job", run_id=run_id,
                   run_link="http://airflow/training-jobs/ui/#/job/x", hyperparameters=hyperparameters)
 
 
@@ -62,6 +62,20 @@ def test_a_retried_task_continues_the_run_without_sending_a_point_twice(mlflow_s
     assert [m.value for m in client.get_metric_history(run_id, "system/memory_bytes")] == [100.0]
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1"}
+
+
+@pytest.mark.slow
+def test_a_later_job_reusing_the_name_starts_its_own_run(mlflow_server):
+    """Only a retry of the same DAG run continues a run: another run's job of the same name never writes into it."""
+    first = job_run(mlflow_server.url, "job-reused", run_id="manual__1")
+    first_id = first.start()
+    first.finish({"loss": points(1.0)}, "FINISHED")
+    later = job_run(mlflow_server.url, "job-reused", run_id="manual__2")
+    assert later.start() not in (None, first_id)
+    later.push({"loss": points(9.0, 8.0)})
+    client = mlflow_server.client()
+    assert client.get_run(first_id).info.status == "FINISHED"
+    assert [m.value for m in client.get_metric_history(first_id, "loss")] == [1.0]
 
 
 @pytest.mark.slow
