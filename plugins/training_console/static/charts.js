@@ -78,12 +78,14 @@
     return out;
   }
 
-  function layout(options, showLegend) {
+  function layout(options, showLegend, name) {
+    const bytes = /_bytes$/.test(name);  // memory: 3.63 GB, not 3632939008
     const axisTitle = {step: "step", wall: "time", relative: "seconds since the first point"}[options.axis];
     return {
       height: 240, margin: {l: 56, r: 12, t: 16, b: 40},
       xaxis: {title: {text: axisTitle, font: {size: 11}}, type: options.axis === "wall" ? "date" : "linear", zeroline: false},
-      yaxis: {type: options.log ? "log" : "linear", zeroline: false, exponentformat: "SI"},
+      yaxis: {type: options.log ? "log" : "linear", zeroline: false, exponentformat: "SI",
+        ...(bytes ? {tickformat: ".3~s", ticksuffix: "B", hoverformat: ".4~s"} : {})},
       hovermode: "x unified", showlegend: showLegend, legend: {orientation: "h", y: -0.25, font: {size: 11}},
       // Unchanged while the page re-reads the series: a live update keeps the user's zoom.
       uirevision: [options.axis, options.log].join(":"),
@@ -142,7 +144,7 @@
       const plot = box.querySelector(".plot");
       box.dataset.points = String(Math.max(...curves.map((c) => c.points.length)));
       box.querySelector(".chart-last").textContent = curves.map((c) => (curves.length > 1 ? c.label + " " : "") + "last " + fmt(c.points[c.points.length - 1].value)).join(" · ");
-      await Plotly.react(plot, traces(curves, s.options), layout(s.options, curves.length > 1),
+      await Plotly.react(plot, traces(curves, s.options), layout(s.options, curves.length > 1, name),
         {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"]});
       if (!plot.dataset.listening) {
         plot.dataset.listening = "1";
