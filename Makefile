@@ -25,7 +25,7 @@ KUEUE_VERSION := v0.17.0
 export KUEUE_DIR ?= $(TOOLS_CACHE)/kueue-$(KUEUE_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: install lint sandbox-deps postgres db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers node-deps node-tools minio k8s-tools kueue cluster cluster-down
+.PHONY: install lint sandbox-deps postgres db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers mlflow-server node-deps node-tools minio k8s-tools kueue cluster cluster-down
 
 # Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
 # fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
@@ -101,6 +101,12 @@ airflow: db $(AIRFLOW_SECRETS)
 peers: install
 	nice -n 10 $(PY) tests/runtime/peers/build.py
 
+# The MLflow tracking server of the MLflow tests (tests/mlflow_server.py): PyPI mlflow==3.17.2, whose pins clash with
+# Airflow's, in its own venv under $(TOOLS_CACHE)/mlflow-server-<hash>, every dependency pinned in
+# tests/mlflow_server_requirements.txt (built once, ~2 min, then reused).
+mlflow-server:
+	nice -n 10 python3 tests/mlflow_server.py build
+
 # Browser tests (tests/integration/test_ui_browser.py): Debian's chromium driven by npm's playwright-core, which never
 # downloads a browser; the npm package lives in the tools cache, outside the repository.
 PLAYWRIGHT_VERSION := 1.65.1
@@ -127,12 +133,12 @@ TEST_WORKERS ?= 4
 INTEGRATION_WORKERS ?= 2
 # A hung run ends here, with pytest's summary, not at CI's own limit (each test also has a limit: pyproject.toml).
 INTEGRATION_LIMIT ?= 3600
-test: install lint peers images browser-deps node-tools minio k8s-tools kueue postgres
+test: install lint peers mlflow-server images browser-deps node-tools minio k8s-tools kueue postgres
 	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --ignore=tests/integration tests
 	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
 	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (23 min is usual): interrupted; the tests it was running are named above"; exit $$rc; }
 
-test-fast: install peers minio
+test-fast: install peers minio mlflow-server
 	$(PY) -m pytest -q -m "not slow"
 
 # The control plane's binaries (cold build ~40 min on 2 busy cores; a no-op once cached): see docs/kubernetes.md

@@ -73,6 +73,12 @@ TRAINING = {
     "max_active_runs": _option("training_job runs that run at once (the DAG's max_active_runs; more wait queued). "
                                "Raise [core] parallelism with it, on PostgreSQL: SQLite's writers deadlock under "
                                "many runs at once.", "4", "integer"),
+    "mlflow_tracking_uri": _option("MLflow tracking server (http(s)://host:port): each training job is logged there as "
+                                   "a run (params, metric history, tags, the model URI) and a retraining DAG's "
+                                   "promotion registers a model version. A server that is down never fails a "
+                                   "training. Credentials go in MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN of "
+                                   "the workers' environment, not in the URI. Empty = no tracking.", "",
+                                   example="http://mlflow.internal:5000"),
 }
 
 KUBERNETES = {

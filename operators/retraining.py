@@ -208,7 +208,19 @@ class PromoteModelOperator(BaseOperator):
                 "pointer": uri, "run_id": context["run_id"],
             }
         self.log.info("Promoted %s: %s now names it (%s)", model_uri, uri, decision["reason"])
+        self._register_in_mlflow(spec, model_uri, context["run_id"])
         return model_uri
+
+    def _register_in_mlflow(self, spec, model_uri: str, run_id: str) -> None:
+        """A version of the registered model named after the base job name, when [training] mlflow_tracking_uri is
+        set (best effort: the pointer and the Asset event above are the promotion)."""
+        from operators.mlflow_tracking import configured_uri, register_model_version
+
+        uri = configured_uri()
+        if uri:
+            name = spec.base_job_name or self.dag_id
+            register_model_version(uri, name=name, experiment=name, job_name=spec.job_name, model_uri=model_uri,
+                                   run_id=run_id, logger=self.log)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -250,3 +250,9 @@ def sdk_code_quota_bytes() -> int:
     """[training] sdk_code_quota_bytes: how many bytes of uploaded code one user may keep in the staging area
     (512 MiB)."""
     return _get_int("training", "sdk_code_quota_bytes", 512 * 1024 * 1024, minimum=1)
+
+
+def mlflow_tracking_uri() -> str:
+    """[training] mlflow_tracking_uri: the MLflow tracking server each training job is logged to as a run
+    (operators/mlflow_tracking.py); empty = no tracking."""
+    return _get("training", "mlflow_tracking_uri", "").strip()

@@ -90,7 +90,8 @@ def training_job_tasks(
                                     deferrable=deferrable, retries=launch_retries, early_stopping=early_stopping,
                                     **dict(launch_kwargs or {}))
     upload = UploadArtifactsOperator(task_id=f"{p}upload_artifacts", job=job, trigger_rule="all_done", **transfers)
-    publish = PublishModelOperator(task_id=f"{p}publish_model", upload=upload.output, model_asset=model_asset)
+    publish = PublishModelOperator(task_id=f"{p}publish_model", upload=upload.output, model_asset=model_asset,
+                                   job=job)
     validate >> stage_code >> prefetch >> configs >> restore >> launch >> upload >> publish
     launch >> publish  # a failed training fails the run (publish becomes upstream_failed)
     return TrainingTasks(validate, stage_code, prefetch, configs, restore, launch, upload, publish)

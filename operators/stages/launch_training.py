@@ -118,6 +118,7 @@ class LaunchTrainingOperator(JobStageOperator):
                        kwargs={"request": request.to_dict()},
                        timeout=timedelta(seconds=self.spec.max_run_seconds + 900))
         metrics = self._metrics()
+        tracking = self._tracking(context)
         sync = self._checkpoint_sync()
         monitor = self._trial_monitor()
         stop_lock = threading.Lock()  # log lines and the metrics-file poller may both decide to stop
@@ -132,14 +133,16 @@ class LaunchTrainingOperator(JobStageOperator):
         if sync:
             sync.start()
         watching = self._watch_metrics_file(monitor, request, stop_lock) if monitor is not None else None
+        following = tracking.follow(lambda: _stream_view(metrics, request.job_root)) if tracking else None
         try:
             result = self.launcher.run(request, on_line)
         finally:
-            if watching:
-                watching.set()
+            for done in (watching, following):
+                if done:
+                    done.set()
             if sync:
                 sync.stop()
-        return self._finish(request, result, metrics, sync)
+        return self._finish(request, result, metrics, sync, tracking)
 
     def execute_complete(self, context, event: dict[str, Any], request: dict[str, Any] | None = None) -> dict:
         from operators.hooks.launcher import LaunchRequest
@@ -157,7 +160,8 @@ class LaunchTrainingOperator(JobStageOperator):
         result = self.launcher.result_from_event(req, event, self._log_and_match(metrics))
         # After a deferral the training is over: every checkpoint it wrote is there already, so nothing may be
         # marked as existing (that would upload none of them); files restored before it go up again, unchanged.
-        return self._finish(req, result, metrics, self._checkpoint_sync(before_training=False))
+        return self._finish(req, result, metrics, self._checkpoint_sync(before_training=False),
+                            self._tracking(context))
 
     def _log_and_match(self, metrics):
         """User output goes into the task log line by line and is matched against metric_definitions."""
@@ -186,7 +190,20 @@ class LaunchTrainingOperator(JobStageOperator):
 
         return on_line
 
-    def _finish(self, request, result, metrics, sync) -> dict:
+    def _tracking(self, context):
+        """The job's MLflow run when [training] mlflow_tracking_uri is set (operators/mlflow_tracking.py), started
+        (or found again, after a retry or a deferral); None when tracking is off."""
+        from operators.mlflow_tracking import configured_uri, job_run
+
+        uri = configured_uri()
+        if not uri:
+            return None
+        tracking = job_run(uri, self.spec, dag_id=self.dag_id, run_id=context["run_id"],
+                           map_index=getattr(context.get("ti"), "map_index", -1), logger=self.log)
+        tracking.start()
+        return tracking
+
+    def _finish(self, request, result, metrics, sync, tracking=None) -> dict:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from operators.hooks.outcome import record_failure
@@ -194,6 +211,9 @@ class LaunchTrainingOperator(JobStageOperator):
 
         metrics.read_file(os.path.join(request.job_root, METRICS_FILE), job_root=request.job_root)
         _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
+        if tracking is not None:
+            tracking.finish(metrics.series, "FINISHED" if result.succeeded else
+                            "KILLED" if self._stop_reason is not None else "FAILED")
         if sync:
             sync.sync_final()
         summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
@@ -272,6 +292,17 @@ class LaunchTrainingOperator(JobStageOperator):
             self.launcher.stop(self.launch_request())
         except Exception as err:  # on_kill must not raise; say what may be left behind
             self.log.error("Could not stop training %s: %s", self.spec.job_name, err)
+
+
+def _stream_view(metrics, job_root: str) -> dict:
+    """The series so far: matched in the log, and written by the script (and the runtime's system metrics) to
+    TRAINING_METRICS_FILE, which joins the collector only at the end."""
+    from operators.metrics import METRICS_FILE, MetricCollector
+
+    view = MetricCollector()
+    view.series = {name: list(points) for name, points in list(metrics.series.items())}
+    view.read_file(os.path.join(job_root, METRICS_FILE), job_root=job_root)
+    return view.series
 
 
 def _write_metrics(job_root: str, path: str, data: dict) -> None:

@@ -10,16 +10,17 @@ from airflow.sdk import BaseOperator
 class PublishModelOperator(BaseOperator):
     """Publish the trained model: its URI is this task's XCom (the pipeline's result) and an event of the model Asset."""
 
-    template_fields = ("upload",)
+    template_fields = ("upload", "job")
     operator_extra_links = stage_links()
     ui_color = "#c8e6c9"
 
-    def __init__(self, *, upload: dict | Any, model_asset=None, **kwargs):
+    def __init__(self, *, upload: dict | Any, model_asset=None, job: dict | Any = None, **kwargs):
         if model_asset is not None:
             kwargs.setdefault("outlets", [model_asset])
         super().__init__(**kwargs)
         self.upload = upload
         self.model_asset = model_asset
+        self.job = job  # the validated spec: names the job's MLflow run (when [training] mlflow_tracking_uri is set)
 
     def execute(self, context) -> str:
         from airflow.sdk.exceptions import AirflowFailException
@@ -34,4 +35,16 @@ class PublishModelOperator(BaseOperator):
                 "run_id": context["run_id"],
             }
         self.log.info("Model published: %s", model_uri)
+        self._record_in_mlflow(model_uri, context["run_id"])
         return model_uri
+
+    def _record_in_mlflow(self, model_uri: str, run_id: str) -> None:
+        from operators.mlflow_tracking import configured_uri, record_model
+
+        uri = configured_uri()
+        if uri and self.job:
+            from operators.spec import JobSpec
+
+            spec = JobSpec.from_dict(self.job)
+            record_model(uri, experiment=spec.base_job_name or self.dag_id, job_name=spec.job_name,
+                         model_uri=model_uri, run_id=run_id, logger=self.log)

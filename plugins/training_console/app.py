@@ -1,10 +1,13 @@
 """The training-jobs plugin's FastAPI app, mounted by Airflow's API server at /training-jobs.
 
-    /training-jobs/ui/                                        the page (plain HTML + JS + SVG: no build, no CDN)
+    /training-jobs/ui/                                        the page (plain HTML + JS: no build, no CDN)
+    /training-jobs/ui/vendor/plotly.min.js                    its chart library, from the installed plotly package
     /training-jobs/api/jobs                                   the list (filter, sort, paginate)
     /training-jobs/api/jobs/{dag_id}/{run_id}/{map_index}     one job: spec, stages, artifacts, failure
     /training-jobs/api/jobs/.../metrics                       metric series (live while training runs)
     /training-jobs/api/jobs/.../artifacts/{name}              model.tar.gz, metrics.json, failure, output.tar.gz
+    /training-jobs/ui/compare.html?job=...&run=...            the compare page (static/compare.js; a nav entry)
+    /training-jobs/api/compare?job=...&run=...                its data (training_console/compare.py)
 
 Every data route needs a logged-in Airflow user (the UI's `_token` cookie or a bearer token) with read access to the
 DAG (the list: only the DAGs the auth manager lets the user read); so do /openapi.json and /docs. Files, the failure
@@ -25,7 +28,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 
-from training_console import artifacts
+from training_console import artifacts, compare, vendor
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.spec_access import check_served_paths, require_validated
 from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
@@ -54,6 +57,16 @@ def index_redirect(request: Request) -> RedirectResponse:
 @app.get("/ui/", include_in_schema=False, name="page")
 def page() -> FileResponse:
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+@app.get("/ui/vendor/plotly.min.js", include_in_schema=False)
+def plotly_library() -> FileResponse:
+    """The chart library of static/charts.js, from the installed `plotly` package (training_console/vendor.py)."""
+    try:
+        path = vendor.plotly_js()
+    except FileNotFoundError as err:
+        raise HTTPException(404, str(err)) from None
+    return FileResponse(path, media_type="text/javascript", headers={"Cache-Control": "public, max-age=3600"})
 
 
 @app.get("/ui/{name}", include_in_schema=False)
@@ -183,6 +196,29 @@ def get_metrics(dag_id: str, run_id: str, map_index: int, session: SessionDep) -
         return {"status": status, "final": {}, "series": {}}
     check_served_paths(job.spec)
     return {"status": status, **artifacts.metrics(job.spec, live=status in ("running", "queued"))}
+
+
+@app.get("/api/compare")
+def compare_jobs(user: GetUserDep, session: SessionDep, job: Annotated[list[str], Query()] = [],  # noqa: B006
+                 run: Annotated[list[str], Query()] = []) -> dict[str, Any]:  # noqa: B006
+    """Several jobs side by side (training_console/compare.py): only jobs of DAGs this user may read."""
+    if not job and not run:
+        raise HTTPException(400, "name the jobs to compare: ?job=<dag_id>/<run_id>/<map_index> (repeated) or "
+                                 "?run=<dag_id>/<run_id> (every trial of a search)")
+    chosen = compare.select(job, run, _readable_dags(user, session),
+                            lambda dag_id, run_id: load_jobs(session, dag_ids=[dag_id], run_id=run_id))
+
+    def metrics_of(one: Job) -> dict[str, Any]:
+        if not one.spec:
+            return {}
+        try:
+            check_served_paths(one.spec)
+        except HTTPException as err:  # this job's files are not served; the others are still compared
+            return {"error": err.detail}
+        status, _ = one.status()
+        return artifacts.metrics(one.spec, live=status in ("running", "queued"))
+
+    return compare.compare(chosen, _now(), metrics_of)
 
 
 @app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/artifacts/{name}", dependencies=[CAN_READ_RUN])

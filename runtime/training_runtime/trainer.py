@@ -29,6 +29,7 @@ from training_runtime import (
     requirements,
     sagemaker,
     submit,
+    system_metrics,
     validation,
 )
 from training_runtime.errors import (
@@ -159,6 +160,7 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
     oom_kills_before = memory.oom_kill_count()
     if deadline is not None and time.monotonic() >= deadline:
         raise MaxRunExceededError(_over_limit(limit, "before the user code started (installing requirements)"))
+    sampler = system_metrics.start(root, job.current_host, environ)  # CPU/memory/GPU into the metrics stream
     try:
         result = process.run(argv, cwd=layout.code_dir, env=env, deadline=deadline,
                              preexec_fn=lifetime.kill_child_with_us() if watch_parent else None)
@@ -174,6 +176,9 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
                 "as a file in an input channel instead" % error.strerror
             ) from None
         raise PlatformError("could not start the user code (%s): %s" % (argv[0], error)) from None
+    finally:
+        if sampler is not None:
+            sampler.stop()
 
     stderr_tail = "Last lines of its stderr:\n" + "\n".join(result.tail) if result.tail else ""
     if result.timed_out:

@@ -121,10 +121,10 @@ async function setMonaco(page, editor, text) {
     await page.waitForTimeout(500);
     await shot(page, "02-jobs-list-embedded");
     await view.locator(`tr.job[data-job='${jobName}'] a.job-link`).click();
-    await view.locator(".chart[data-metric=loss] svg path").waitFor();
+    await view.locator(".chart[data-metric=loss] .scatterlayer .trace").waitFor();
     assert.equal(await view.locator("#job-name").textContent(), jobName);
     assert.equal(await view.locator("#job-status").getAttribute("data-status"), "succeeded");
-    const points = await view.locator(".chart[data-metric=loss] circle").count();
+    const points = await view.locator(".chart[data-metric=loss] path.point").count();
     assert.equal(points, DEMO.hyperparameters.epochs, "one loss point per epoch");
     await view.locator("#host-log:not(:text('Loading'))").waitFor();
     const hostLog = await view.locator("#host-log").textContent();
@@ -218,11 +218,13 @@ async function setMonaco(page, editor, text) {
       { data: { logical_date: null, conf: slow } })).json();
     await frame.evaluate((runId) => { location.hash = `#/run/training_job/${encodeURIComponent(runId)}`; }, slowRun.dag_run_id);
     await view.locator("#job-status[data-status=running]").waitFor({ timeout: 300000 });
-    const countPoints = () => view.locator(".chart[data-metric=loss] circle").count();
-    await frame.waitForFunction(() => document.querySelectorAll(".chart[data-metric=loss] circle").length >= 2, null, { timeout: 120000 });
+    const countPoints = () => view.locator(".chart[data-metric=loss] path.point").count();
+    await frame.waitForFunction(() => document.querySelectorAll(".chart[data-metric=loss] path.point").length >= 2, null, { timeout: 120000 });
     const before = await countPoints();
-    await frame.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] circle").length > n, before, { timeout: 60000 });
+    await frame.waitForFunction((n) => document.querySelectorAll(".chart[data-metric=loss] path.point").length > n, before, { timeout: 60000 });
     const after = await countPoints();
+    // System metrics (the runtime samples its cgroup every 5 s): their own charts, a curve per host.
+    await view.locator('.chart-group[data-group=system] .chart[data-metric="system/memory_bytes"] .scatterlayer .trace').waitFor({ timeout: 60000 });
     await shot(page, "05-job-running", { fullPage: true });
     // the list shows a running job's latest loss too
     await frame.evaluate((q) => { location.hash = `#/?q=${q}`; }, slow.base_job_name);

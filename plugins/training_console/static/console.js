@@ -182,29 +182,11 @@ function specRows(job) {
   return rows;
 }
 
-function chart(name, points) {
-  const W = 420, H = 200, L = 48, R = 10, T = 10, B = 26;
-  if (!points.length) return "";
-  const xs = points.map((p) => p.step), ys = points.map((p) => p.value);
-  let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
-  if (x1 === x0) x1 = x0 + 1; if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
-  const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R), sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-  const path = points.map((p, i) => `${i ? "L" : "M"}${sx(p.step).toFixed(1)},${sy(p.value).toFixed(1)}`).join(" ");
-  const ticks = [y0, (y0 + y1) / 2, y1].map((y) => `<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}" stroke="currentColor" opacity=".12"/><text x="${L - 4}" y="${sy(y) + 3}" text-anchor="end">${fmtNum(+y.toPrecision(3))}</text>`).join("");
-  const last = points[points.length - 1];
-  return `<div class="chart" data-metric="${esc(name)}"><div><b>${esc(name)}</b> <span class="muted">last ${fmtNum(last.value)} · ${points.length} points</span></div>
-    <svg width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(name)} curve">${ticks}
-      <text x="${L}" y="${H - 8}">${x0}</text><text x="${W - R}" y="${H - 8}" text-anchor="end">step ${x1}</text>
-      <path d="${path}" fill="none" stroke="#3182ce" stroke-width="2"/>
-      ${points.length <= 60 ? points.map((p) => `<circle cx="${sx(p.step)}" cy="${sy(p.value)}" r="2.2" fill="#3182ce"/>`).join("") : ""}</svg></div>`;
-}
-
 async function drawMetrics(key) {
   const data = await api(apiJob(key) + "/metrics");
   const el = document.getElementById("charts");
   if (!el) return;
-  const names = Object.keys(data.series || {});
-  el.innerHTML = names.length ? names.map((n) => chart(n, data.series[n])).join("") : '<p class="muted">No metric points (yet).</p>';
+  await TrainingCharts.draw(el, [{label: key.job_name || "", series: data.series || {}}]);  // static/charts.js
   if (document.getElementById("job-status")?.dataset.status !== data.status) route();  // started or finished: redraw
   else if (data.status === "running" || data.status === "queued") {
     poller = setTimeout(() => { drawMetrics(key).catch(() => {}); if (refreshLog) refreshLog(); }, 2000);
