@@ -105,7 +105,7 @@ def main() -> None:
     env = server.tool_env()
     try:
         from operators import safe_tar
-        from operators.hooks.object_storage import ObjectStorageHook
+        from operators.storage.hook import ObjectStorageHook
         from operators.safe_tar import pack_directory
         from operators.settings import training_settings
 

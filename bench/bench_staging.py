@@ -109,7 +109,7 @@ def main() -> None:
         import boto3  # noqa: F401 - imported up front: the task process has it already
 
         from operators.hooks.data_cache import DataCacheHook
-        from operators.hooks.object_storage import ObjectStorageHook
+        from operators.storage.hook import ObjectStorageHook
         from operators.settings import training_settings
 
         quiet_logs()

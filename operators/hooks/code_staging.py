@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-from operators.hooks.object_storage import (
+from operators.storage.hook import (
     ObjectStorageHook,
     StorageError,
     TransferStats,

@@ -55,8 +55,8 @@ from operators.hooks.data_cache_eviction import (
     touch,
     user_file_name,
 )
-from operators.hooks.disk_space import cache_full, entry_space, fits, is_disk_full
-from operators.hooks.object_storage import (
+from operators.storage.disk_space import cache_full, entry_space, fits, is_disk_full
+from operators.storage.hook import (
     ObjectListing,
     ObjectStorageHook,
     StorageError,

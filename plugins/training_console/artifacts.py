@@ -35,7 +35,7 @@ def _local_path(uri: str) -> str | None:
 
 
 def _storage(spec: Mapping[str, Any]):
-    from operators.hooks.object_storage import ObjectStorageHook
+    from operators.storage.hook import ObjectStorageHook
 
     return ObjectStorageHook(connections=spec.get("connections") or {})
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from operators.hooks.object_storage import ObjectStorageHook, StorageError, parse_uri
-from operators.hooks.storage_stream import upload_stream
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.hook import ObjectStorageHook, StorageError, parse_uri
+from operators.storage.stream import upload_stream
+from operators.storage.progress import TransferProgress
 from operators.settings import TrainingSettings
 
 MiB = 1024 * 1024

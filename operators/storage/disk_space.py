@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from operators.hooks.storage_errors import DISK_FULL_ERRNOS, DiskFullError
+from operators.storage.errors import DISK_FULL_ERRNOS, DiskFullError
 # A file costs its blocks plus the directory entry and inode; 4 KiB covers the metadata a file adds on ext4/xfs/tmpfs.
 PER_FILE_OVERHEAD = 4096
 # Manifest, object list, users and last_used files of a cache entry, the directories: a fixed allowance.

@@ -36,11 +36,11 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
-from operators.hooks.storage_client import Remote, make_remote
-from operators.hooks.storage_downloads import download_objects
-from operators.hooks.storage_errors import StorageError, is_not_found, translate_error
-from operators.hooks.storage_listing import describe_local, describe_remote, list_prefix
-from operators.hooks.storage_location import (
+from operators.storage.client import Remote, make_remote
+from operators.storage.downloads import download_objects
+from operators.storage.errors import StorageError, is_not_found, translate_error
+from operators.storage.listing import describe_local, describe_remote, list_prefix
+from operators.storage.location import (
     DEFAULT_CONNECTIONS,
     LOCAL_SCHEME,
     ObjectInfo,
@@ -49,19 +49,19 @@ from operators.hooks.storage_location import (
     TransferStats,
     parse_uri,
 )
-from operators.hooks.storage_small import (
+from operators.storage.small_objects import (
     delete_keys,
     delete_local,
     put_object,
     read_object,
     write_local,
 )
-from operators.hooks.storage_transfers import (
+from operators.storage.transfers import (
     TransferTuning,
     copy_local_files,
 )
-from operators.hooks.storage_uploads import upload_files
-from operators.hooks.transfer_progress import DEFAULT_INTERVAL_SECONDS, TransferProgress
+from operators.storage.uploads import upload_files
+from operators.storage.progress import DEFAULT_INTERVAL_SECONDS, TransferProgress
 
 if TYPE_CHECKING:
     from operators.settings import TrainingSettings
@@ -317,7 +317,7 @@ class ObjectStorageHook:
         multipart part goes up as soon as the packer has written it (storage_stream), so the whole takes about as
         long as the slower of the two, and memory stays bounded by the parts in flight whatever the size.
         `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it)."""
-        from operators.hooks.disk_space import check_pack_space, is_disk_full, pack_full
+        from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
         from operators.safe_tar import pack_directory
 
         loc = parse_uri(uri)
@@ -330,7 +330,7 @@ class ObjectStorageHook:
                     raise pack_full(src_dir, archive_path) from None
                 raise
             return self.upload_file(archive_path, uri)
-        from operators.hooks.storage_stream import upload_stream
+        from operators.storage.stream import upload_stream
 
         remote = self._remote(loc)
         progress = TransferProgress(f"pack {src_dir} + upload -> {loc.uri}", None, 1, interval=self.progress_interval,

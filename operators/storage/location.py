@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from operators.hooks.storage_errors import StorageError
+from operators.storage.errors import StorageError
 
 DEFAULT_CONNECTIONS: dict[str, str] = {
     "s3": "aws_default",

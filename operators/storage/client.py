@@ -16,11 +16,11 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from operators.hooks.storage_errors import StorageError, display_endpoint
-from operators.hooks.storage_location import DEFAULT_CONNECTIONS, StorageLocation
-from operators.hooks.storage_retries import REQUEST_RETRIES, install
+from operators.storage.errors import StorageError, display_endpoint
+from operators.storage.location import DEFAULT_CONNECTIONS, StorageLocation
+from operators.storage.retries import REQUEST_RETRIES, install
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 _AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
 

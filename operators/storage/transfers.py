@@ -18,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_retries import BODY_ATTEMPTS
-from operators.hooks.storage_errors import StorageError
-from operators.hooks.storage_location import (
+from operators.storage.client import Remote
+from operators.storage.retries import BODY_ATTEMPTS
+from operators.storage.errors import StorageError
+from operators.storage.location import (
     ObjectInfo,
 )
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.progress import TransferProgress
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 IO_CHUNK = 1024 * 1024
 MAX_DOWNLOAD_PART = 64 * 1024 * 1024

@@ -25,11 +25,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_errors import StorageError, translate_error
-from operators.hooks.storage_location import ObjectInfo, StorageLocation, is_md5_etag
-from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds, body_errors
-from operators.hooks.storage_transfers import (
+from operators.storage.client import Remote
+from operators.storage.errors import StorageError, translate_error
+from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
+from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds, body_errors
+from operators.storage.transfers import (
     IO_CHUNK,
     FirstError,
     TransferTuning,
@@ -42,9 +42,9 @@ from operators.hooks.storage_transfers import (
     subscriber_classes,
     temp_name,
 )
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.progress import TransferProgress
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 # A body that arrives whole but wrong is rare in transit; every time means the object or the store is at fault.
 MISMATCH_ATTEMPTS = 3
