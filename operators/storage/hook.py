@@ -1,10 +1,10 @@
 """Object storage for training jobs: s3://, cos://, oss://, obs:// URIs and local paths behind one hook.
 
-Every scheme is S3-compatible and resolves to an Airflow connection of type aws (defaults below; a job
-may name another with `connections={"cos": "my_cos"}`). Credentials and the boto3 session come from the
-amazon provider's AwsBaseHook, so everything Airflow supports for AWS connections works (login/password,
-profiles, assume-role, AIRFLOW_CONN_<ID> environment variables, secrets backends). The connection extra
-carries `endpoint_url`, `region_name` (or `region`) and `addressing_style` ("path" / "virtual"); a
+Every remote scheme is S3-compatible and resolves to an Airflow connection of type aws (defaults in
+location.DEFAULT_CONNECTIONS; a job may name another with `connections={"cos": "my_cos"}`). Credentials and the
+boto3 session come from the amazon provider's AwsBaseHook, so everything Airflow supports for AWS connections works
+(login/password, profiles, assume-role, AIRFLOW_CONN_<ID> environment variables, secrets backends). The connection
+extra carries `endpoint_url`, `region_name` (or `region`) and `addressing_style` ("path" / "virtual"); a
 `config_kwargs` dict in the extra is merged over our botocore defaults.
 
 Transfers are parallel across objects and ranged/multipart within large ones (s3transfer's TransferManager;
@@ -20,11 +20,8 @@ file system exactly as it does with a bucket.
 Errors are `StorageError`: one line naming the action, the URI, the connection id and what to do; never
 a secret and never a stack of botocore internals (the original exception is logged at DEBUG).
 
-The hook is the public face; the parts live next to it: storage_location (URIs, listings), storage_errors
-(the one-line errors), storage_client (clients from Airflow connections), storage_listing (listing prefixes),
-storage_downloads, storage_uploads and storage_stream (the transfer engines; why small objects bypass s3transfer),
-storage_small (whole small objects, deletes), storage_transfers (what the engines share, local copies),
-storage_retries (what is retried, how often).
+The hook is the public face: it picks the store of a location (stores.LocalStore, or the stores.RemoteStore of
+the scheme's connection) and adds what every store shares (progress lines, the "nothing there" error, stats).
 """
 
 from __future__ import annotations
@@ -33,13 +30,9 @@ import logging
 import os
 import threading
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from operators.storage.client import Remote, make_remote
-from operators.storage.downloads import download_objects
-from operators.storage.errors import StorageError, is_not_found, translate_error
-from operators.storage.listing import describe_local, describe_remote, list_prefix
+from operators.storage.errors import StorageError
 from operators.storage.location import (
     DEFAULT_CONNECTIONS,
     LOCAL_SCHEME,
@@ -49,19 +42,9 @@ from operators.storage.location import (
     TransferStats,
     parse_uri,
 )
-from operators.storage.small_objects import (
-    delete_keys,
-    delete_local,
-    put_object,
-    read_object,
-    write_local,
-)
-from operators.storage.transfers import (
-    TransferTuning,
-    copy_local_files,
-)
-from operators.storage.uploads import upload_files
 from operators.storage.progress import DEFAULT_INTERVAL_SECONDS, TransferProgress
+from operators.storage.stores import LocalStore, RemoteStore, Store
+from operators.storage.transfers import TransferTuning
 
 if TYPE_CHECKING:
     from operators.settings import TrainingSettings
@@ -96,8 +79,8 @@ class ObjectStorageHook:
         self._connections = {**DEFAULT_CONNECTIONS, **{k: v.strip() for k, v in overrides.items()}}
         self._settings = settings
         self.progress_interval = progress_interval
-        self._remotes: dict[str, Remote] = {}
-        self._remotes_lock = threading.Lock()
+        self._stores: dict[str, Store] = {}  # by connection id (LOCAL_SCHEME for the local store)
+        self._stores_lock = threading.Lock()
 
     # -- configuration ------------------------------------------------------------------------------------------
 
@@ -127,24 +110,22 @@ class ObjectStorageHook:
             multipart_chunksize=max(1, int(self.settings.multipart_chunksize)),
         )
 
-    def _remote(self, loc: StorageLocation) -> Remote:
-        conn_id = self._connections[loc.scheme]
-        with self._remotes_lock:
-            remote = self._remotes.get(conn_id)
-            if remote is None:
-                remote = make_remote(loc, conn_id, self.concurrency)
-                self._remotes[conn_id] = remote
-            return remote
+    def store(self, uri_or_loc: str | StorageLocation) -> Store:
+        """The store that holds `uri_or_loc`: the local store, or the remote store of its scheme's connection."""
+        loc = parse_uri(uri_or_loc) if isinstance(uri_or_loc, str) else uri_or_loc
+        key = LOCAL_SCHEME if loc.scheme == LOCAL_SCHEME else self._connections[loc.scheme]
+        with self._stores_lock:
+            store = self._stores.get(key)
+            if store is None:
+                store = self._stores[key] = self._new_store(loc, key)
+            return store
 
-    @contextmanager
-    def _errors(self, action: str, uri: str, remote: Remote | None) -> Iterator[None]:
-        try:
-            yield
-        except StorageError:
-            raise
-        except Exception as err:  # noqa: BLE001 - every failure becomes one actionable line
-            log.debug("%s %s failed", action, uri, exc_info=True)
-            raise translate_error(err, action, uri, remote) from None
+    def _new_store(self, loc: StorageLocation, key: str) -> Store:
+        if loc.scheme == LOCAL_SCHEME:
+            return LocalStore(lambda: self.tuning)
+        from operators.storage.client import make_remote
+
+        return RemoteStore(key, lambda: make_remote(loc, key, self.concurrency), lambda: self.tuning)
 
     # -- listing ------------------------------------------------------------------------------------------------
 
@@ -160,11 +141,7 @@ class ObjectStorageHook:
         keys are now, a range that grew just takes more pages.
         """
         loc = parse_uri(uri)
-        if loc.is_local:
-            return describe_local(loc)
-        remote = self._remote(loc)
-        with self._errors("list", loc.uri, remote):
-            return describe_remote(remote, self.concurrency, loc, split_after)
+        return self.store(loc).describe(loc, split_after)
 
     def list_objects(self, uri: str) -> list[ObjectInfo]:
         """The objects under a prefix, or the single object `uri` names ([] when nothing is there)."""
@@ -172,45 +149,21 @@ class ObjectStorageHook:
 
     def is_prefix(self, uri: str) -> bool:
         loc = parse_uri(uri)
-        if loc.is_local:
-            return os.path.isdir(loc.local_path or "")
-        if not loc.key or loc.key.endswith("/"):
-            return True
-        remote = self._remote(loc)
-        with self._errors("list", loc.uri, remote):
-            response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=loc.key + "/", MaxKeys=1)
-            return bool(response.get("KeyCount") or response.get("Contents"))
+        return self.store(loc).is_prefix(loc)
 
     def exists(self, uri: str) -> bool:
         loc = parse_uri(uri)
-        if loc.is_local:
-            return os.path.exists(loc.local_path or "")
-        remote = self._remote(loc)
-        if loc.key and not loc.key.endswith("/"):
-            with self._errors("check", loc.uri, remote):
-                try:
-                    remote.client.head_object(Bucket=loc.bucket, Key=loc.key)
-                    return True
-                except Exception as err:  # noqa: BLE001
-                    if not is_not_found(err):
-                        raise
-        return self.is_prefix(uri) and bool(self._any_object(remote, loc))
+        return self.store(loc).exists(loc)
+
+    def local_path(self, uri: str) -> str | None:
+        """The file `uri` can be read from in place (a local path), or None when its bytes must be fetched."""
+        loc = parse_uri(uri)
+        return self.store(loc).local_path(loc)
 
     def presigned_url(self, uri: str, expires_seconds: int = 900) -> str:
         """A short-lived https GET URL of one object (the signature, never the secret key, is in the URL)."""
         loc = parse_uri(uri)
-        if loc.is_local:
-            raise StorageError(f"presign {uri}: a local path has no URL; read it with read_bytes", permanent=True)
-        remote = self._remote(loc)
-        with self._errors("presign", loc.uri, remote):
-            return remote.client.generate_presigned_url(
-                "get_object", Params={"Bucket": loc.bucket, "Key": loc.key}, ExpiresIn=int(expires_seconds))
-
-    def _any_object(self, remote: Remote, loc: StorageLocation) -> bool:
-        prefix = loc.key if (not loc.key or loc.key.endswith("/")) else loc.key + "/"
-        with self._errors("list", loc.uri, remote):
-            response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=prefix, MaxKeys=1)
-            return bool(response.get("Contents"))
+        return self.store(loc).presigned_url(loc, expires_seconds)
 
     # -- downloads ----------------------------------------------------------------------------------------------
 
@@ -227,10 +180,10 @@ class ObjectStorageHook:
         computed from. Ranged GETs use If-Match with the listed ETag, so a concurrent change fails loudly
         instead of mixing versions."""
         loc = listing.location
+        store = self.store(loc)
         if not listing.objects:
-            via = "" if loc.is_local else f" via connection '{self._connections[loc.scheme]}'"
             raise StorageError(
-                f"nothing to download at {loc if loc.is_local else loc.uri}{via}: no such object, and no objects "
+                f"nothing to download at {store.name(loc)}{store.via}: no such object, and no objects "
                 "under that prefix; check the URI",
                 permanent=True,
             )
@@ -240,27 +193,13 @@ class ObjectStorageHook:
         else:
             final = os.path.join(dest, listing.objects[0].relative_path) if os.path.isdir(dest) else dest
             targets = [(listing.objects[0], final)]
-        description = f"download {loc if loc.is_local else loc.uri} -> {dest}"
-        progress = TransferProgress(
-            description, listing.total_bytes, len(targets), interval=self.progress_interval, logger=log
-        )
+        progress = TransferProgress(f"download {store.name(loc)} -> {dest}", listing.total_bytes, len(targets),
+                                    interval=self.progress_interval, logger=log)
         progress.start()
         started = time.monotonic()
-        if loc.is_local:
-            self._copy_local_files(targets, progress, str(loc))
-        else:
-            self._download_remote(loc, targets, progress)
+        store.download(loc, targets, progress)
         progress.finish()
         return TransferStats(files=len(targets), bytes=listing.total_bytes, seconds=time.monotonic() - started)
-
-    def _download_remote(self, loc: StorageLocation, targets: list[tuple[ObjectInfo, str]], progress) -> None:
-        remote = self._remote(loc)
-        with self._errors("download", loc.uri, remote):
-            download_objects(remote, loc, targets, progress, self.tuning)
-
-    def _copy_local_files(self, targets, progress, label: str) -> None:
-        with self._errors("copy", label, None):
-            copy_local_files(targets, progress, self.concurrency)
 
     # -- uploads ------------------------------------------------------------------------------------------------
 
@@ -270,59 +209,44 @@ class ObjectStorageHook:
         if not os.path.isfile(path):
             raise StorageError(f"cannot upload {path}: no such file; check the path", permanent=True)
         loc = parse_uri(uri)
-        if loc.is_local:
-            dest = loc.local_path or ""
-            if uri.endswith("/") or os.path.isdir(dest):
-                dest = os.path.join(dest, os.path.basename(path))
-            loc = StorageLocation(LOCAL_SCHEME, "", "", dest)
-        elif not loc.key or loc.key.endswith("/"):
-            loc = loc.child(os.path.basename(path))
-        size = os.path.getsize(path)
-        return self._upload([(path, loc, size)], loc, verify_listing=False)
+        store = self.store(loc)
+        loc = store.upload_location(loc, path, uri.endswith("/"))
+        return self._upload(store, [(path, loc, os.path.getsize(path))], loc, verify_listing=False)
 
     def upload_dir(self, directory: str, uri_prefix: str) -> TransferStats:
         """Upload every regular file below `directory` to `uri_prefix`/<relative path>."""
         directory = os.path.abspath(directory)
         if not os.path.isdir(directory):
             raise StorageError(f"cannot upload {directory}: not a directory; check the path", permanent=True)
-        base = parse_uri(uri_prefix)
-        listing = describe_local(StorageLocation(LOCAL_SCHEME, "", "", directory))
-        if not base.is_local and base.key and not base.key.endswith("/"):
-            base = StorageLocation(base.scheme, base.bucket, base.key + "/")
+        store = self.store(parse_uri(uri_prefix))
+        base = store.folder(parse_uri(uri_prefix))
+        listing = self.describe(directory)
         items = [(o.key, base.child(o.relative_path), o.size) for o in listing.objects]
-        return self._upload(items, base, verify_listing=True)
+        return self._upload(store, items, base, verify_listing=True)
 
-    def _upload(self, items: list[tuple[str, StorageLocation, int]], base: StorageLocation, *, verify_listing: bool):
+    def _upload(self, store: Store, items, base: StorageLocation, *, verify_listing: bool) -> TransferStats:
         total = sum(size for _, _, size in items)
-        description = f"upload -> {base if base.is_local else base.uri}"
-        progress = TransferProgress(description, total, len(items), interval=self.progress_interval, logger=log)
+        progress = TransferProgress(f"upload -> {store.name(base)}", total, len(items),
+                                    interval=self.progress_interval, logger=log)
         progress.start()
         started = time.monotonic()
-        if base.is_local:
-            self._copy_local_files([(src, loc.local_path) for src, loc, _ in items], progress, str(base))
-        else:
-            self._upload_remote(items, base, progress, verify_listing=verify_listing)
+        store.upload(items, base, progress, verify_listing=verify_listing)
         progress.finish()
         return TransferStats(files=len(items), bytes=total, seconds=time.monotonic() - started)
-    def _upload_remote(self, items, base: StorageLocation, progress, *, verify_listing: bool) -> None:
-        remote = self._remote(base)
-        list_landed = (lambda: list_prefix(remote, self.concurrency, base, base.key)) if verify_listing else None
-        with self._errors("upload", base.uri, remote):
-            upload_files(remote, base, items, progress, self.tuning, list_landed)
-
 
     def upload_packed_directory(self, src_dir: str, uri: str, archive_path: str, *,
                                 within: str | None = None) -> TransferStats:
-        """Pack `src_dir` into a .tar.gz at `archive_path` and upload it to `uri`, the two overlapped: each
-        multipart part goes up as soon as the packer has written it (storage_stream), so the whole takes about as
-        long as the slower of the two, and memory stays bounded by the parts in flight whatever the size.
+        """Pack `src_dir` into a .tar.gz at `archive_path` and upload it to `uri`, the two overlapped where the store
+        can (each multipart part goes up as soon as the packer has written it: storage.stream), so the whole takes
+        about as long as the slower of the two, and memory stays bounded by the parts in flight whatever the size.
         `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it)."""
-        from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
         from operators.safe_tar import pack_directory
+        from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
 
         loc = parse_uri(uri)
+        store = self.store(loc)
         check_pack_space(src_dir, archive_path)  # before packing a byte: the archive is about the model's size
-        if loc.is_local or not loc.key or loc.key.endswith("/"):
+        if not store.can_stream_upload(loc):
             try:
                 pack_directory(src_dir, archive_path, within=within)  # a copy is no slower: nothing to overlap
             except OSError as err:
@@ -330,17 +254,13 @@ class ObjectStorageHook:
                     raise pack_full(src_dir, archive_path) from None
                 raise
             return self.upload_file(archive_path, uri)
-        from operators.storage.stream import upload_stream
-
-        remote = self._remote(loc)
-        progress = TransferProgress(f"pack {src_dir} + upload -> {loc.uri}", None, 1, interval=self.progress_interval,
-                                    logger=log)
+        progress = TransferProgress(f"pack {src_dir} + upload -> {store.name(loc)}", None, 1,
+                                    interval=self.progress_interval, logger=log)
         progress.start()
         started = time.monotonic()
         try:
-            with self._errors("upload", loc.uri, remote):
-                size = upload_stream(remote, loc, lambda write: pack_directory(src_dir, archive_path, sink=write, within=within),
-                                     progress, self.tuning.transfer_config())
+            size = store.upload_stream(
+                loc, lambda write: pack_directory(src_dir, archive_path, sink=write, within=within), progress)
         except StorageError as err:
             if is_disk_full(err):  # packing filled the job root's disk: the upload was aborted, nothing landed
                 raise pack_full(src_dir, archive_path) from None
@@ -348,44 +268,20 @@ class ObjectStorageHook:
         progress.finish()
         return TransferStats(files=1, bytes=size, seconds=time.monotonic() - started)
 
-    # -- small objects (storage_small) ---------------------------------------------------------------------------
+    # -- small objects ------------------------------------------------------------------------------------------
 
     def read_bytes(self, uri: str) -> bytes:
         loc = parse_uri(uri)
-        if loc.is_local:
-            with self._errors("read", loc.local_path or "", None):
-                with open(loc.local_path or "", "rb") as fh:
-                    return fh.read()
-        remote = self._remote(loc)
-        with self._errors("read", loc.uri, remote):
-            return read_object(remote, loc)
+        return self.store(loc).read_bytes(loc)
 
     def write_bytes(self, uri: str, data: bytes) -> None:
         loc = parse_uri(uri)
-        if isinstance(data, str):
-            data = data.encode()
-        if loc.is_local:
-            with self._errors("write", loc.local_path or "", None):
-                write_local(loc.local_path or "", data)
-            return
-        if not loc.key or loc.key.endswith("/"):
-            raise StorageError(f"cannot write to {loc.uri}: it names a prefix; give an object key", permanent=True)
-        remote = self._remote(loc)
-        with self._errors("write", loc.uri, remote):
-            put_object(remote, loc, data)
+        self.store(loc).write_bytes(loc, data.encode() if isinstance(data, str) else data)
 
     def delete(self, uri: str) -> int:
         """Delete an object, or every object under a prefix; returns how many were deleted (missing => 0)."""
         loc = parse_uri(uri)
-        if loc.is_local:
-            with self._errors("delete", loc.local_path or "", None):
-                return delete_local(loc.local_path or "")
-        if not loc.key:
-            raise StorageError(f"refusing to delete the whole bucket {loc.uri}; give a prefix", permanent=True)
-        listing = self.describe(uri)
-        remote = self._remote(loc)
-        with self._errors("delete", loc.uri, remote):
-            return delete_keys(remote, loc, [o.key for o in listing.objects])
+        return self.store(loc).delete(loc, lambda: self.describe(uri))
 
 
 __all__ = [
@@ -393,6 +289,7 @@ __all__ = [
     "ObjectInfo",
     "ObjectListing",
     "ObjectStorageHook",
+    "Store",
     "StorageError",
     "StorageLocation",
     "TransferStats",

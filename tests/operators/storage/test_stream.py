@@ -25,7 +25,7 @@ def make_hook(tmp_path) -> ObjectStorageHook:
 
 def stream_to(hook: ObjectStorageHook, uri: str, produce) -> int:
     loc = parse_uri(uri)
-    return upload_stream(hook._remote(loc), loc, produce, TransferProgress("test", None, 1),
+    return upload_stream(hook.store(loc).remote, loc, produce, TransferProgress("test", None, 1),
                          hook.tuning.transfer_config())
 
 
