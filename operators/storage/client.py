@@ -33,7 +33,7 @@ def _utc():
 
 
 # Timeouts that keep an unreachable endpoint from hanging a task for minutes; the retries that ride out a flaky
-# network and a store shedding load are in storage_retries.
+# network and a store shedding load are in storage.retries.
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 

@@ -133,7 +133,7 @@ def _get_one(
 ) -> None:
     """GetObject (If-Match the listed ETag) into a temp file with its MD5, verify, rename into place.
 
-    botocore retries the request (storage_retries); a body that breaks off is retried here BODY_ATTEMPTS times, and
+    botocore retries the request (storage.retries); a body that breaks off is retried here BODY_ATTEMPTS times, and
     one that arrives whole but with the wrong size or MD5 (cut short or corrupted on the way: If-Match rules out a
     changed object) MISMATCH_ATTEMPTS times, each after a jittered backoff.
     """

@@ -285,7 +285,7 @@ def test_unreachable_endpoint_gives_one_line_naming_uri_and_connection(tmp_path,
     with pytest.raises(StorageError) as info:
         hook.download("cos://bucket/data/", str(tmp_path / "out"))
     message = str(info.value)
-    # Connection refused is retried like a reset (storage_retries: 10 attempts, jittered backoff of 50 ms * 2^n):
+    # Connection refused is retried like a reset (storage.retries: 10 attempts, jittered backoff of 50 ms * 2^n):
     # at most ~26 s of backoff in all, ~13 s on average. What must not happen is a hang of minutes.
     assert time.monotonic() - started < 45
     assert "\n" not in message

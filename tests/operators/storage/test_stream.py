@@ -1,4 +1,4 @@
-"""Uploading while producing (storage_stream, ObjectStorageHook.upload_packed_directory) against MinIO."""
+"""Uploading while producing (storage.stream, ObjectStorageHook.upload_packed_directory) against MinIO."""
 
 from __future__ import annotations
 
