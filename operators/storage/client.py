@@ -38,6 +38,19 @@ CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """What another transfer engine (storage.obstore_downloads) needs to reach a bucket as this client does."""
+
+    endpoint: str  # scheme://host[:port], the bucket's host when `virtual_hosted`
+    region: str | None
+    virtual_hosted: bool
+    credentials: Any  # botocore Credentials (refreshable), or None for unsigned requests
+    verify: Any  # the connection's TLS verification: True, False or a CA bundle path
+    proxies: Any
+    max_retries: int  # retries per request: ours (REQUEST_RETRIES) or the connection's config_kwargs
+
+
 @dataclass
 class Remote:
     """A ready boto3 S3 client for one connection, and what error messages need to say about it."""
@@ -46,6 +59,39 @@ class Remote:
     conn_id: str
     endpoint: str | None
     is_aws: bool = True
+
+    def engine_settings(self, bucket: str) -> EngineSettings:
+        """The endpoint, addressing style, region and credentials botocore uses for `bucket`.
+
+        The URL comes from botocore itself (a presigned GET: no request is sent), so the host and the
+        addressing style are the ones its endpoint rules chose from the connection (virtual-hosted for AWS and
+        for `addressing_style: virtual`, path style for IP endpoints and `addressing_style: path`)."""
+        client = self.client
+        credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+        if credentials is not None:
+            url = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=60)
+        else:
+            url = client.meta.endpoint_url + f"/{bucket}/k"
+        parts = urlsplit(url)
+        virtual = (parts.hostname or "").lower().startswith(bucket.lower() + ".")
+        session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+        return EngineSettings(
+            endpoint=f"{parts.scheme}://{parts.netloc}",
+            region=client.meta.region_name,
+            virtual_hosted=virtual,
+            credentials=credentials,
+            verify=getattr(session, "_verify", True),
+            proxies=client.meta.config.proxies,
+            max_retries=_max_retries(client.meta.config.retries),
+        )
+
+
+def _max_retries(retries: dict | None) -> int:
+    """botocore's retry setting as a count of retries: `total_max_attempts` counts the first attempt too."""
+    retries = retries or {}
+    if retries.get("total_max_attempts") is not None:
+        return max(0, int(retries["total_max_attempts"]) - 1)
+    return max(0, int(retries.get("max_attempts", REQUEST_RETRIES)))
 
 
 def is_aws_endpoint(endpoint: str | None) -> bool:
@@ -191,4 +237,4 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
     return Remote(client=client, conn_id=conn_id, endpoint=endpoint, is_aws=is_aws)
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "READ_TIMEOUT_S", "Remote", "is_aws_endpoint", "make_remote"]
+__all__ = ["CONNECT_TIMEOUT_S", "EngineSettings", "READ_TIMEOUT_S", "Remote", "is_aws_endpoint", "make_remote"]

@@ -57,7 +57,16 @@ def download_objects(
     progress: TransferProgress,
     tuning: TransferTuning,
 ) -> None:
-    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError."""
+    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError.
+
+    obstore moves the bytes wherever it can reach the bucket as botocore does (storage.obstore_downloads); the
+    botocore path below is kept for the connections it cannot serve."""
+    from operators.storage.obstore_downloads import download_objects_obstore, obstore_settings
+
+    settings = obstore_settings(remote, loc.bucket) if targets else None
+    if settings is not None:
+        download_objects_obstore(settings, remote, loc, targets, progress, tuning)
+        return
     small = [t for t in targets if t[0].size < tuning.multipart_threshold]
     large = [t for t in targets if t[0].size >= tuning.multipart_threshold]
     make_parent_dirs(final for _, final in targets)
