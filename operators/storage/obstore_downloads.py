@@ -25,7 +25,7 @@ import hashlib
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 from operators.storage.client import EngineSettings, Remote
@@ -122,10 +122,8 @@ class _Large:
     info: ObjectInfo
     final: str
     temp: str
-    fd: int
     left: int
-    written: int = 0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    fd: int | None = None  # opened by its first range: a channel of thousands of large objects opens few at once
 
 
 def download_objects_obstore(
@@ -171,24 +169,27 @@ async def _download_all(store, remote, loc, targets, progress, tuning) -> None:
             if info.size < tuning.multipart_threshold:
                 jobs.append(("object", info, final))
                 continue
-            temp = temp_name(final)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             ranges = [(start, min(start + part, info.size)) for start in range(0, info.size, part)]
-            large = _Large(info, final, temp, fd, left=len(ranges))
+            large = _Large(info, final, temp_name(final), left=len(ranges))
             larges.append(large)
             jobs.extend(("range", large, start, end) for start, end in ranges)
-        # Ranges first: a large object's ranges run side by side with the small objects after them.
-        jobs.sort(key=lambda job: job[0] != "range")
-        queue = iter(jobs)
+        # Small objects and ranges each get `concurrency` workers, as the botocore path's thread pool and
+        # s3transfer do: a channel of one huge file and many small ones keeps both going, and a small object that
+        # fails stops a large one in flight instead of waiting behind its ranges.
+        small_jobs = [job for job in jobs if job[0] == "object"]
+        range_jobs = [job for job in jobs if job[0] == "range"]
 
-        async def worker() -> None:
+        async def worker(queue) -> None:
             for job in queue:
                 if job[0] == "object":
                     await _get_object(store, remote, loc, job[1], job[2], progress)
                 else:
                     await _get_range(store, remote, loc, *job[1:], progress)
 
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(tuning.concurrency, len(jobs))))]
+        workers: list[asyncio.Task] = []
+        for group in (small_jobs, range_jobs):
+            queue = iter(group)
+            workers += [asyncio.create_task(worker(queue)) for _ in range(min(tuning.concurrency, len(group)))]
         try:
             done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
@@ -200,10 +201,8 @@ async def _download_all(store, remote, loc, targets, progress, tuning) -> None:
             await asyncio.gather(*workers, return_exceptions=True)
     finally:
         for large in larges:
-            try:
+            if large.fd is not None:
                 os.close(large.fd)
-            except OSError:
-                pass
             remove_quietly(large.temp)  # gone already when it was renamed into place
 
 
@@ -290,6 +289,8 @@ async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large,
 
     info = large.info
     uri = _uri(loc, info)
+    if large.fd is None:
+        large.fd = os.open(large.temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     attempt = 0
     while True:
         attempt += 1
@@ -320,7 +321,7 @@ async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large,
     large.left -= 1
     if large.left == 0:
         os.close(large.fd)
-        large.fd = -1
+        large.fd = None
         # The MD5 of a large file is CPU and disk work: off the event loop, where the other transfers run.
         await asyncio.to_thread(_verify_file, large.temp, info, uri, remote, loc.bucket)
         os.replace(large.temp, large.final)
