@@ -6,8 +6,9 @@
 Each engine downloads the same prefix (list, then every object to a file under a fresh directory) from one MinIO
 on loopback, round-robin, median of --repeats:
 
-- ours: ObjectStorageHook.download (the botocore/s3transfer layer the stages use today: retries, verification,
-  progress lines included);
+- ours: ObjectStorageHook.download (what the stages use: obstore behind RemoteStore, storage.obstore_downloads,
+  with retries, verification and progress lines), and the same on its botocore/s3transfer path (kept for the
+  connections obstore cannot serve; the engine of every download before obstore was adopted);
 - obstore: the Rust `object_store` crate through PyPI's `obstore` (list, then `get_async` of every object, at most
   --concurrency in flight, streamed to files), naive: no verification, no progress, no range split;
 - boto3 + CRT: s3transfer's CRTTransferManager on awscrt's S3 client (botocore serialises and signs, the CRT
@@ -186,14 +187,23 @@ def main() -> None:
             prefix = slug(name) + "/"
             uri = f"s3://{BUCKET}/{prefix}"
             dst = os.path.join(workdir, "engines-dst", slug(name))
-            paths = {e: os.path.join(dst, e) for e in ("ours", "obstore", "crt", "s5cmd")}
+            paths = {e: os.path.join(dst, e) for e in ("ours", "ours-botocore", "obstore", "crt", "s5cmd")}
             print(f"== {name}; load {load_average()[0]:.2f}", flush=True)
             def ours() -> None:
                 forget_data_loader()  # as in a fresh task process: botocore's data parsed once per run
                 ObjectStorageHook(settings=settings).download(uri, paths["ours"])
 
-            runs = [("ours: ObjectStorageHook.download", ours,
-                     lambda: remove(paths["ours"]))]
+            def ours_botocore() -> None:
+                # The same download on the botocore path: what storage.obstore_downloads.obstore_settings
+                # chooses for connections obstore cannot serve (and what every download used before).
+                from unittest import mock
+
+                forget_data_loader()
+                with mock.patch("operators.storage.obstore_downloads.obstore_settings", return_value=None):
+                    ObjectStorageHook(settings=settings).download(uri, paths["ours-botocore"])
+
+            runs = [("ours: ObjectStorageHook.download", ours, lambda: remove(paths["ours"])),
+                    ("ours, botocore path", ours_botocore, lambda: remove(paths["ours-botocore"]))]
             if available["obstore"]:
                 runs.append((f"obstore {results['versions']['obstore']}",
                              lambda: obstore_download(server.url, prefix, paths["obstore"], args.concurrency),
@@ -225,8 +235,8 @@ def main() -> None:
             print(sections[-1], flush=True)
         markdown = (f"## Transfer engines (download of one prefix)\n\n`bench/bench_engines.py{' --quick' if args.quick else ''}`"
                     f", {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average at the end "
-                    f"{load_average()[0]:.2f}. obstore and CRT rows are naive engines (no verification, no progress "
-                    "lines): an upper bound of what they would give behind RemoteStore.\n\n" + "\n\n".join(sections))
+                    f"{load_average()[0]:.2f}. The plain obstore and CRT rows are naive loops (no "
+                    "verification, no progress lines, no retries of bodies): an upper bound of what an engine gives.\n\n" + "\n\n".join(sections))
         save_results("engines", results, markdown)
         print("\n" + markdown)
     finally:
