@@ -87,9 +87,12 @@ def make_store(settings: EngineSettings, bucket: str):
     credentials = settings.credentials
 
     def provide():
-        frozen = credentials.get_frozen_credentials()  # refreshes assumed-role credentials when they expire
+        # botocore refreshes assumed-role / instance credentials here when they are about to expire; their expiry
+        # tells object_store when to ask again (static keys: never).
+        frozen = credentials.get_frozen_credentials()
+        expiry = getattr(credentials, "_expiry_time", None)
         return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
-                "token": frozen.token, "expires_at": None}
+                "token": frozen.token, "expires_at": expiry - timedelta(minutes=5) if expiry else None}
 
     from operators.storage.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 
@@ -101,6 +104,7 @@ def make_store(settings: EngineSettings, bucket: str):
         bucket,
         config=config,
         credential_provider=provide,
+        skip_signature=False,  # whatever AWS_SKIP_SIGNATURE says: the connection's credentials sign every request
         client_options={
             "allow_http": settings.endpoint.startswith("http://") if settings.endpoint else False,
             "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT_S),
