@@ -123,3 +123,19 @@ def test_connections_obstore_cannot_serve_as_botocore_does_stay_on_botocore(set_
     remote = make_remote(parse_uri("s3://bkt-1/x"), "my_store", 4)
 
     assert obstore_settings(remote, "bkt-1") is None
+
+
+@pytest.mark.parametrize("status, code", [(503, "SlowDown"), (429, "TooManyRequests")])
+def test_a_store_shedding_load_for_a_while_is_ridden_out(tmp_path, s3_proxy, object_store, storage_connections,
+                                                         status, code):
+    bucket = object_store.bucket()
+    data = os.urandom(5000)
+    object_store.put(bucket, "s/a.bin", data)
+    hook = make_hook(tmp_path)
+    listing = hook.describe(f"s3://{bucket}/s/")
+    s3_proxy.fail_requests(status, code, 3)
+
+    hook.download_listing(listing, str(tmp_path / "out"))
+
+    assert (tmp_path / "out" / "a.bin").read_bytes() == data
+    assert len(object_gets(s3_proxy)) == 4  # three refused, the fourth served
