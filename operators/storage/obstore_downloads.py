@@ -49,6 +49,9 @@ MISMATCH_ATTEMPTS = 3
 # object_store's `timeout` bounds a whole request, body included: long enough for a 64 MiB range on a slow link,
 # while `read_timeout` (no byte for that long) catches a stalled connection early.
 REQUEST_TIMEOUT = timedelta(minutes=5)
+# Writing and hashing a chunk this large (~1-2 ms of MD5 per MiB) runs on a worker thread (hashlib and file writes
+# release the GIL): the event loop goes on starting and reading the other requests meanwhile.
+OFFLOAD_BYTES = 256 * 1024
 
 
 def obstore_settings(remote: Remote, bucket: str) -> EngineSettings | None:
@@ -247,9 +250,10 @@ async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectI
                         chunks = result.stream(min_chunk_size=IO_CHUNK)
                     async for chunk in _aiter(chunks):
                         view = memoryview(chunk)
-                        fh.write(view)
-                        if digest is not None:
-                            digest.update(view)
+                        if len(view) >= OFFLOAD_BYTES:
+                            await asyncio.to_thread(_write_and_hash, fh, view, digest)
+                        else:
+                            _write_and_hash(fh, view, digest)
                         written += len(view)
                         progress.add_bytes(len(view))
             except OSError:
@@ -275,6 +279,12 @@ async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectI
         remove_quietly(temp)
         raise
     progress.add_file()
+
+
+def _write_and_hash(fh, view: memoryview, digest) -> None:
+    fh.write(view)
+    if digest is not None:
+        digest.update(view)
 
 
 async def _aiter(chunks):
