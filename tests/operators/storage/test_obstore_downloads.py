@@ -8,6 +8,7 @@ path: conditional GETs, ranged large objects, identical bytes, the same error li
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 import pytest
@@ -121,8 +122,20 @@ def test_the_connection_addressing_style_and_region_reach_obstore(set_aws_connec
 def test_connections_obstore_cannot_serve_as_botocore_does_stay_on_botocore(set_aws_connection, extra):
     set_aws_connection("my_store", "AKIDEXAMPLE", "secret-example", "https://s3.example.test", **extra)
     remote = make_remote(parse_uri("s3://bkt-1/x"), "my_store", 4)
+    logger = logging.getLogger("operators.storage.hook")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # Airflow reconfigures logging when it reads a connection: a handler of our own
+    logger.addHandler(handler)
+    old_level, logger.level = logger.level, logging.INFO
+    try:
+        assert obstore_settings(remote, "bkt-1") is None
+    finally:
+        logger.removeHandler(handler)
+        logger.level = old_level
 
-    assert obstore_settings(remote, "bkt-1") is None
+    assert any("downloads via connection 'my_store' go through botocore: the connection" in r.getMessage()
+               for r in records)
 
 
 @pytest.mark.parametrize("status, code", [(503, "SlowDown"), (429, "TooManyRequests")])
