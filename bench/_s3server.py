@@ -11,25 +11,24 @@ import http.client
 import json
 import os
 import shutil
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from _common import tests_module
 
-from minio_server import MinioServer, free_port, pinned_version, process_cpu_seconds  # noqa: E402,F401
+minio_server = tests_module("minio_server")  # the test fixture's server, loaded by path (see _common)
 
 ACCESS_KEY = "bench"
 SECRET_KEY = "bench-secret"
 REGION = "us-east-1"
 
 
-class S3Server(MinioServer):
+class S3Server(minio_server.MinioServer):
     """MinIO on 127.0.0.1 (started by `start`, stopped by `stop` or `with`) with its drive on disk, next to the log
     (the benchmarks store GiBs: not in memory, and a real store writes to disk too); emptied on start."""
 
-    name = f"MinIO {pinned_version()}"
+    name = f"MinIO {minio_server.pinned_version()}"
 
     def __init__(self, log_path: str) -> None:
         data_dir = os.path.join(os.path.dirname(os.path.abspath(log_path)), "minio-drive")

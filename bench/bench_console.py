@@ -21,13 +21,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import REPO, RESULTS_DIR, load_average, markdown_table, remove, save_results  # noqa: E402
+from _common import REPO, RESULTS_DIR, load_average, markdown_table, remove, save_results, tests_module  # noqa: E402
 from bench_pipeline import airflow_and_s3, run_dag  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "plugins"))  # training_console, as the API server loads it
-sys.path.insert(0, os.path.join(REPO, "tests"))  # metadata_db
 
-from metadata_db import clone_run  # noqa: E402
+clone_run = tests_module("metadata_db").clone_run
 
 BUCKET = "bench-console"
 QUERIES = {  # what the list page asks for (tests/integration/test_ui_server.py asks the same through HTTP)

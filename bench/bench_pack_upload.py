@@ -5,7 +5,7 @@
 
 Ours is what the upload_artifacts stage runs: ObjectStorageHook.upload_packed_directory, i.e.
 operators.safe_tar.pack_directory (isal's threaded pigz-style gzip writer, ISA-L deflate) with each
-multipart part uploaded as soon as it is packed (storage_stream). The same two steps one after the other
+multipart part uploaded as soon as it is packed (storage.stream). The same two steps one after the other
 (pack_directory, then upload_file) give "packing alone" and "uploading alone", which the overlapped total is judged
 against (goal: <= 1.1x the slower of the two). Against:
 `tar czf` + upload, `tar -I pigz` + upload, `tar -I 'pigz -1'` + upload (the CLI uploads use s5cmd, the fastest
@@ -105,7 +105,7 @@ def main() -> None:
     env = server.tool_env()
     try:
         from operators import safe_tar
-        from operators.hooks.object_storage import ObjectStorageHook
+        from operators.storage.hook import ObjectStorageHook
         from operators.safe_tar import pack_directory
         from operators.settings import training_settings
 

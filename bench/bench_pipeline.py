@@ -51,7 +51,7 @@ FIRST_USE_SNIPPET = (
     "import sys, time\n"
     "import airflow.sdk\n"
     "t0 = time.perf_counter()\n"
-    "from operators.hooks.object_storage import ObjectStorageHook\n"
+    "from operators.storage.hook import ObjectStorageHook\n"
     "t1 = time.perf_counter()\n"
     "ObjectStorageHook().list_objects(sys.argv[1])\n"
     "t2 = time.perf_counter()\n"
@@ -206,7 +206,7 @@ def main() -> None:
     if first_use:
         imp = statistics.median(f[0] for f in first_use)
         client = statistics.median(f[1] for f in first_use)
-        first_rows = [["import operators.hooks.object_storage", imp], ["first listing (connection, boto3 client, LIST)", client]]
+        first_rows = [["import operators.storage.hook", imp], ["first listing (connection, boto3 client, LIST)", client]]
     markdown = (
         f"## Pipeline overhead and DAG parse time (benchmark 4)\n\n`bench/bench_pipeline.py{' --quick' if args.quick else ''}`, "
         f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average at the end {load_average()[0]:.2f}.\n\n"

@@ -109,7 +109,8 @@ def main() -> None:
         import boto3  # noqa: F401 - imported up front: the task process has it already
 
         from operators.hooks.data_cache import DataCacheHook
-        from operators.hooks.object_storage import ObjectStorageHook
+        from operators.storage.client import forget_data_loader
+        from operators.storage.hook import ObjectStorageHook
         from operators.settings import training_settings
 
         quiet_logs()
@@ -154,10 +155,12 @@ def main() -> None:
             print(f"== {name}: {total / MiB:.0f} MiB; load {load_average()[0]:.2f}", flush=True)
 
             def prefetch() -> dict:
+                forget_data_loader()  # a task process parses botocore's data once: so does each run
                 entry = DataCacheHook(cache_dir, ObjectStorageHook(settings=settings)).prefetch(uri, user="bench")
                 return {"reused": entry.reused, "files": entry.files}
 
             def download() -> None:
+                forget_data_loader()
                 ObjectStorageHook(settings=settings).download(uri, paths["download"])
 
             def sequential() -> None:

@@ -18,7 +18,7 @@ URI_FIELDS = ("source_dir", "output_path", "checkpoint_path", "resume_from")
 
 
 def _local_path(uri: str) -> str | None:
-    from operators.hooks.storage_location import parse_uri
+    from operators.storage.location import parse_uri
 
     loc = parse_uri(uri)
     return os.path.realpath(loc.local_path) if loc.is_local and loc.local_path else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-from operators.spec import LABELS, JobSpec
+from operators.spec import LABELS, SCHEMES, JobSpec
 
 # Filled at run time from the run (job_name) or airflow.cfg [training] (backend, layout): optional in the form.
 _RUN_DEFAULTS = ("job_name", "backend", "layout")
@@ -29,7 +29,7 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     ]}},
     "inputs": {"additionalProperties": {"type": "string", "minLength": 1}},
     "connections": {"additionalProperties": {"type": "string", "minLength": 1}, "propertyNames":
-                    {"enum": ["s3", "cos", "oss", "obs"]}},
+                    {"enum": list(SCHEMES)}},
 }
 
 

@@ -84,7 +84,7 @@ def evaluate_gate(rule: Mapping[str, Any], candidate_metrics: Mapping[str, Any],
 
 
 def _storage(connections: Mapping[str, str] | None):
-    from operators.hooks.object_storage import ObjectStorageHook
+    from operators.storage.hook import ObjectStorageHook
 
     return ObjectStorageHook(connections=dict(connections or {}))
 

@@ -286,7 +286,7 @@ class SearchSummaryOperator(BaseOperator):
         return summary
 
     def _write_summary(self, plan: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
-        from operators.hooks.object_storage import ObjectStorageHook
+        from operators.storage.hook import ObjectStorageHook
 
         uri = f"{plan['output_path'].rstrip('/')}/{plan['search_job']}/search_summary.json"
         ObjectStorageHook(connections=plan.get("connections") or {}).write_bytes(

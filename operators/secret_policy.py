@@ -50,7 +50,7 @@ class Reference:
 
 
 def _default_connections() -> Mapping[str, str]:
-    from operators.hooks.storage_location import DEFAULT_CONNECTIONS  # the object storage hook's defaults
+    from operators.storage.location import DEFAULT_CONNECTIONS  # the object storage hook's defaults
 
     return DEFAULT_CONNECTIONS
 

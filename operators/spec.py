@@ -18,6 +18,8 @@ from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
 from training_runtime.layouts import CONTAINER_ROOTS
 
 from operators.spec_errors import SpecError, first_error
+from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
+from operators.storage.location import REMOTE_SCHEMES as SCHEMES
 from operators.container_env import looks_like_secret
 from operators.spec_parts import (
     REFERENCE_FORMS,
@@ -38,7 +40,6 @@ __all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_
 LAYOUTS = tuple(CONTAINER_ROOTS)  # the runtime's layouts
 BACKENDS = ("local", "kubernetes", "docker")
 DISTRIBUTIONS = tuple(RUNTIME_DISTRIBUTIONS)
-SCHEMES = ("s3", "cos", "oss", "obs")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -72,7 +73,7 @@ def _uri(value: Any) -> Any:
         raise spec_error(f"must be a string URI, got {type(value).__name__}")
     scheme = value.split("://", 1)[0] if "://" in value else ""
     if scheme not in (*SCHEMES, "file", ""):
-        raise spec_error(f"{value!r} has an unsupported scheme; use s3://, cos://, oss://, obs://, file:// or a path")
+        raise spec_error(f"{value!r} has an unsupported scheme; use {SCHEME_HINT}, file:// or a path")
     if scheme in SCHEMES and not value.split("://", 1)[1].split("/", 1)[0]:
         raise spec_error(f"{value!r} names no bucket; write <scheme>://<bucket>/<prefix>")
     if any(part == ".." for part in value.replace("://", "/").split("/")):
@@ -144,7 +145,7 @@ class JobSpec(Strict):
                                     "base_job_name) or the URI of a model.tar.gz; given as input channel 'model'.",
                                     json_schema_extra={"section": "Data"})
     connections: dict[str, str] = Field(default_factory=dict, description="URI scheme -> Airflow connection id "
-                                        "(defaults aws_default, cos_default, oss_default, obs_default).",
+                                        f"(defaults {', '.join(DEFAULT_CONNECTIONS.values())}).",
                                         json_schema_extra={"section": "Data"})
     instance_count: Count = Field(1, ge=1, le=256, description="Hosts.", json_schema_extra={"section": "Resources"})
     processes_per_host: Count = Field(1, ge=1, le=64, description="Processes per host (distribution pytorch or mpi).",

@@ -10,9 +10,7 @@ from typing import Any, Iterator
 
 from operators.spec import SCHEMES, JobSpec
 from operators.spec_errors import SpecError
-
-# The scheme -> connection defaults of the object storage hook (operators/hooks/storage_location.py).
-DEFAULT_CONNECTIONS = {"s3": "aws_default", "cos": "cos_default", "oss": "oss_default", "obs": "obs_default"}
+from operators.storage.location import DEFAULT_CONNECTIONS
 PING_TIMEOUT_SECONDS = 5
 
 

@@ -9,9 +9,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from operators.storage.location import SCHEME_HINT
+
 _REQUIRED_HINTS = {
-    "source_dir": "give an object storage URI (s3://, cos://, oss://, obs://) or a local path",
-    "output_path": "give an object storage URI (s3://, cos://, oss://, obs://) or a local path",
+    "source_dir": f"give an object storage URI ({SCHEME_HINT}) or a local path",
+    "output_path": f"give an object storage URI ({SCHEME_HINT}) or a local path",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from operators.hooks.data_cache import DataCacheHook
-from operators.hooks.object_storage import ObjectStorageHook
+from operators.storage.hook import ObjectStorageHook
 from operators.settings import TrainingSettings
 
 

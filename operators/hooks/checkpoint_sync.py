@@ -63,7 +63,7 @@ class CheckpointSync:
     def sync_final(self, attempts: int = 3, delay_seconds: float = 5.0) -> int:
         """The last pass, when training has ended: retried a few times on errors that may pass (each request has had
         its own attempts already), because failing here fails the launch stage, whose retry would train again."""
-        from operators.hooks.storage_errors import StorageError
+        from operators.storage.errors import StorageError
 
         for attempt in range(1, attempts + 1):
             try:

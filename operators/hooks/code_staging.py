@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-from operators.hooks.object_storage import (
+from operators.storage.hook import (
     ObjectStorageHook,
     StorageError,
     TransferStats,
@@ -56,17 +56,17 @@ def stage_code(
     parent = os.path.dirname(dest_dir)
     os.makedirs(parent, exist_ok=True)
     listing = hook.describe(source_dir)
+    store = hook.store(loc)
+    where = store.name(loc)
     if not listing.objects:
-        where = loc.local_path if loc.is_local else loc.uri
-        via = "" if loc.is_local else f" via connection '{hook.connection_id(loc.scheme)}'"
-        raise StorageError(f"no code at {where}{via}: no such file, directory, object or prefix; check source_dir",
+        raise StorageError(f"no code at {where}{store.via}: no such file, directory, object or prefix; check source_dir",
                            permanent=True)
     work = tempfile.mkdtemp(prefix=f".{os.path.basename(dest_dir)}.staging-", dir=parent)
     try:
         tree = os.path.join(work, "tree")
         if not listing.is_prefix and _is_archive_name(listing.objects[0].relative_path):
-            if loc.is_local:
-                archive = loc.local_path or ""
+            archive = store.local_path(loc)  # extracted in place when the store has it as a file
+            if archive is not None:
                 stats = TransferStats(files=1, bytes=listing.total_bytes)
             else:
                 archive = os.path.join(work, "code.tar.gz")
@@ -75,14 +75,9 @@ def stage_code(
                 extracted = safe_extract(archive, tree, max_bytes=max_bytes, max_members=max_members)
             except BadArchiveError as err:
                 # Name the source URI, not our temporary download path.
-                raise type(err)(str(err).replace(archive, str(loc) if loc.is_local else loc.uri)) from None
-            log.info(
-                "staged code from archive %s into %s: %d files, %d bytes",
-                str(loc) if loc.is_local else loc.uri,
-                dest_dir,
-                extracted.files,
-                extracted.bytes,
-            )
+                raise type(err)(str(err).replace(archive, where)) from None
+            log.info("staged code from archive %s into %s: %d files, %d bytes", where, dest_dir, extracted.files,
+                     extracted.bytes)
         else:
             # A single non-archive object becomes the only file of the code dir (e.g. s3://b/train.py).
             target = tree if listing.is_prefix else os.path.join(tree, listing.objects[0].relative_path)

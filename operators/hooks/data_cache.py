@@ -55,8 +55,8 @@ from operators.hooks.data_cache_eviction import (
     touch,
     user_file_name,
 )
-from operators.hooks.disk_space import cache_full, entry_space, fits, is_disk_full
-from operators.hooks.object_storage import (
+from operators.storage.disk_space import cache_full, entry_space, fits, is_disk_full
+from operators.storage.hook import (
     ObjectListing,
     ObjectStorageHook,
     StorageError,
@@ -168,13 +168,12 @@ class DataCacheHook(CacheEntries):
         hints_path = self._listing_hints_path(uri)
         listing = self.storage.describe(uri, split_after=self._read_listing_hints(hints_path))
         loc = listing.location
-        conn_id = None if loc.is_local else self.storage.connection_id(loc.scheme)
+        store = self.storage.store(loc)
+        conn_id = store.connection_id
         self._write_listing_hints(hints_path, listing)
         if not listing.objects:
-            where = loc.local_path if loc.is_local else loc.uri
-            via = "" if loc.is_local else f" via connection '{conn_id}'"
             raise StorageError(
-                f"nothing to prefetch at {where}{via}: no such object, and no objects under that prefix; "
+                f"nothing to prefetch at {store.name(loc)}{store.via}: no such object, and no objects under that prefix; "
                 "check the channel's URI",
                 permanent=True,
             )
@@ -206,9 +205,10 @@ class DataCacheHook(CacheEntries):
             loc = parse_uri(uri)
         except StorageError:
             return None  # describe() raises the one-line error
-        if loc.is_local:
+        store = self.storage.store(loc)
+        if not store.lists_in_pages:
             return None
-        name = hashlib.sha256(f"{self.storage.connection_id(loc.scheme)}\n{loc.uri.rstrip('/')}".encode()).hexdigest()
+        name = hashlib.sha256(f"{store.connection_id}\n{loc.uri.rstrip('/')}".encode()).hexdigest()
         return os.path.join(self.cache_dir, LISTINGS_DIR, name[:32] + ".json")
 
     @staticmethod

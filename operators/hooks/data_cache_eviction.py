@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterator
 from urllib.parse import quote
 
-from operators.hooks.disk_space import fits
+from operators.storage.disk_space import fits
 from operators.directories import remove_tree
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ def storage_failures_fail_fast(execute):
     def wrapper(self, context):
         from airflow.sdk.exceptions import AirflowFailException
 
-        from operators.hooks.storage_errors import StorageError
+        from operators.storage.errors import StorageError
         from operators.safe_tar import BadArchiveError
 
         try:
@@ -89,6 +89,6 @@ class JobStageOperator(BaseOperator):
 
     @cached_property
     def storage(self):
-        from operators.hooks.object_storage import ObjectStorageHook
+        from operators.storage.hook import ObjectStorageHook
 
         return ObjectStorageHook(connections=self.spec.connections, settings=self.settings)

@@ -25,7 +25,7 @@ class UploadArtifactsOperator(JobStageOperator):
 
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
-        from operators.hooks.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
+        from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
 
         try:
             return self._upload(context)

@@ -28,14 +28,8 @@ def output_uri(spec: Mapping[str, Any]) -> str | None:
     return f"{str(spec['output_path']).rstrip('/')}/{spec['job_name']}/output/"
 
 
-def _local_path(uri: str) -> str | None:
-    if uri.startswith("file://"):
-        return uri[len("file://"):]
-    return None if "://" in uri else uri
-
-
 def _storage(spec: Mapping[str, Any]):
-    from operators.hooks.object_storage import ObjectStorageHook
+    from operators.storage.hook import ObjectStorageHook
 
     return ObjectStorageHook(connections=spec.get("connections") or {})
 
@@ -152,11 +146,11 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
     uri = out + name
     if name == "metrics.json":  # metrics of a running job live in the job root
         root = _job_root(spec)
-        if root and _local_path(uri) is None:
+        if root and _storage(spec).local_path(uri) is None:
             response = _stream_file(root, "output/metrics.json", MEDIA[name], None)
             if response is not None:
                 return response
-    local = _local_path(uri)
+    local = _storage(spec).local_path(uri)  # the local store's file is streamed; a remote object is linked
     if local is not None:
         response = _stream_file(os.path.dirname(local), name, MEDIA.get(name),
                                 None if name in ("failure", "metrics.json") else f"{spec['job_name']}-{name}")

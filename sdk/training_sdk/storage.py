@@ -8,7 +8,7 @@ breaks off (which botocore does not retry: it is read after the request returned
 s3transfer.
 """
 
-# A copy of operators/hooks/storage_retries.py's figures and quota fix (and storage_client.py's checksum setting
+# A copy of operators/storage/retries.py's figures and quota fix (and operators/storage/client.py's checksum setting
 # for stores that are not AWS), not an import: the SDK installs on its own
 # (training-sdk[s3] is boto3 without the platform), so it must not import `operators`. Keep the two in step.
 

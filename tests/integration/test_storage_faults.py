@@ -20,7 +20,7 @@ from fault_proxy import KINDS, FaultProxy
 from operators.hooks.checkpoint_sync import CheckpointSync
 from operators.hooks.code_staging import stage_code
 from operators.hooks.data_cache import DataCacheHook
-from operators.hooks.object_storage import ObjectStorageHook, StorageError
+from operators.storage.hook import ObjectStorageHook, StorageError
 from operators.settings import TrainingSettings
 
 MiB = 1024 * 1024

@@ -7,7 +7,7 @@ import logging
 import os
 
 from operators.hooks.checkpoint_sync import CheckpointSync
-from operators.hooks.object_storage import ObjectStorageHook
+from operators.storage.hook import ObjectStorageHook
 
 SECRET = b"JWT_SECRET=do-not-leak\n"
 

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from operators.hooks.code_staging import stage_code
-from operators.hooks.object_storage import ObjectStorageHook, StorageError
+from operators.storage.hook import ObjectStorageHook, StorageError
 from operators.safe_tar import UnsafeArchiveError, pack_directory
 from operators.settings import TrainingSettings
 

@@ -16,7 +16,7 @@ import pytest
 from cache_trees import entry_dirs, new_cache, put_tree, read_tree
 
 from operators.hooks.data_cache_eviction import COMPLETE_MARKER
-from operators.hooks.object_storage import StorageError
+from operators.storage.hook import StorageError
 from operators.settings import TrainingSettings
 
 KiB = 1024
@@ -79,7 +79,7 @@ def test_changed_object_invalidates_only_its_entry(settings, storage_connections
 _PREFETCH_SCRIPT = """
 import sys
 from operators.hooks.data_cache import DataCacheHook
-from operators.hooks.object_storage import ObjectStorageHook
+from operators.storage.hook import ObjectStorageHook
 from operators.settings import TrainingSettings
 settings = TrainingSettings(workspace=sys.argv[1], transfer_concurrency=4)
 DataCacheHook(settings.cache_dir, ObjectStorageHook(settings=settings)).prefetch(sys.argv[2], user="doomed-job")

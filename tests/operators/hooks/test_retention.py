@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from operators.hooks.data_cache import DataCacheHook
-from operators.hooks.object_storage import ObjectStorageHook
+from operators.storage.hook import ObjectStorageHook
 from operators.hooks.retention import DAY, collect_garbage
 from operators.job_state import LAUNCH_PIDS, ensure_state_dir
 from operators.settings import TrainingSettings

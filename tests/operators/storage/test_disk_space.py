@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from small_disk import small_disk  # noqa: F401  (the fixture)
 
-from operators.hooks import disk_space
+from operators.storage import disk_space
 from operators.hooks.data_cache import DataCacheHook
-from operators.hooks.disk_space import DiskFullError
-from operators.hooks.object_storage import ObjectStorageHook
+from operators.storage.disk_space import DiskFullError
+from operators.storage.hook import ObjectStorageHook
 from operators.settings import TrainingSettings
 
 KiB, MiB = 1024, 1024 * 1024

@@ -19,13 +19,13 @@ import os
 import threading
 from typing import Callable
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_errors import StorageError, translate_error
-from operators.hooks.storage_location import StorageLocation, is_md5_etag, normalize_etag
-from operators.hooks.storage_uploads import abort_leftover_uploads
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.client import Remote
+from operators.storage.errors import StorageError, translate_error
+from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
+from operators.storage.uploads import abort_leftover_uploads
+from operators.storage.progress import TransferProgress
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 _F_SETPIPE_SZ = 1031  # Linux: grow the pipe to 1 MiB (64 KiB by default): fewer wake-ups per part
 _PIPE_SIZE = 1024 * 1024

@@ -25,11 +25,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_errors import StorageError, translate_error
-from operators.hooks.storage_location import ObjectInfo, StorageLocation, is_md5_etag
-from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds, body_errors
-from operators.hooks.storage_transfers import (
+from operators.storage.client import Remote
+from operators.storage.errors import StorageError, translate_error
+from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
+from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds, body_errors
+from operators.storage.transfers import (
     IO_CHUNK,
     FirstError,
     TransferTuning,
@@ -42,9 +42,9 @@ from operators.hooks.storage_transfers import (
     subscriber_classes,
     temp_name,
 )
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.progress import TransferProgress
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 # A body that arrives whole but wrong is rare in transit; every time means the object or the store is at fault.
 MISMATCH_ATTEMPTS = 3
@@ -57,7 +57,16 @@ def download_objects(
     progress: TransferProgress,
     tuning: TransferTuning,
 ) -> None:
-    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError."""
+    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError.
+
+    obstore moves the bytes wherever it can reach the bucket as botocore does (storage.obstore_downloads); the
+    botocore path below is kept for the connections it cannot serve."""
+    from operators.storage.obstore_downloads import download_objects_obstore, obstore_settings
+
+    settings = obstore_settings(remote, loc.bucket) if targets else None
+    if settings is not None:
+        download_objects_obstore(settings, remote, loc, targets, progress, tuning)
+        return
     small = [t for t in targets if t[0].size < tuning.multipart_threshold]
     large = [t for t in targets if t[0].size >= tuning.multipart_threshold]
     make_parent_dirs(final for _, final in targets)
@@ -133,7 +142,7 @@ def _get_one(
 ) -> None:
     """GetObject (If-Match the listed ETag) into a temp file with its MD5, verify, rename into place.
 
-    botocore retries the request (storage_retries); a body that breaks off is retried here BODY_ATTEMPTS times, and
+    botocore retries the request (storage.retries); a body that breaks off is retried here BODY_ATTEMPTS times, and
     one that arrives whole but with the wrong size or MD5 (cut short or corrupted on the way: If-Match rules out a
     changed object) MISMATCH_ATTEMPTS times, each after a jittered backoff.
     """

@@ -12,15 +12,19 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from operators.hooks.storage_errors import StorageError
+from operators.storage.errors import StorageError
 
+# The one scheme -> default Airflow connection table: every remote scheme is an S3-compatible store; spec
+# validation, the trigger form, the preflight checks and the stores all read it from here.
 DEFAULT_CONNECTIONS: dict[str, str] = {
     "s3": "aws_default",
     "cos": "cos_default",
     "oss": "oss_default",
     "obs": "obs_default",
 }
+REMOTE_SCHEMES: tuple[str, ...] = tuple(DEFAULT_CONNECTIONS)
 LOCAL_SCHEME = "file"
+SCHEME_HINT = ", ".join(f"{scheme}://" for scheme in REMOTE_SCHEMES)  # "s3://, cos://, oss://, obs://"
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MD5_ETAG_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -129,7 +133,8 @@ def parse_uri(uri: str) -> StorageLocation:
     destination directory when mapped onto a file system.
     """
     if not isinstance(uri, str) or not uri.strip():
-        raise StorageError(f"empty storage URI {uri!r}; give s3://bucket/prefix, cos://..., or a local path")
+        raise StorageError(f"empty storage URI {uri!r}; give an object storage URI ({SCHEME_HINT}, e.g. "
+                           "s3://bucket/prefix) or a local path")
     uri = uri.strip()
     if "://" not in uri:
         return StorageLocation(LOCAL_SCHEME, "", "", os.path.abspath(os.path.expanduser(uri)))
@@ -145,7 +150,7 @@ def parse_uri(uri: str) -> StorageLocation:
         return StorageLocation(LOCAL_SCHEME, "", "", os.path.abspath(path))
     if scheme not in DEFAULT_CONNECTIONS:
         raise StorageError(
-            f"unsupported storage scheme {scheme!r} in {uri}; use s3://, cos://, oss://, obs://, file:// or a local path"
+            f"unsupported storage scheme {scheme!r} in {uri}; use {SCHEME_HINT}, file:// or a local path"
         )
     bucket, _, key = rest.partition("/")
     if not bucket or not _BUCKET_RE.match(bucket):
@@ -188,6 +193,8 @@ def check_no_file_dir_clash(objects: list[ObjectInfo], uri: str) -> None:
 __all__ = [
     "DEFAULT_CONNECTIONS",
     "LOCAL_SCHEME",
+    "REMOTE_SCHEMES",
+    "SCHEME_HINT",
     "ObjectInfo",
     "ObjectListing",
     "StorageLocation",

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from minio_server import MinioServer
-from operators.hooks.object_storage import ObjectStorageHook, StorageError
+from operators.storage.hook import ObjectStorageHook, StorageError
 from operators.settings import TrainingSettings
 
 MiB = 1024 * 1024

@@ -1,7 +1,7 @@
 """What the transfer engines of ObjectStorageHook share: their tuning, temp names and checks, worker threads,
 s3transfer subscribers, and local copies.
 
-The engines themselves: storage_downloads (objects to files), storage_uploads (files to objects), storage_stream
+The engines themselves: storage.downloads (objects to files), storage.uploads (files to objects), storage.stream
 (bytes to an object while they are produced). Whatever lands is verified (size always, MD5 where the ETag is a plain
 MD5) and renamed from a temp name to its final name only then: nothing partial or unverified is ever visible under
 a final name.
@@ -18,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_retries import BODY_ATTEMPTS
-from operators.hooks.storage_errors import StorageError
-from operators.hooks.storage_location import (
+from operators.storage.client import Remote
+from operators.storage.retries import BODY_ATTEMPTS
+from operators.storage.errors import StorageError
+from operators.storage.location import (
     ObjectInfo,
 )
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.progress import TransferProgress
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 IO_CHUNK = 1024 * 1024
 MAX_DOWNLOAD_PART = 64 * 1024 * 1024
@@ -53,7 +53,7 @@ class TransferTuning:
             # peaked at +370 MB over the process when the disk was slower than the network (bench/README.md).
             max_io_queue_size=32,
             # A ranged GET whose body breaks off is retried by s3transfer itself (botocore does not): as often as
-            # our own small-object downloads retry theirs (storage_retries).
+            # our own small-object downloads retry theirs (storage.retries).
             num_download_attempts=BODY_ATTEMPTS,
         )
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_errors import StorageError, translate_error
-from operators.hooks.storage_location import (
+from operators.storage.client import Remote
+from operators.storage.errors import StorageError, translate_error
+from operators.storage.location import (
     ObjectInfo,
     ObjectListing,
     StorageLocation,
@@ -22,7 +22,7 @@ from operators.hooks.storage_location import (
     timestamp,
 )
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 
 @contextmanager

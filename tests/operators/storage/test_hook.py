@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from operators.hooks.object_storage import ObjectStorageHook, StorageError, StorageLocation, parse_uri
+from operators.storage.hook import ObjectStorageHook, StorageError, StorageLocation, parse_uri
 from operators.settings import TrainingSettings
 
 MiB = 1024 * 1024
@@ -285,7 +285,7 @@ def test_unreachable_endpoint_gives_one_line_naming_uri_and_connection(tmp_path,
     with pytest.raises(StorageError) as info:
         hook.download("cos://bucket/data/", str(tmp_path / "out"))
     message = str(info.value)
-    # Connection refused is retried like a reset (storage_retries: 10 attempts, jittered backoff of 50 ms * 2^n):
+    # Connection refused is retried like a reset (storage.retries: 10 attempts, jittered backoff of 50 ms * 2^n):
     # at most ~26 s of backoff in all, ~13 s on average. What must not happen is a hang of minutes.
     assert time.monotonic() - started < 45
     assert "\n" not in message
@@ -346,11 +346,11 @@ def test_long_transfer_logs_progress_lines_but_not_one_per_object(tmp_path, stor
         object_store.put(bucket, f"many/{i:03d}.bin", os.urandom(32 * 1024))
     hook = make_hook(tmp_path, transfer_concurrency=6, progress_interval=0.2)
     s3_proxy.throttle_bytes_per_s = 128 * 1024  # each object takes ~0.25 s, the whole transfer ~1 s
-    caplog.set_level(logging.INFO, logger="operators.hooks.object_storage")
+    caplog.set_level(logging.INFO, logger="operators.storage.hook")
 
     hook.download(f"s3://{bucket}/many/", str(tmp_path / "many"))
 
-    lines = [r.getMessage() for r in caplog.records if r.name == "operators.hooks.object_storage"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "operators.storage.hook"]
     progress = [line for line in lines if "files," in line and "/s" in line and ": done" not in line]
     assert 2 <= len(progress) < count, lines
     assert any("ETA" in line for line in progress)
@@ -371,7 +371,7 @@ def test_cos_connection_without_endpoint_is_refused_up_front(tmp_path, monkeypat
 
 
 def test_split_listing_gives_the_same_objects_whatever_changed_since_the_hint(storage_connections, object_store):
-    from operators.hooks.object_storage import ObjectStorageHook
+    from operators.storage.hook import ObjectStorageHook
 
     bucket = object_store.bucket()
     for i in range(0, 60, 2):

@@ -7,7 +7,7 @@ writing with the figures; when the disk fills anyway (another job wrote meanwhil
 ENOSPC / EDQUOT of whichever write hit it becomes a `DiskFullError` saying what filled up, where, how much was needed
 and is free, and what to do. Neither leaves anything half-visible: cache entries are renamed into place only when
 complete, archives only when packed, uploads complete only when the whole archive was read (see data_cache.py,
-safe_tar.pack_directory, storage_stream.py), so the next attempt, once space is freed, starts from what was complete.
+safe_tar.pack_directory, storage/stream.py), so the next attempt, once space is freed, starts from what was complete.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from operators.hooks.storage_errors import DISK_FULL_ERRNOS, DiskFullError
+from operators.storage.errors import DISK_FULL_ERRNOS, DiskFullError
 # A file costs its blocks plus the directory entry and inode; 4 KiB covers the metadata a file adds on ext4/xfs/tmpfs.
 PER_FILE_OVERHEAD = 4096
 # Manifest, object list, users and last_used files of a cache entry, the directories: a fixed allowance.

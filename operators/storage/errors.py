@@ -8,6 +8,7 @@ log the original exception at DEBUG).
 from __future__ import annotations
 
 import errno
+import re
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -95,6 +96,8 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
 
     if isinstance(err, StorageError):
         return err
+    if is_obstore_error(err):
+        err = _as_botocore_error(err)
     if isinstance(err, RetriesExceededError) and err.last_exception is not None:
         err = err.last_exception
     if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:  # never "check the path": the disk is full
@@ -190,6 +193,52 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
             "check the destination path, free space and permissions"
         )
     return StorageError(f"cannot {action} {uri} {via}: {type(err).__name__}: {err}")
+
+
+def is_obstore_error(err: BaseException) -> bool:
+    """An error of obstore (storage.obstore_downloads): its own classes, or a builtin (FileNotFoundError for a
+    404) whose text is object_store's "Error performing ..." report."""
+    module = type(err).__module__ or ""
+    return module.startswith("obstore") or "Error performing " in str(err) or "Debug source:" in str(err)
+
+
+_OBSTORE_STATUS = re.compile(r"status code: (\d{3})")
+_OBSTORE_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_OBSTORE_MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
+_OBSTORE_RETRIES = re.compile(r"retries: (\d+)")
+
+
+def _as_botocore_error(err: BaseException) -> BaseException:
+    """obstore's error as the botocore error of the same failure, so that one mapping (translate_error) names
+    both engines' failures alike: throttling as throttling, 403 as access denied, 412 as a changed object.
+
+    object_store reports a failed request as text ("Server returned non-2xx status code: 503 Service
+    Unavailable: <Error><Code>SlowDown</Code>...", "retries: 9"), a broken connection as reqwest's error."""
+    import botocore.exceptions as bx
+
+    text = str(err)
+    status = _OBSTORE_STATUS.search(text)
+    code = _OBSTORE_CODE.search(text)
+    kind = type(err).__name__
+    if status or code or kind in ("PermissionDeniedError", "UnauthenticatedError", "PreconditionError",
+                                  "FileNotFoundError"):
+        number = int(status.group(1)) if status else {"PermissionDeniedError": 403, "UnauthenticatedError": 403,
+                                                      "PreconditionError": 412, "FileNotFoundError": 404}.get(kind)
+        message = _OBSTORE_MESSAGE.search(text)
+        retries = _OBSTORE_RETRIES.search(text)
+        response = {
+            "Error": {"Code": code.group(1) if code else str(number or ""),
+                      "Message": message.group(1) if message else ""},
+            "ResponseMetadata": {"HTTPStatusCode": number, "RetryAttempts": int(retries.group(1)) if retries else 0},
+        }
+        return bx.ClientError(response, "GetObject")
+    lowered = text.lower()
+    if "connection refused" in lowered or "dns error" in lowered or "failed to lookup address" in lowered:
+        return bx.EndpointConnectionError(endpoint_url="", error="connection refused" if "refused" in lowered else "")
+    if "certificate" in lowered or "tls" in lowered:
+        return bx.SSLError(endpoint_url="", error=kind)
+    # A request or body that broke off (reset, truncated, timed out) after object_store's retries and ours.
+    return bx.ConnectionClosedError(endpoint_url="")
 
 
 def _attempts(err) -> str:

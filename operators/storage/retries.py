@@ -28,7 +28,7 @@ import hashlib
 import logging
 from typing import Any
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 # botocore's `max_attempts` counts retries: 9 retries, 10 attempts in all.
 REQUEST_RETRIES = 9

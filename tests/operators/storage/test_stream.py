@@ -1,4 +1,4 @@
-"""Uploading while producing (storage_stream, ObjectStorageHook.upload_packed_directory) against MinIO."""
+"""Uploading while producing (storage.stream, ObjectStorageHook.upload_packed_directory) against MinIO."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from operators.hooks.object_storage import ObjectStorageHook, StorageError, parse_uri
-from operators.hooks.storage_stream import upload_stream
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.hook import ObjectStorageHook, StorageError, parse_uri
+from operators.storage.stream import upload_stream
+from operators.storage.progress import TransferProgress
 from operators.settings import TrainingSettings
 
 MiB = 1024 * 1024
@@ -25,7 +25,7 @@ def make_hook(tmp_path) -> ObjectStorageHook:
 
 def stream_to(hook: ObjectStorageHook, uri: str, produce) -> int:
     loc = parse_uri(uri)
-    return upload_stream(hook._remote(loc), loc, produce, TransferProgress("test", None, 1),
+    return upload_stream(hook.store(loc).remote, loc, produce, TransferProgress("test", None, 1),
                          hook.tuning.transfer_config())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from operators.hooks.transfer_progress import TransferProgress, format_bytes, format_duration
+from operators.storage.progress import TransferProgress, format_bytes, format_duration
 
 
 class FakeClock:

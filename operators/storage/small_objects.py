@@ -10,15 +10,15 @@ import os
 import shutil
 import time
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_errors import StorageError
-from operators.hooks.storage_location import (
+from operators.storage.client import Remote
+from operators.storage.errors import StorageError
+from operators.storage.location import (
     StorageLocation,
     is_md5_etag,
     normalize_etag,
 )
-from operators.hooks.storage_retries import BODY_ATTEMPTS, backoff_seconds, body_errors
-from operators.hooks.storage_transfers import etag_is_not_md5, remove_quietly, temp_name
+from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds, body_errors
+from operators.storage.transfers import etag_is_not_md5, remove_quietly, temp_name
 
 
 def read_object(remote: Remote, loc: StorageLocation) -> bytes:

@@ -7,23 +7,23 @@ import logging
 import os
 from typing import Callable
 
-from operators.hooks.storage_client import Remote
-from operators.hooks.storage_errors import StorageError, translate_error
-from operators.hooks.storage_location import (
+from operators.storage.client import Remote
+from operators.storage.errors import StorageError, translate_error
+from operators.storage.location import (
     ObjectInfo,
     StorageLocation,
     is_md5_etag,
     normalize_etag,
 )
-from operators.hooks.storage_transfers import (
+from operators.storage.transfers import (
     TransferTuning,
     etag_is_not_md5,
     md5_file,
     subscriber_classes,
 )
-from operators.hooks.transfer_progress import TransferProgress
+from operators.storage.progress import TransferProgress
 
-log = logging.getLogger("operators.hooks.object_storage")
+log = logging.getLogger("operators.storage.hook")
 
 
 def abort_leftover_uploads(remote: Remote, bucket: str, keys: list[str]) -> int:

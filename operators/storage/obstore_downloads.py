@@ -1,0 +1,380 @@
+"""Downloads through obstore (the Rust `object_store` crate): the engine of RemoteStore's bulk downloads.
+
+Why: botocore costs ~4 ms of client CPU per small object here and the GIL serialises it; obstore signs and reads
+in Rust on one event loop, ~1.2 ms per object (bench/README.md, "transfer engine"). Everything around the bytes
+stays ours, with the guarantees of the botocore path (storage.downloads):
+
+- the same connection: endpoint, region, credentials (AwsBaseHook's session, refreshed through a provider) and the
+  addressing style botocore itself resolves for the bucket (storage.client.Remote.engine_settings);
+- every GET carries If-Match with the listed ETag, so a changed object fails as "changed", never mixes versions;
+- objects below the multipart threshold are one GET each, streamed to a temp file with their MD5; objects at or
+  above it are split into ranges fetched in parallel and written at their offsets (os.pwrite): at most
+  `concurrency` requests in flight, each holding at most a chunk of IO_CHUNK, so memory stays bounded;
+- object_store retries requests (5xx incl. 503 SlowDown, 429, connection errors, timeouts) REQUEST_RETRIES times
+  with jittered backoff; a body that breaks off or arrives short is retried here BODY_ATTEMPTS times;
+- sizes (always) and MD5s (where the ETag is one) are verified before the temp file is renamed into place;
+- errors become one-line StorageErrors in storage.errors (translate_error knows obstore's exceptions).
+
+No checksum headers are sent (GETs only), so COS/OSS/OBS accept the requests as they accept botocore's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+
+from operators.storage.client import EngineSettings, Remote
+from operators.storage.errors import StorageError, translate_error
+from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
+from operators.storage.progress import TransferProgress
+from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
+from operators.storage.transfers import (
+    IO_CHUNK,
+    TransferTuning,
+    etag_is_not_md5,
+    make_parent_dirs,
+    md5_file,
+    remove_quietly,
+    temp_name,
+)
+
+log = logging.getLogger("operators.storage.hook")
+
+MISMATCH_ATTEMPTS = 3
+# object_store's `timeout` bounds a whole request, body included: long enough for a 64 MiB range on a slow link,
+# while `read_timeout` (no byte for that long) catches a stalled connection early.
+REQUEST_TIMEOUT = timedelta(minutes=5)
+# Writing and hashing a chunk this large (~1-2 ms of MD5 per MiB) runs on a worker thread (hashlib and file writes
+# release the GIL): the event loop goes on starting and reading the other requests meanwhile.
+OFFLOAD_BYTES = 256 * 1024
+
+
+def obstore_settings(remote: Remote, bucket: str) -> EngineSettings | None:
+    """The connection's settings when obstore can reach `bucket` exactly as botocore does, else None (and why, in
+    the task log): the one switch between the engines. botocore stays for what we do not carry over: a custom CA
+    bundle or disabled TLS verification, proxies, and anonymous (unsigned) access."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        reason = "obstore is not installed"
+    else:
+        settings = remote.engine_settings(bucket)
+        if settings.credentials is None:
+            reason = "the connection has no credentials (unsigned requests)"
+        elif not settings.endpoint.startswith("http://") and settings.verify not in (True, _default_ca_bundle()):
+            reason = "the connection sets its own TLS verification ('verify')"
+        elif settings.proxies:
+            reason = "the connection uses proxies"
+        else:
+            return settings
+    # In the task log: which engine moved the bytes matters when comparing a slow stage with a fast one.
+    log.info("downloads via connection '%s' go through botocore: %s", remote.conn_id, reason)
+    return None
+
+
+def _default_ca_bundle() -> str:
+    """The CA bundle botocore verifies with when the connection says nothing (obstore uses the system's roots)."""
+    from botocore.httpsession import get_cert_path
+
+    return get_cert_path(True)
+
+
+def make_store(settings: EngineSettings, bucket: str):
+    """An obstore S3Store for `bucket` with the connection's endpoint, region, credentials and addressing style."""
+    from obstore.store import S3Store
+
+    credentials = settings.credentials
+
+    def provide():
+        # botocore refreshes assumed-role / instance credentials here when they are about to expire; their expiry
+        # tells object_store when to ask again (static keys: never).
+        frozen = credentials.get_frozen_credentials()
+        expiry = getattr(credentials, "_expiry_time", None)
+        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+                "token": frozen.token, "expires_at": expiry - timedelta(minutes=5) if expiry else None}
+
+    from operators.storage.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
+
+    config = {"region": settings.region or "us-east-1"}
+    if settings.endpoint:
+        config["endpoint"] = settings.endpoint
+    config["virtual_hosted_style_request"] = settings.virtual_hosted
+    return S3Store(
+        bucket,
+        config=config,
+        credential_provider=provide,
+        skip_signature=False,  # whatever AWS_SKIP_SIGNATURE says: the connection's credentials sign every request
+        client_options={
+            "allow_http": settings.endpoint.startswith("http://") if settings.endpoint else False,
+            "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT_S),
+            "read_timeout": timedelta(seconds=READ_TIMEOUT_S),
+            "timeout": REQUEST_TIMEOUT,
+        },
+        retry_config={
+            "max_retries": settings.max_retries,
+            "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=20), "base": 2},
+            "retry_timeout": timedelta(minutes=5),
+        },
+    )
+
+
+@dataclass
+class _Large:
+    """A large object being fetched in ranges: its temp file, and how many ranges are still to come."""
+
+    info: ObjectInfo
+    final: str
+    temp: str
+    left: int
+    fd: int | None = None  # opened by its first range: a channel of thousands of large objects opens few at once
+
+
+def download_objects_obstore(
+    settings: EngineSettings,
+    remote: Remote,
+    loc: StorageLocation,
+    targets: list[tuple[ObjectInfo, str]],
+    progress: TransferProgress,
+    tuning: TransferTuning,
+) -> None:
+    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError."""
+    make_parent_dirs(final for _, final in targets)
+    store = make_store(settings, loc.bucket)
+    coroutine = _download_all(store, remote, loc, targets, progress, tuning)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(coroutine)
+        return
+    # Called from inside an event loop (a deferrable's trigger, a notebook): run ours on a thread of its own.
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(coroutine)
+        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
+            outcome.append(err)
+
+    thread = threading.Thread(target=run, name="obstore-download")
+    thread.start()
+    thread.join()
+    if outcome:
+        raise outcome[0]
+
+
+async def _download_all(store, remote, loc, targets, progress, tuning) -> None:
+    jobs: list[tuple] = []
+    larges: list[_Large] = []
+    big = [t for t in targets if t[0].size >= tuning.multipart_threshold]
+    part = tuning.download_part_size(max(info.size for info, _ in big)) if big else 0
+    try:
+        for info, final in targets:
+            if info.size < tuning.multipart_threshold:
+                jobs.append(("object", info, final))
+                continue
+            ranges = [(start, min(start + part, info.size)) for start in range(0, info.size, part)]
+            large = _Large(info, final, temp_name(final), left=len(ranges))
+            larges.append(large)
+            jobs.extend(("range", large, start, end) for start, end in ranges)
+        # Small objects and ranges each get `concurrency` workers, as the botocore path's thread pool and
+        # s3transfer do: a channel of one huge file and many small ones keeps both going, and a small object that
+        # fails stops a large one in flight instead of waiting behind its ranges.
+        small_jobs = [job for job in jobs if job[0] == "object"]
+        range_jobs = [job for job in jobs if job[0] == "range"]
+
+        async def worker(queue) -> None:
+            for job in queue:
+                if job[0] == "object":
+                    await _get_object(store, remote, loc, job[1], job[2], progress)
+                else:
+                    await _get_range(store, remote, loc, *job[1:], progress)
+
+        workers: list[asyncio.Task] = []
+        for group in (small_jobs, range_jobs):
+            queue = iter(group)
+            workers += [asyncio.create_task(worker(queue)) for _ in range(min(tuning.concurrency, len(group)))]
+        try:
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+    finally:
+        for large in larges:
+            if large.fd is not None:
+                os.close(large.fd)
+            remove_quietly(large.temp)  # gone already when it was renamed into place
+
+
+def _uri(loc: StorageLocation, info: ObjectInfo) -> str:
+    return f"{loc.scheme}://{loc.bucket}/{info.key}"
+
+
+def _options(info: ObjectInfo, byte_range: tuple[int, int] | None = None) -> dict:
+    options: dict = {"if_match": f'"{info.etag}"'} if info.etag else {}
+    if byte_range is not None:
+        options["range"] = byte_range
+    return options
+
+
+async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectInfo, final: str,
+                      progress: TransferProgress) -> None:
+    """GET (If-Match) into a temp file with its MD5, verify, rename; body failures retried as in storage.downloads."""
+    import obstore
+
+    uri = _uri(loc, info)
+    check_md5 = is_md5_etag(info.etag)
+    temp = temp_name(final)
+    attempt = mismatches = 0
+    try:
+        while True:
+            attempt += 1
+            try:
+                result = await obstore.get_async(store, info.key, options=_options(info))
+            except Exception as err:  # noqa: BLE001 - object_store has retried what it retries
+                raise translate_error(err, "download", uri, remote) from None
+            written = 0
+            digest = hashlib.md5(usedforsecurity=False) if check_md5 else None
+            try:
+                with open(temp, "wb") as fh:
+                    if info.size <= IO_CHUNK:
+                        chunks = [await result.bytes_async()]
+                    else:
+                        chunks = result.stream(min_chunk_size=IO_CHUNK)
+                    async for chunk in _aiter(chunks):
+                        view = memoryview(chunk)
+                        if len(view) >= OFFLOAD_BYTES:
+                            await asyncio.to_thread(_write_and_hash, fh, view, digest)
+                        else:
+                            _write_and_hash(fh, view, digest)
+                        written += len(view)
+                        progress.add_bytes(len(view))
+            except OSError:
+                raise  # the local disk, not the transfer: translated by the caller (disk full, permissions)
+            except Exception as err:  # noqa: BLE001 - the body broke off (reset, truncated, timed out)
+                progress.add_bytes(-written)
+                if attempt >= BODY_ATTEMPTS:
+                    raise translate_error(err, "download", uri, remote) from None
+                log.debug("reading %s was interrupted (attempt %d): %s; retrying", uri, attempt, err)
+                await asyncio.sleep(backoff_seconds(attempt))
+                continue
+            problem = _mismatch(written, digest, info, uri, remote, loc.bucket)
+            if problem is None:
+                break
+            mismatches += 1
+            progress.add_bytes(-written)
+            if mismatches >= MISMATCH_ATTEMPTS or attempt >= BODY_ATTEMPTS:
+                raise problem
+            log.debug("%s (attempt %d); retrying", problem, attempt)
+            await asyncio.sleep(backoff_seconds(attempt))
+        os.replace(temp, final)
+    except BaseException:
+        remove_quietly(temp)
+        raise
+    progress.add_file()
+
+
+def _write_and_hash(fh, view: memoryview, digest) -> None:
+    fh.write(view)
+    if digest is not None:
+        digest.update(view)
+
+
+async def _aiter(chunks):
+    if isinstance(chunks, list):
+        for chunk in chunks:
+            yield chunk
+    else:
+        async for chunk in chunks:
+            yield chunk
+
+
+async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large, start: int, end: int,
+                     progress: TransferProgress) -> None:
+    """One range of a large object (If-Match) written at its offset; the last range verifies and renames."""
+    import obstore
+
+    info = large.info
+    uri = _uri(loc, info)
+    if large.fd is None:
+        large.fd = os.open(large.temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            result = await obstore.get_async(store, info.key, options=_options(info, (start, end)))
+        except Exception as err:  # noqa: BLE001
+            raise translate_error(err, "download", uri, remote) from None
+        offset = start
+        try:
+            async for chunk in result.stream(min_chunk_size=IO_CHUNK):
+                if offset + len(chunk) > end:
+                    raise StorageError(f"{uri}: the store sent more than the range {start}-{end} asked for")
+                os.pwrite(large.fd, chunk, offset)
+                offset += len(chunk)
+                progress.add_bytes(len(chunk))
+            if offset != end:
+                raise _ShortBody(f"range {start}-{end} of {uri} ended after {offset - start} bytes")
+        except (OSError, StorageError):
+            raise  # the local disk, or a store that ignores ranges: retrying will not help
+        except Exception as err:  # noqa: BLE001 - the body broke off or came short
+            progress.add_bytes(-(offset - start))
+            if attempt >= BODY_ATTEMPTS:
+                raise translate_error(err, "download", uri, remote) from None
+            log.debug("reading %s (bytes %d-%d) was interrupted (attempt %d); retrying", uri, start, end, attempt)
+            await asyncio.sleep(backoff_seconds(attempt))
+            continue
+        break
+    large.left -= 1
+    if large.left == 0:
+        os.close(large.fd)
+        large.fd = None
+        # The MD5 of a large file is CPU and disk work: off the event loop, where the other transfers run.
+        await asyncio.to_thread(_verify_file, large.temp, info, uri, remote, loc.bucket)
+        os.replace(large.temp, large.final)
+        progress.add_file()
+
+
+class _ShortBody(Exception):
+    """A range's body ended before its last byte (the connection closed cleanly mid-body)."""
+
+
+def _mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> StorageError | None:
+    if written != info.size:
+        return StorageError(
+            f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
+            f"transfer was cut short, {MISMATCH_ATTEMPTS} times; retry the task"
+        )
+    if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+        return StorageError(
+            f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
+            f"corrupted or the object changed, {MISMATCH_ATTEMPTS} times; retry the task"
+        )
+    return None
+
+
+def _verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> None:
+    size = os.path.getsize(path)
+    if size != info.size:
+        raise StorageError(
+            f"downloaded {uri} has {size} bytes but the listing said {info.size}; the object changed or the "
+            "transfer was cut short; retry the task"
+        )
+    if is_md5_etag(info.etag):
+        digest = md5_file(path)
+        if digest != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+            raise StorageError(
+                f"downloaded {uri} has MD5 {digest} but its ETag is {info.etag}; the transfer was corrupted "
+                "or the object changed; retry the task"
+            )
+
+
+__all__ = ["download_objects_obstore", "make_store", "obstore_settings"]
