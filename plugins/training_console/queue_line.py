@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Any, Iterable
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,26 @@ def still_queued(line: str | None) -> bool:
     return line is None or not line.startswith("admitted by Kueue")
 
 
+REREAD_SECONDS = 5.0  # the list and every open job page poll: one read of a log serves them all for this long
+_READ: dict[tuple, tuple[float, str | None]] = {}
+
+
 def read_queue_line(session, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str | None:
-    """The latest queue line of one try of launch_training, or None (no log yet, or the log cannot be read)."""
+    """The latest queue line of one try of launch_training, or None (no log yet, or the log cannot be read). The whole
+    log is read (Airflow's reader has no tail), so a reading is reused for REREAD_SECONDS."""
+    key = (dag_id, run_id, task_id, map_index, try_number)
+    now = time.monotonic()
+    cached = _READ.get(key)
+    if cached is not None and now - cached[0] < REREAD_SECONDS:
+        return cached[1]
+    if len(_READ) > 256:
+        _READ.clear()
+    line = _read(session, dag_id, run_id, task_id, map_index, try_number)
+    _READ[key] = (now, line)
+    return line
+
+
+def _read(session, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str | None:
     from sqlalchemy import select
     from sqlalchemy.orm import joinedload
 
