@@ -254,6 +254,11 @@ class KubernetesLauncherHook(BaseHook):
             **self._kubeconfig_file(),
         )
 
+    def queue_of(self, request: LaunchRequest) -> dict[str, str] | None:
+        """The Kueue queue and priority the Job waits in (see DeferrableLauncher.queue_of), or None."""
+        options = self.options(request)
+        return {"queue": options.queue, "priority": options.queue_priority} if options.queue else None
+
     def _kubeconfig_file(self) -> dict[str, str]:
         """The connection's kubeconfig path and context, when that is how it connects (see the trigger)."""
         extras = self.kube.conn_extras or {}

@@ -167,3 +167,7 @@ class DeferrableLauncher(Launcher, Protocol):
 
     def result_from_event(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> LaunchResult:
         """The trigger's event -> the result (catching up the end of the logs into on_line)."""
+
+    def queue_of(self, request: LaunchRequest) -> dict[str, str] | None:
+        """{queue, priority} when the remote work waits in a scheduler's queue (Kueue), else None: the training-jobs
+        view says "queued in <queue>" while the task is deferred."""

@@ -12,6 +12,7 @@ from operators.stages.base import JobStageOperator
 # While training runs, the metrics matched so far are written to the job root's metrics.json at most this often, so
 # the training-jobs view draws the curves as they grow.
 LIVE_METRICS_SECONDS = 2.0
+QUEUE_KEY = "queue"  # {queue, priority} of a Job waiting in Kueue; read by plugins/training_console/jobs.py
 
 
 class LaunchTrainingOperator(JobStageOperator):
@@ -113,6 +114,9 @@ class LaunchTrainingOperator(JobStageOperator):
             self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)
         if use_defer:
             self.launcher.start(request)
+            # A trigger cannot push XComs: the queue is recorded now, the view reads its place from the task log.
+            queue = self.launcher.queue_of(request) if hasattr(self.launcher, "queue_of") else None
+            context["ti"].xcom_push(key=QUEUE_KEY, value=queue)
             # The launcher enforces max_run_seconds (activeDeadlineSeconds); this is the safety net behind it.
             self.defer(trigger=self.launcher.trigger(request), method_name="execute_complete",
                        kwargs={"request": request.to_dict()},

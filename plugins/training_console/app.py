@@ -94,6 +94,7 @@ def list_jobs(
 
     allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     jobs = load_jobs_cached(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
+    _read_queue_lines(session, jobs)
     result = query_items(jobs, status=status or None, dag_id=dag_id or None, run_id=run_id or None, q=q or None,
                          sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
     _add_live_metrics(result, jobs)
@@ -121,9 +122,21 @@ def _add_live_metrics(result: dict[str, Any], jobs: list[Job]) -> None:
     result["metric_names"] = sorted(names)
 
 
+def _read_queue_lines(session, jobs: list[Job]) -> None:
+    """Jobs waiting deferred in a Kueue queue: their place in it, from the task log (training_console/queue_line.py);
+    only these logs are read, so the list of finished jobs costs nothing more."""
+    from training_console.queue_line import read_queue_line
+
+    for job in jobs:
+        if job.waits_in_queue():
+            job.queue_line = read_queue_line(session, job.dag_id, job.run_id, job.prefix + "launch_training",
+                                             job.map_index, job.tis["launch_training"][3])
+
+
 def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:
     for job in load_jobs(session, dag_ids=[dag_id], run_id=run_id):
         if job.map_index == map_index:
+            _read_queue_lines(session, [job])
             return job
     raise HTTPException(404, f"no training job in DAG {dag_id!r} run {run_id!r} (map index {map_index})")
 
@@ -192,10 +205,12 @@ def post_stop(dag_id: str, run_id: str, map_index: int, session: SessionDep, use
 def get_metrics(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> dict[str, Any]:
     job = _job(session, dag_id, run_id, map_index)
     status, _ = job.status()
+    queue_line = job.queue_line if job.queued_in() else None  # the page updates the job's place in its queue
     if not job.spec:
-        return {"status": status, "final": {}, "series": {}}
+        return {"status": status, "final": {}, "series": {}, "queue_line": queue_line}
     check_served_paths(job.spec)
-    return {"status": status, **artifacts.metrics(job.spec, live=status in ("running", "queued"))}
+    return {"status": status, "queue_line": queue_line,
+            **artifacts.metrics(job.spec, live=status in ("running", "queued"))}
 
 
 @app.get("/api/compare")

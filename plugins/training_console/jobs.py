@@ -23,6 +23,7 @@ ACTIVE = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_
 RESULT_STAGES = ("validate_spec", "launch_training", "upload_artifacts")  # whose return values the view reads
 XCOM_STAGES = STAGES  # every stage: the "failure_reason" it recorded when it failed
 FAILURE_REASON_KEY = "failure_reason"  # operators/stages/failure_reasons.py
+QUEUE_KEY = "queue"  # operators/stages/launch_training.py: {queue, priority} of a Job waiting in Kueue
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Job:
     reasons: dict[str, str] = field(default_factory=dict)  # stage -> why it failed (its XCom "failure_reason")
     run_note: str | None = None
     launch_note: str | None = None  # the note of this job's launch_training task instance
+    queue: dict[str, Any] | None = None  # the Kueue queue launch_training recorded before it deferred
+    queue_line: str | None = None  # the latest line of the task log about its place there (queue_line.py)
 
     @property
     def stop_note(self) -> str | None:
@@ -75,6 +78,16 @@ class Job:
     def state(self, stage: str) -> str | None:
         return (self.tis.get(stage) or (None,))[0]
 
+    def waits_in_queue(self) -> bool:
+        """launch_training is deferred with its Job in a Kueue queue: read its place from the task log."""
+        return self.state("launch_training") == "deferred" and bool(self.queue)
+
+    def queued_in(self) -> str | None:
+        """The Kueue queue the job waits in, while it waits (not once Kueue admitted it)."""
+        from training_console.queue_line import still_queued
+
+        return self.queue.get("queue") if self.waits_in_queue() and still_queued(self.queue_line) else None
+
     def status(self) -> tuple[str, str | None]:
         """(succeeded | failed | stopped | running | queued, the stage that failed or stopped). A job someone stopped
         is "stopped" once it ended, never a failure of the platform or of the training."""
@@ -87,6 +100,8 @@ class Job:
         for stage in STAGES:
             if self.state(stage) == "failed":
                 return "failed", stage
+        if self.queued_in():
+            return "queued", None
         if self.state("launch_training") == "skipped":
             return "stopped", "launch_training"
         if any(self.state(s) in ACTIVE for s in STAGES):
@@ -133,6 +148,8 @@ class Job:
             "metrics": launch.get("metrics") or {},
             "model_uri": upload.get("model_uri"),
             "resume_from": spec.get("resume_from"),
+            "queue": self.queued_in() if status == "queued" else None,
+            "queue_line": self.queue_line if status == "queued" and self.queued_in() else None,
         }
 
 
@@ -214,7 +231,8 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
     xcom_filter = or_(*(XComModel.task_id.like(f"%{s}") for s in XCOM_STAGES))
     xcoms = session.execute(scoped(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
                                           XComModel.value, XComModel.key)
-                                   .where(XComModel.key.in_(("return_value", "outcome", FAILURE_REASON_KEY)),
+                                   .where(XComModel.key.in_(("return_value", "outcome", FAILURE_REASON_KEY,
+                                                             QUEUE_KEY)),
                                           XComModel.dag_id.in_(job_dags), xcom_filter),
                                    XComModel)).all()
     for (dag_id, rid, prefix, map_index), job in jobs.items():
@@ -227,6 +245,9 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
         if job is not None and key == FAILURE_REASON_KEY:
             reason = _decode(value)
             job.reasons[split[1]] = reason if isinstance(reason, str) else str(reason)
+        elif job is not None and key == QUEUE_KEY:
+            queue = _decode(value)
+            job.queue = queue if isinstance(queue, dict) else None
         elif job is not None and split[1] in RESULT_STAGES and (key == "return_value" or split[1] not in job.xcoms):
             job.xcoms[split[1]] = _decode(value)
     return list(jobs.values())

@@ -7,8 +7,8 @@ unquoted as a word of its own, it is replaced by the expansion of a bash array h
 the arguments, which are handed to bash as positional parameters (never parsed as
 shell text)::
 
-    bash -c '_TRAINING_PAI_USER_ARGS=("${@:1:4}"); _TRAINING_SM_USER_ARGS=("${@:5}"); set --;
-             python train.py "${_TRAINING_PAI_USER_ARGS[@]}"' bash --epochs 10 --note 'a b; $(id)' ...
+    bash -c '_TRAINING_PAI_USER_ARGS=("${@:1:4}"); set --;
+             python train.py "${_TRAINING_PAI_USER_ARGS[@]}"' bash --epochs 10 --note 'a b; $(id)'
 
 Each hyperparameter then arrives as exactly one argument (PAI's ``--name value`` in
 file order; for ``$SM_USER_ARGS`` sagemaker-training's sorted form) and nothing in a
@@ -19,6 +19,7 @@ A command that names neither runs unchanged.
 """
 
 import re
+import shlex
 
 from training_runtime import hyperparameters as hps
 
@@ -30,19 +31,35 @@ _WORD_BREAK = set(" \t\n;&|()<>")
 
 def argv(command, hyperparameters):
     """``bash -c`` argv for ``command``: rewritten (with positional arguments) when it
-    names ``$PAI_USER_ARGS`` / ``$SM_USER_ARGS`` as unquoted words, else as it is."""
+    names ``$PAI_USER_ARGS`` / ``$SM_USER_ARGS`` as unquoted words, else as it is. Only
+    the arrays the command names are passed: each hyperparameter once per reference form."""
     rewritten, used = rewrite(command)
     if not used:
         return ["bash", "-c", command]
-    pai_args = hps.to_args(hyperparameters)
-    sm_args = hps.sagemaker_args(hyperparameters)
-    prologue = '%s=("${@:1:%d}"); %s=("${@:%d}"); set --; ' % (
-        _ARRAYS["PAI_USER_ARGS"], len(pai_args), _ARRAYS["SM_USER_ARGS"], len(pai_args) + 1)
-    return ["bash", "-c", prologue + rewritten, "bash"] + pai_args + sm_args
+    prologue, positional = "", []
+    for name in sorted(used):  # PAI_USER_ARGS, then SM_USER_ARGS
+        values = _values(name, hyperparameters)
+        prologue += '%s=("${@:%d:%d}"); ' % (_ARRAYS[name], len(positional) + 1, len(values))
+        positional += values
+    return ["bash", "-c", prologue + "set --; " + rewritten, "bash"] + positional
+
+
+def shown(command, hyperparameters):
+    """The command as the user wrote it with the references it uses expanded, as the task
+    log shows it (not the rewritten ``bash -c`` text with every argument behind it)."""
+    return _replace(command, lambda name: " ".join(shlex.quote(a) for a in _values(name, hyperparameters)))[0]
+
+
+def _values(name, hyperparameters):
+    return hps.to_args(hyperparameters) if name == "PAI_USER_ARGS" else hps.sagemaker_args(hyperparameters)
 
 
 def rewrite(command):
     """(command with the unquoted word references replaced, names replaced)."""
+    return _replace(command, lambda name: '"${%s[@]}"' % _ARRAYS[name])
+
+
+def _replace(command, replacement):
     out, used = [], set()
     i, quote = 0, None  # quote: None, "'" or '"'
     while i < len(command):
@@ -62,7 +79,7 @@ def rewrite(command):
             if match and _stands_alone(command, i, match.end()):
                 name = match.group(1) or match.group(2)
                 used.add(name)
-                out.append('"${%s[@]}"' % _ARRAYS[name])
+                out.append(replacement(name))
                 i = match.end()
                 continue
         out.append(char)

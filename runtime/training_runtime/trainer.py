@@ -17,6 +17,7 @@ import time
 import traceback
 
 from training_runtime import (
+    commands,
     config,
     distributed,
     entrypoint,
@@ -125,6 +126,11 @@ def _restore(previous_handlers):
         signal.signal(signum, handler)
 
 
+def _shown(job, argv):
+    """What the log says is run: a command as the user wrote it, its hyperparameters once."""
+    return commands.shown(job.command, job.hyperparameters) if job.command else shlex.join(argv)
+
+
 def _run(root, current_host, layout_name, check_only, environ, host_wait=None, deadline=None, limit=None,
          watch_parent=False):
     wait_seconds = hosts.wait_seconds(host_wait, environ)
@@ -141,7 +147,7 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
     plan = distributed.plan(job, layout)
     if check_only:
         argv = entrypoint.build(job, layout, sys.executable, plan, script)
-        log.info("the job is valid; it would run: %s", shlex.join(argv))
+        log.info("the job is valid; it would run: %s", _shown(job, argv))
         return layout
 
     python = requirements.prepare_python(layout, environ)
@@ -156,7 +162,7 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
         wait_seconds = 0  # sagemaker-training's own switch for "no DNS wait"
     if len(job.hosts) > 1:
         hosts.wait_for_hosts([job.address_of(host) for host in job.hosts], wait_seconds)
-    log.info("running %s in %s: %s", what, layout.code_dir, shlex.join(argv))
+    log.info("running %s in %s: %s", what, layout.code_dir, _shown(job, argv))
     oom_kills_before = memory.oom_kill_count()
     if deadline is not None and time.monotonic() >= deadline:
         raise MaxRunExceededError(_over_limit(limit, "before the user code started (installing requirements)"))

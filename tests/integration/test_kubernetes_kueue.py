@@ -177,3 +177,63 @@ def test_a_spec_picks_a_listed_queue_and_priority_through_airflow_dags_test(kueu
     labels = kube_admin["batch"].read_namespaced_job("kq-dag", kueue_queues).metadata.labels
     assert (labels["kueue.x-k8s.io/queue-name"], labels["kueue.x-k8s.io/priority-class"]) == ("team-b", "high")
     print(f"queued DAG run: {seconds:.1f}s")
+
+
+@pytest.mark.timeout(900)  # an Airflow deployment's start-up plus two DAG runs
+def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_deferred(kube_cluster, kube_admin,
+                                                                                         tmp_path_factory, tmp_path):
+    """Served Airflow components (a real triggerer): the second of two 2-host jobs on a quota that holds one waits
+    deferred; the training-jobs API says "queued" in team-a with the trigger's latest line, then it runs."""
+    import json
+
+    from airflow_server import airflow_deployment
+    from kube_cluster import make_namespace
+
+    namespace = "kq-page"
+    env = {"AIRFLOW__TRAINING_KUBERNETES__PROFILES": json.dumps({namespace: {"namespace": namespace}}),
+           "AIRFLOW__TRAINING_KUBERNETES__QUEUES": "team-a,team-b"}
+    with airflow_deployment(tmp_path_factory, extra_env=env, name="airflow-kueue-page") as server:
+        make_namespace(kube_admin["core"], server.home / "workspace", name=namespace)
+        try:
+            make_queues(kube_cluster, kube_admin["api"], namespace, QUOTA)
+            status, body = server.api.call("POST", "/api/v2/connections", {
+                "connection_id": "kubernetes_default", "conn_type": "kubernetes",
+                "extra": json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)})})
+            assert status in (201, 409), body
+            code = tmp_path / "code"
+            code.mkdir()
+            (code / "train.py").write_text("print('kwok plays this container')\n")
+
+            def conf(name: str, run: str) -> dict:
+                return {"job_name": name, "backend": "kubernetes", "image_uri": "training-base:latest",
+                        "source_dir": str(code), "entry_point": "train.py", "output_path": str(tmp_path / "out"),
+                        "instance_count": 2, "resources": {"cpu": "1", "memory": "1Gi"},
+                        "kubernetes": {"profile": namespace, "queue": "team-a", "annotations": {PLAY + "run": run}}}
+
+            server.trigger("training_job", conf("kq-page-first", "40s"), run_id="kq-page-first")
+            wait_for("the first job admitted", lambda: server.api.call(
+                "GET", "/training-jobs/api/jobs/training_job/kq-page-first/-1")[1].get("status") == "running", 300)
+            server.trigger("training_job", conf("kq-page-second", "1s"), run_id="kq-page-second")
+
+            def page() -> dict:
+                return server.api.call("GET", "/training-jobs/api/jobs/training_job/kq-page-second/-1")[1]
+
+            queued = wait_for("the second job's page to show its place in team-a",
+                              lambda: (lambda job: job if re.search(r"queued in team-a \(position 1, waiting for cpu",
+                                                                    job.get("queue_line") or "") else None)(page()),
+                              300, interval=1)
+            assert (queued["status"], queued["queue"]) == ("queued", "team-a"), queued
+            launch = next(s for s in queued["stages"] if s["stage"] == "launch_training")
+            assert launch["state"] == "deferred", queued["stages"]
+            listed = server.api.call("GET", "/training-jobs/api/jobs?status=queued")[1]["items"]
+            assert [(i["job_name"], i["queue"]) for i in listed] == [("kq-page-second", "team-a")], listed
+            print(f"queued job's page: {queued['queue_line']}")
+            for run_id in ("kq-page-first", "kq-page-second"):
+                assert server.wait_for_run("training_job", run_id, timeout=300)["state"] == "success"
+            done = page()  # ended: no longer said to wait anywhere
+            assert done["status"] != "queued" and (done["queue"], done["queue_line"]) == (None, None), done
+            print(f"ended as {done['status']}: {[(s['stage'], s['state']) for s in done['stages']]}")
+        finally:
+            kueue.delete_cluster_queue(kube_admin["api"], namespace)
+            kube_admin["core"].delete_namespace(namespace)
+            kube_admin["core"].delete_persistent_volume(namespace)

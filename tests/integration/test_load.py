@@ -4,7 +4,7 @@ api-server, scheduler with LocalExecutor, dag-processor, triggerer as separate p
 completes, each object of the shared channel is downloaded exactly once (GETs counted at a proxy in front of MinIO),
 and no component or task logged a lock timeout. Records the throughput (runs/minute) and the peak memory of Airflow
 and everything it started (the sum of PSS over the components' process trees) in bench/results/load.json;
-docs/operations.md ("Load") has the figures.
+bench/README.md ("Load: 20 runs at once") has the figures.
 
 Why PostgreSQL and not the embedded SQLite: with 20 runs at once on SQLite the api-server deadlocks itself. Its event
 loop thread commits the audit-log row of a REST request synchronously (airflow/api_fastapi/logging/decorators.py

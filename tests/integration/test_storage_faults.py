@@ -26,7 +26,7 @@ from operators.settings import TrainingSettings
 MiB = 1024 * 1024
 SEEDS = {0.1: 11, 0.3: 12}  # the fault draws are reproducible: a failure names its rate and seed
 # Extra seconds a transfer may take through the faults over the same transfer without them (measured figures in
-# docs/operations.md). Generous for a loaded 2-core machine, far below what a hang or a retry loop would take.
+# bench/README.md, "Object-store faults"). Generous for a loaded 2-core machine, far below what a hang or a retry loop would take.
 EXTRA_SECONDS = {0.1: 20.0, 0.3: 60.0}
 MIN_FAULTS = {0.1: 2, 0.3: 6}
 RATES = [0.1, 0.3]

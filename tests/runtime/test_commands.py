@@ -101,3 +101,17 @@ def test_pai_user_args_variable_splits_back_into_the_arguments(make_job):
     job = make_job(layout="pai", hyperparameters=NASTY)
     assert job.run().returncode == 0
     assert shlex.split(job.seen()["env"]["PAI_USER_ARGS"]) == PAI_EXPECTED
+
+
+def test_the_log_shows_a_pai_command_as_written_with_each_hyperparameter_once(make_job):
+    """The task log said `bash -c '_TRAINING_PAI_USER_ARGS=...' bash --epochs 10 --lr 0.1 --epochs 10 --lr 0.1`:
+    the platform's rewrite, and every hyperparameter twice (the SageMaker form passed too, though unused)."""
+    job = make_job(layout="pai", entry_point=None, command="python train.py $PAI_USER_ARGS",
+                   hyperparameters={"epochs": "10", "note": "a b"})
+    result = job.run()
+    assert result.returncode == 0, result.stderr
+    running = [line for line in result.stderr.splitlines() if "running command" in line]
+    assert len(running) == 1 and running[0].endswith(": python train.py --epochs 10 --note 'a b'"), result.stderr
+    assert job.seen()["argv"] == ["--epochs", "10", "--note", "a b"]
+    argv = commands.argv("python train.py $PAI_USER_ARGS", [hps.decode("epochs", "10")])
+    assert argv[3:] == ["bash", "--epochs", "10"]  # the arguments reach bash once

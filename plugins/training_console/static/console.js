@@ -80,12 +80,15 @@ function resourcesText(row) {
   return `${row.instance_count ?? 1} × ${parts.length ? parts.join(", ") : "default"}`;
 }
 
+// a Kubernetes job waiting in a Kueue queue: which one, and on the job page its place (the trigger's latest line)
+const queuedIn = (row) => row.status === "queued" && row.queue ? ` <span class="muted queue" title="${esc(row.queue_line || "")}">in ${esc(row.queue)}</span>` : "";
+
 function jobCells(row, metricNames, opts = {}) {
   const star = row.best ? `<span class="best" title="best trial">★</span> ` : "";
   const failed = row.status === "failed" && row.failed_stage ? ` <span class="muted">at ${esc(STAGE_LABELS[row.failed_stage] || row.failed_stage)}${row.failure_class ? " (" + esc(row.failure_class) + ")" : ""}</span>` : "";
   const cells = [
     `${star}<a href="${jobHref(row)}" class="job-link">${esc(row.job_name || row.run_id)}</a>`,
-    esc(row.dag_id), badge(row.status) + failed, esc(fmtTime(row.created)),
+    esc(row.dag_id), badge(row.status) + failed + queuedIn(row), esc(fmtTime(row.created)),
     fmtDur(row.durations?.staging), fmtDur(row.durations?.training), fmtDur(row.durations?.upload),
     esc(row.backend), esc(row.layout), esc(resourcesText(row)), esc(row.image_uri || (row.backend === "local" ? "—" : "default")),
     ...metricNames.map((m) => fmtNum(row.metrics?.[m])),
@@ -188,6 +191,8 @@ async function drawMetrics(key) {
   if (!el) return;
   await TrainingCharts.draw(el, [{label: key.job_name || "", series: data.series || {}}]);  // static/charts.js
   if (document.getElementById("job-status")?.dataset.status !== data.status) route();  // started or finished: redraw
+  const queueLine = document.getElementById("queue-line");
+  if (queueLine && data.queue_line) queueLine.textContent = data.queue_line;  // its place moves while it waits
   else if (data.status === "running" || data.status === "queued") {
     poller = setTimeout(() => { drawMetrics(key).catch(() => {}); if (refreshLog) refreshLog(); }, 2000);
   }
@@ -301,6 +306,7 @@ async function jobPage(key, section) {
         <button id="clone-btn">Clone</button>
         ${job.model_uri ? '<button id="resume-btn">Train again from this model</button>' : ""}
       </div></div>
+    ${job.status === "queued" && job.queue ? `<p id="queue-line" class="muted">${esc(job.queue_line || "queued in " + job.queue)}</p>` : ""}
     <div id="stop-confirm" class="confirm" hidden></div>
     <div id="clone"></div>
     ${failure}
