@@ -24,10 +24,9 @@ class TrainingJobsPlugin(AirflowPlugin):
     fastapi_apps = _FastAPIApps()
     fastapi_root_middlewares = [{"middleware": SecretReferenceCheck, "args": [], "kwargs": {},
                                  "name": "Secret references of new runs"}]
+    # One nav entry: a second one would make Airflow fold both into a "Plugins" menu. The compare page is reached
+    # from the view's list ("Compare jobs"), in the same frame.
     external_views = [
-        # Listed first: the "Training jobs" entry below stays the one a DAG-less nav link finds by destination.
-        {"name": "Compare training jobs", "href": f"{PLUGIN_PREFIX}/ui/compare.html", "url_route": "training-jobs-compare",
-         "destination": "nav", "icon": f"{PLUGIN_PREFIX}/ui/icon.svg"},
         {"name": "Training jobs", "href": f"{PLUGIN_PREFIX}/ui/", "url_route": "training-jobs", "destination": "nav",
          "icon": f"{PLUGIN_PREFIX}/ui/icon.svg"},
         {"name": "Training jobs", "href": f"{PLUGIN_PREFIX}/ui/#/run/{{DAG_ID}}/{{RUN_ID}}",

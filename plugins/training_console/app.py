@@ -6,7 +6,7 @@
     /training-jobs/api/jobs/{dag_id}/{run_id}/{map_index}     one job: spec, stages, artifacts, failure
     /training-jobs/api/jobs/.../metrics                       metric series (live while training runs)
     /training-jobs/api/jobs/.../artifacts/{name}              model.tar.gz, metrics.json, failure, output.tar.gz
-    /training-jobs/ui/compare.html?job=...&run=...            the compare page (static/compare.js; a nav entry)
+    /training-jobs/ui/compare.html?job=...&run=...            the compare page (static/compare.js; "Compare jobs" in the list)
     /training-jobs/api/compare?job=...&run=...                its data (training_console/compare.py)
 
 Every data route needs a logged-in Airflow user (the UI's `_token` cookie or a bearer token) with read access to the

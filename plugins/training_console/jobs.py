@@ -111,6 +111,8 @@ class Job:
             return "succeeded", None
         if self.state("upload_artifacts") == "upstream_failed" or self.state("publish_model") == "upstream_failed":
             return "failed", _first(self, ("upstream_failed",)) or None
+        if self.run_state == "success":
+            return "succeeded", None  # the run ended well with publish_model skipped (nothing to publish)
         if self.run_state == "running" and any(self.state(s) == "success" for s in STAGES):
             return "running", None  # between two stages: the next is not scheduled yet
         return ("queued" if self.run_state in ("queued", "running", None) else (self.run_state or "queued")), None

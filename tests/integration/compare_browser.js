@@ -1,6 +1,6 @@
 // The compare page in a real browser (headless Debian chromium driven by playwright-core), run by
-// test_compare_browser.py against the real Airflow it started: log in, open "Compare training jobs" from Airflow's
-// nav (the page inside Airflow's iframe), pick the two jobs, read the overlaid curves and the tables, zoom a chart,
+// test_compare_browser.py against the real Airflow it started: log in, open "Training jobs" from Airflow's nav
+// and its "Compare jobs" link (the page inside Airflow's iframe), pick the two jobs, read the overlaid curves and the tables, zoom a chart,
 // switch log scale / smoothing / wall-clock axis, then open the shareable URL on its own. Results go to $UI_RESULT.
 "use strict";
 const assert = require("node:assert/strict");
@@ -31,9 +31,11 @@ async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS,
     await page.waitForURL((u) => !u.pathname.startsWith("/auth"));
     step("logged in");
 
-    // Airflow's nav entry: the compare page inside the UI's iframe, the picker first.
-    await page.goto(`${BASE}/plugin/training-jobs-compare`);
-    const frame = page.frameLocator("iframe");
+    // Airflow's nav entry, then the view's "Compare jobs": the compare page inside the UI's iframe, the picker first.
+    await page.goto(`${BASE}/`);
+    await page.click("a[aria-label='Training jobs']");
+    const frame = page.frameLocator("iframe[title='Training jobs']");
+    await frame.locator("#compare-link").click();
     for (const job of JOBS) await frame.locator(`input.pick[data-job="${job.job_name}"]`).check();
     await frame.locator("#compare").click();
     await frame.locator("#compare-title").waitFor();

@@ -1,4 +1,4 @@
-// The compare page (ui/compare.html, the "Compare training jobs" nav entry): pick jobs (or every trial of a search),
+// The compare page (ui/compare.html, "Compare jobs" in the Training jobs list): pick jobs (or every trial of a search),
 // then each metric's curves overlaid (static/charts.js), final metrics side by side, hyperparameters and spec fields
 // with the differences marked, and for a search its objective against each hyperparameter. The selection is in the
 // query string (?job=<dag_id>/<run_id>/<map_index>&run=<dag_id>/<run_id>), so the page's URL can be shared.

@@ -122,6 +122,7 @@ async function listPage(params, fixed = {}) {
       <select id="status">${statusOptions}</select>
       <select id="dag">${dagOptions}</select>
       <span class="muted" id="count">${data.total} ${data.total === 1 ? "job" : "jobs"}</span>
+      <a id="compare-link" href="compare.html">Compare jobs</a>
     </div>
     <div style="overflow-x:auto"><table id="jobs"><thead><tr>${head}</tr></thead><tbody>${rows ||
       `<tr><td colspan="${COLUMNS.length}" class="muted">No training jobs yet: trigger the training_job DAG.</td></tr>`}</tbody></table></div>

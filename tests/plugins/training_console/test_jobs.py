@@ -34,6 +34,12 @@ def test_status_names_the_failed_stage_and_durations_split_staging_training_uplo
     assert job("f", ["success"] + [None] * 7).status() == ("running", None)  # the next stage not scheduled yet
 
 
+def test_a_run_that_ended_well_without_publishing_is_succeeded_in_the_views_words():
+    skipped_publish = job("g", ["success"] * 6 + ["skipped", "skipped"])
+    skipped_publish.run_state = "success"
+    assert skipped_publish.status() == ("succeeded", None)  # never Airflow's "success"
+
+
 def test_trials_of_a_search_are_one_item_with_the_best_marked():
     conf = {"job_name": "s", "objective": "loss", "direction": "minimize"}
     trials = [job(f"s-t0{i}", OK, prefix="trial.", map_index=i, metrics={"loss": loss}, dag_id="hyperparameter_search",
