@@ -22,6 +22,14 @@ MAX_NAME_CHARS = 200
 MAX_STEP = 2**53
 
 
+# The runtime's samples of its hosts (runtime/training_runtime/system_metrics.py): system/<host>/<what>.
+SYSTEM_METRICS_PREFIX = "system/"
+
+
+def is_system_metric(name: str) -> bool:
+    return name.startswith(SYSTEM_METRICS_PREFIX)
+
+
 def valid_point(name: Any, point: Any) -> dict[str, Any] | None:
     """A point read from a job root as {"value", "step", "timestamp"}, or None when any part of it is not what a
     metric point is (a name that is not a short string, a value that is not a finite number, a negative or huge
@@ -93,7 +101,10 @@ class MetricCollector:
                                       "timestamp": p["timestamp"] or 0.0} for i, p in enumerate(kept)]
 
     def final(self) -> dict[str, float]:
-        return {name: points[-1]["value"] for name, points in self.series.items() if points}
+        """The last value of each training metric: what the XCom, a search's objective and the list's columns show.
+        System samples (CPU, memory, GPU per host) stay curves in the series, not results."""
+        return {name: points[-1]["value"] for name, points in self.series.items()
+                if points and not is_system_metric(name)}
 
     def to_json(self) -> dict[str, Any]:
         return {"final": self.final(), "series": self.series}

@@ -28,6 +28,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 
+from operators.metrics import is_system_metric
 from training_console import artifacts, compare, vendor
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.spec_access import check_served_paths, require_validated
@@ -116,7 +117,8 @@ def _add_live_metrics(result: dict[str, Any], jobs: list[Job]) -> None:
             except HTTPException:
                 continue
             latest = {name: points[-1]["value"] for name, points in
-                      (artifacts.metrics(job.spec, live=True).get("series") or {}).items() if points}
+                      (artifacts.metrics(job.spec, live=True).get("series") or {}).items()
+                      if points and not is_system_metric(name)}
             row["metrics"] = latest
             names.update(latest)
     result["metric_names"] = sorted(names)

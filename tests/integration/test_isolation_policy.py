@@ -154,7 +154,9 @@ def test_the_view_serves_nothing_a_refused_spec_names(server, tmp_path):
                                   "view serves nothing it names; fix the spec and trigger the DAG again")
     status, job = viewer.call("GET", base)
     assert status == 200 and job["validated"] is False and job["job_name"] == "other-dags-job"
-    assert job["artifacts"] == [] and job["failure"] is None and job["output_uri"] is None
+    assert job["artifacts"] == [] and job["output_uri"] is None
+    # The page says why the job ended (validate_spec's refusal, from its XCom), never the other job's failure file.
+    assert job["failure"].startswith("invalid job spec: docker.user: ") and "another DAG" not in job["failure"]
 
 
 def test_code_uploads_need_an_existing_dag_keep_to_a_quota_and_are_their_users_own(server, tmp_path):

@@ -45,3 +45,11 @@ def test_series_read_back_from_a_job_root_keep_only_valid_points():
     collector.load_series({"loss": [{"value": 0.9, "step": 0}, {"value": None}, {"value": 0.5, "step": 1}],
                            "bad": "not a list", "": [{"value": 1.0}]})
     assert [p["value"] for p in collector.series["loss"]] == [0.9, 0.5] and set(collector.series) == {"loss"}
+
+
+def test_system_samples_are_curves_not_final_metrics():
+    collector = MetricCollector()
+    collector.add("loss", 0.5, step=1)
+    collector.add("system/algo-1/cpu_percent", 180.0, step=1)
+    assert collector.final() == {"loss": 0.5}  # the XCom, a search's objective and the list's columns
+    assert set(collector.to_json()["series"]) == {"loss", "system/algo-1/cpu_percent"}  # the job page's charts
