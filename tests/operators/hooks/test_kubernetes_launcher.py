@@ -81,7 +81,7 @@ def rebuilt(trigger):
     return getattr(importlib.import_module(module), cls)(**kwargs)
 
 
-async def until(predicate, timeout=10.0):
+async def until(predicate, timeout=60.0):  # a hang guard, not a speed bound
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -145,7 +145,9 @@ def test_deferred_run_succeeds_and_no_log_line_is_lost_or_repeated(kube, workspa
         for epoch in range(1, 4):
             for index, pod in enumerate(pods):
                 kube.log(pod, f"host {index} epoch {epoch} loss {1 / epoch:.3f}")
-        await until(lambda: out.has("host 1 epoch 3"))
+        # Both hosts' last epoch streamed (each host's lines arrive in order, the hosts' in any order: at load 8,
+        # host 0's could still be in flight when host 1's arrived, and would then come through the catch-up).
+        await until(lambda: out.has("host 0 epoch 3") and out.has("host 1 epoch 3"))
         for index, pod in enumerate(pods):
             # Written as the container exits: the open follow stream closes without them.
             kube.terminate(pod, 0, last_lines=(f"host {index} saved model", f"host {index} bye"))
