@@ -33,6 +33,8 @@ from operators.storage.transfers import (
     IO_CHUNK,
     FirstError,
     TransferTuning,
+    MISMATCH_ATTEMPTS,
+    body_mismatch,
     etag_is_not_md5,
     join_workers,
     make_parent_dirs,
@@ -47,7 +49,6 @@ from operators.storage.progress import TransferProgress
 log = logging.getLogger("operators.storage.hook")
 
 # A body that arrives whole but wrong is rare in transit; every time means the object or the store is at fault.
-MISMATCH_ATTEMPTS = 3
 
 
 def download_objects(
@@ -173,7 +174,7 @@ def _get_one(
                 log.debug("reading %s was interrupted (attempt %d); retrying", uri, attempt)
                 time.sleep(backoff_seconds(attempt))
                 continue
-            problem = _mismatch(written, digest, info, uri, remote, bucket)
+            problem = body_mismatch(written, digest, info, uri, remote, bucket)
             if problem is None:
                 break
             mismatches += 1
@@ -189,19 +190,6 @@ def _get_one(
     progress.add_file()
 
 
-def _mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> StorageError | None:
-    """What is wrong with a downloaded body (size, then MD5 where the ETag is one), or None."""
-    if written != info.size:
-        return StorageError(
-            f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
-            f"transfer was cut short, {MISMATCH_ATTEMPTS} times; retry the task"
-        )
-    if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
-        return StorageError(
-            f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
-            f"corrupted or the object changed, {MISMATCH_ATTEMPTS} times; retry the task"
-        )
-    return None
 
 
 class _PendingLarge:

@@ -36,6 +36,8 @@ from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import (
     IO_CHUNK,
     TransferTuning,
+    MISMATCH_ATTEMPTS,
+    body_mismatch,
     etag_is_not_md5,
     make_parent_dirs,
     md5_file,
@@ -45,7 +47,6 @@ from operators.storage.transfers import (
 
 log = logging.getLogger("operators.storage.hook")
 
-MISMATCH_ATTEMPTS = 3
 # object_store's `timeout` bounds a whole request, body included: long enough for a 64 MiB range on a slow link,
 # while `read_timeout` (no byte for that long) catches a stalled connection early.
 REQUEST_TIMEOUT = timedelta(minutes=5)
@@ -266,7 +267,7 @@ async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectI
                 log.debug("reading %s was interrupted (attempt %d): %s; retrying", uri, attempt, err)
                 await asyncio.sleep(backoff_seconds(attempt))
                 continue
-            problem = _mismatch(written, digest, info, uri, remote, loc.bucket)
+            problem = body_mismatch(written, digest, info, uri, remote, loc.bucket)
             if problem is None:
                 break
             mismatches += 1
@@ -347,18 +348,6 @@ class _ShortBody(Exception):
     """A range's body ended before its last byte (the connection closed cleanly mid-body)."""
 
 
-def _mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> StorageError | None:
-    if written != info.size:
-        return StorageError(
-            f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
-            f"transfer was cut short, {MISMATCH_ATTEMPTS} times; retry the task"
-        )
-    if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
-        return StorageError(
-            f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
-            f"corrupted or the object changed, {MISMATCH_ATTEMPTS} times; retry the task"
-        )
-    return None
 
 
 def _verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> None:

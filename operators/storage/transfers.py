@@ -237,3 +237,21 @@ __all__ = [
     "remove_quietly",
     "temp_name",
 ]
+
+
+# Both engines (downloads.py, obstore_downloads.py) fetch a body again this many times when it arrives whole but wrong.
+MISMATCH_ATTEMPTS = 3
+
+def body_mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> StorageError | None:
+    """What is wrong with a downloaded body (size, then MD5 where the ETag is one), or None."""
+    if written != info.size:
+        return StorageError(
+            f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
+            f"transfer was cut short, {MISMATCH_ATTEMPTS} times; retry the task"
+        )
+    if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+        return StorageError(
+            f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
+            f"corrupted or the object changed, {MISMATCH_ATTEMPTS} times; retry the task"
+        )
+    return None

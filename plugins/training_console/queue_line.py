@@ -17,7 +17,8 @@ from typing import Any, Iterable
 log = logging.getLogger(__name__)
 
 QUEUE_KEY = "queue"  # operators/stages/launch_training.py
-# The lines operators/hooks/kubernetes_queue.py writes about a Workload (the watch prefixes "[kubernetes] ").
+# The lines operators/hooks/kubernetes_queue.py writes about a Workload (the watch prefixes "[kubernetes] "), at the
+# start of an event: a training's own output arrives prefixed with its host and cannot pose as one.
 _QUEUE_LINE = re.compile(r"\[kubernetes\] ((?:still )?(?:queued in |preempted in |evicted in |quota reserved in |"
                          r"waiting for Kueue to queue |admitted by Kueue in ).*)")
 
@@ -28,7 +29,7 @@ def latest_queue_line(events: Iterable[Any]) -> str | None:
     for event in events:
         text = event if isinstance(event, str) else getattr(event, "event", None) or (
             event.get("event") if isinstance(event, dict) else None)
-        match = _QUEUE_LINE.search(text) if isinstance(text, str) else None
+        match = _QUEUE_LINE.match(text)  # the watch's own event; a host line ("[pod] ...") never if isinstance(text, str) else None
         if match:
             latest = match.group(1)
     return latest

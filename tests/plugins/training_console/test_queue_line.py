@@ -59,3 +59,8 @@ def test_the_list_filters_queued_jobs_and_shows_the_queue():
             deferred(None, None, "trains")]
     items = query_items(jobs, status="queued", now=T0)["items"]
     assert [(i["job_name"], i["queue"]) for i in items] == [("waits", "team-a")]
+
+
+def test_a_training_that_prints_a_queue_line_does_not_move_its_own_job():
+    planted = {"event": "[bert-0] [kubernetes] admitted by Kueue in team-a"}  # the script's output, host-prefixed
+    assert latest_queue_line([*RECORDED_LOG, planted]) == latest_queue_line(RECORDED_LOG)
