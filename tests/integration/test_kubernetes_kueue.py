@@ -75,7 +75,9 @@ def test_jobs_wait_in_the_queue_while_the_quota_is_used_with_their_position_and_
     first = Launch(make_request("kq-first", hosts=2, annotations={PLAY + "run": "8s"}, queue="team-a"))
     first.start()
     wait_for("the first job admitted", lambda: first.said(r"admitted by Kueue in team-a"), 60)
-    second = Launch(make_request("kq-second", hosts=2, annotations={PLAY + "run": "1s"}, queue="team-a"))
+    # The second runs long enough for the watch to see the third at position 1 meanwhile (one poll at load 8 can take
+    # seconds: with 1 s the third went from position 2 to admitted between two polls).
+    second = Launch(make_request("kq-second", hosts=2, annotations={PLAY + "run": "8s"}, queue="team-a"))
     second.start()
     wait_for("the second job queued", lambda: second.said(r"queued in team-a \(position 1, waiting for cpu"), 60)
     third = Launch(make_request("kq-third", hosts=2, annotations={PLAY + "run": "1s"}, queue="team-a"))
