@@ -16,7 +16,7 @@ MAX_RUN_EXCEEDED = 5
 #: killer; the code Docker and Kubernetes report for an OOM-killed container.
 OUT_OF_MEMORY = 137
 
-# Failure classes, named as the launchers name them (operators/hooks/launcher.py).
+# Failure classes, named as the launchers name them (operators/launch/base.py).
 USER_ERROR_CLASS = "user_error"
 PLATFORM_ERROR_CLASS = "platform_error"
 OOM_CLASS = "oom_killed"

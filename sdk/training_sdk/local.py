@@ -3,11 +3,11 @@
 Why in-process rather than shelling out to `airflow dags test`: local mode is for debugging a script before
 submitting it, on a laptop that may have no Airflow at all; the SDK must not import Airflow. What it does reuse is
 every Airflow-free piece of the platform, so a job behaves as it does in the DAG's local backend:
-  - operators.spec.validate_spec            the same validation (same field names in errors)
-  - operators.job_configs.write_job_configs the same input/config/ files
-  - operators.hooks.local_launcher          the same launcher: `train` (the runtime) as child process trees, one
+  - operators.spec.model.validate_spec            the same validation (same field names in errors)
+  - operators.launch.job_configs.write_job_configs the same input/config/ files
+  - operators.launch.local.launcher          the same launcher: `train` (the runtime) as child process trees, one
                                             per host, Airflow/cloud secrets stripped from the environment
-  - operators.metrics, operators.safe_tar   the same metrics.json and model.tar.gz
+  - operators.tracking.metrics, operators.fs.safe_tar   the same metrics.json and model.tar.gz
 These modules come from the platform's own distributions (`pip install training-sdk[local]`: training-runtime and
 airflow-training-jobs installed without their Airflow requirements). What differs from the DAG: the code is copied
 (with the same exclude rules as an upload) instead of staged from object storage, local input paths are linked into
@@ -36,12 +36,12 @@ def local_workspace() -> Path:
 
 def _platform():
     try:
-        from operators.hooks.launcher import LaunchRequest
-        from operators.hooks.local_launcher import LocalLauncherHook
-        from operators.job_configs import write_job_configs
-        from operators.metrics import METRICS_FILE, MetricCollector
-        from operators.safe_tar import pack_directory
-        from operators.spec import SpecError, validate_spec
+        from operators.launch.base import LaunchRequest
+        from operators.launch.local.launcher import LocalLauncherHook
+        from operators.launch.job_configs import write_job_configs
+        from operators.tracking.metrics import METRICS_FILE, MetricCollector
+        from operators.fs.safe_tar import pack_directory
+        from operators.spec.model import SpecError, validate_spec
         from training_runtime.layouts import create_directories, layout_for
     except ImportError as err:
         raise TrainingSdkError(f"local mode needs the platform's runtime and launcher ({err}); install them with "
