@@ -16,13 +16,14 @@ from training_runtime import errors as runtime_errors
 
 LineCallback = Callable[[str], None]
 
-# Failure classes shared by all backends; the launch stage maps them to retry / no-retry.
-USER_ERROR = "user_error"  # the script failed, or the job was refused as invalid: retrying won't help
-PLATFORM_ERROR = "platform_error"  # our side or the infrastructure failed: retryable
-TIMEOUT = "timeout"  # max_run_seconds reached
-OOM = "oom_killed"
-IMAGE_ERROR = "image_error"  # image cannot be pulled / is invalid: fail fast
-EVICTED = "evicted"  # evicted or preempted: retryable, resumes from checkpoint
+# Failure classes shared by all backends, defined once by the runtime (training_runtime.errors); the launch stage
+# maps them to retry / no-retry.
+USER_ERROR = runtime_errors.USER_ERROR_CLASS  # the script failed, or the job was refused as invalid: no retry
+PLATFORM_ERROR = runtime_errors.PLATFORM_ERROR_CLASS  # our side or the infrastructure failed: retryable
+TIMEOUT = runtime_errors.TIMEOUT_CLASS  # max_run_seconds reached
+OOM = runtime_errors.OOM_CLASS
+IMAGE_ERROR = runtime_errors.IMAGE_ERROR_CLASS  # image cannot be pulled / is invalid: fail fast
+EVICTED = runtime_errors.EVICTED_CLASS  # evicted or preempted: retryable, resumes from checkpoint
 
 RETRYABLE_CLASSES = frozenset({PLATFORM_ERROR, EVICTED})
 

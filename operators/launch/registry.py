@@ -8,13 +8,14 @@ from __future__ import annotations
 import importlib
 
 from operators.launch.base import Launcher
+from operators.spec.backend_options import BACKENDS
 
+# One entry per name in BACKENDS (tests/operators/launch/test_registry.py): a name the spec accepts has a backend.
 _BACKENDS = {
     "local": "operators.launch.local.launcher:LocalLauncherHook",
     "kubernetes": "operators.launch.kubernetes.launcher:KubernetesLauncherHook",
     "docker": "operators.launch.docker.launcher:DockerLauncherHook",
 }
-BACKENDS = tuple(_BACKENDS)
 
 
 def launcher_class(backend: str) -> type:

@@ -1,9 +1,12 @@
-"""The names of each container backend's per-job options (the spec's backend options section, passed to the
-launcher as LaunchRequest.options). Kept apart from the backends so that one backend can tell "another backend's
-option" from a typo without importing that backend.
+"""The launch backends' names, and the names of each container backend's per-job options (the spec's backend options
+section, passed to the launcher as LaunchRequest.options). Kept apart from the backends so that the spec, the
+registry and one backend telling "another backend's option" from a typo need not import any backend.
 """
 
 from __future__ import annotations
+
+# The one list of backend names: the spec's `backend` field, the trigger form's dropdown and the launch registry.
+BACKENDS = ("local", "kubernetes", "docker")
 
 KUBERNETES_OPTION_KEYS = (
     "profile",

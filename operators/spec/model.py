@@ -21,6 +21,7 @@ from operators.spec.errors import SpecError, first_error
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
 from operators.launch.container_env import looks_like_secret
+from operators.spec.backend_options import BACKENDS
 from operators.spec.parts import (
     REFERENCE_FORMS,
     ConnectionRef,
@@ -38,7 +39,6 @@ from operators.spec.parts import (
 __all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
 
 LAYOUTS = tuple(CONTAINER_ROOTS)  # the runtime's layouts
-BACKENDS = ("local", "kubernetes", "docker")
 DISTRIBUTIONS = tuple(RUNTIME_DISTRIBUTIONS)
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -26,8 +26,7 @@ from typing import Any, Mapping
 
 from training_sdk.errors import TrainingJobError, TrainingSdkError
 from training_sdk.packing import list_files
-
-_REMOTE = ("s3", "cos", "oss", "obs")
+from training_sdk.storage import REMOTE_SCHEMES as _REMOTE
 
 
 def local_workspace() -> Path:
