@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_pack_upload.py --quick    # 4 x 16 MiB + 200 small files
 
 Ours is what the upload_artifacts stage runs: ObjectStorageHook.upload_packed_directory, i.e.
-operators.safe_tar.pack_directory (isal's threaded pigz-style gzip writer, ISA-L deflate) with each
+operators.fs.safe_tar.pack_directory (isal's threaded pigz-style gzip writer, ISA-L deflate) with each
 multipart part uploaded as soon as it is packed (storage.stream). The same two steps one after the other
 (pack_directory, then upload_file) give "packing alone" and "uploading alone", which the overlapped total is judged
 against (goal: <= 1.1x the slower of the two). Against:
@@ -104,9 +104,9 @@ def main() -> None:
     os.environ.update(server.airflow_connection_env())
     env = server.tool_env()
     try:
-        from operators import safe_tar
+        from operators.fs import safe_tar
         from operators.storage.hook import ObjectStorageHook
-        from operators.safe_tar import pack_directory
+        from operators.fs.safe_tar import pack_directory
         from operators.settings import training_settings
 
         quiet_logs()

@@ -5,13 +5,13 @@
         "objective": "loss", "direction": "minimize", "strategy": "random", "max_trials": 8,
         "search_space": {"learning_rate": {"type": "log_uniform", "min": 0.01, "max": 1}, "epochs": [5, 10]}}'
 
-See docs/templates.md and operators/search.py.
+See docs/templates.md and operators/pipelines/search.py.
 """
 
 from airflow.sdk import DAG
 
-from operators.search import hyperparameter_search_tasks, search_params, trial_concurrency
-from operators.template import model_asset_for
+from operators.pipelines.search import hyperparameter_search_tasks, search_params, trial_concurrency
+from operators.pipelines.template import model_asset_for
 
 pool, max_concurrent_trials = trial_concurrency()
 

@@ -5,9 +5,9 @@
 
 from airflow.sdk import DAG
 
-from operators.params import training_job_params
+from operators.pipelines.params import training_job_params
 from operators.settings import training_settings
-from operators.template import model_asset_for, training_job_tasks
+from operators.pipelines.template import model_asset_for, training_job_tasks
 
 with DAG(
     dag_id="training_job",

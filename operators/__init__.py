@@ -1,1 +1,2 @@
-"""Airflow side of the training-job platform: job spec, hooks, triggers, stage operators, DAG template."""
+"""Airflow side of the training-job platform, one package per concern (docs/architecture.md): spec/, pipelines/,
+stages/, launch/ (one folder per backend), triggers/, storage/, cache/, staging/, state/, tracking/, tuning/, fs/."""

@@ -134,7 +134,7 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Airflow-native training jobs (TI-ONE, PAI, SageMaker and ModelArts contracts) on local "
                        "processes, Docker or Kubernetes.",
         "versions": ["0.1.0"],
-        "extra-links": ["operators.links.ModelArtifactsLink"],
+        "extra-links": ["operators.stages.links.ModelArtifactsLink"],
         "config": {
             "training": {"description": "Training jobs: workspace, defaults of job specs, transfers, search.",
                          "options": TRAINING},

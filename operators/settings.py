@@ -83,7 +83,7 @@ class TrainingSettings:
     local_sandbox: str = "bubblewrap"  # the local backend's sandbox: bubblewrap | none
     local_environment: tuple[str, ...] = ()  # more names of the worker's environment that reach local user code
     local_lease_seconds: float = 900.0  # a local training whose launcher died waits this long for a retry to reattach
-    # The local sandbox's network (operators/hooks/local_network.py): none = loopback only (the job's own),
+    # The local sandbox's network (operators/launch/local/network.py): none = loopback only (the job's own),
     # slirp4netns = outbound too, never the worker's loopback; host = the worker's network (weakens isolation).
     local_network: str = "none"
     retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
@@ -111,13 +111,13 @@ class TrainingSettings:
 
     def user_code_dir(self, user: str) -> str:
         """Where one user's SDK code uploads land: no user can name another's as a source_dir."""
-        from operators.sdk_uploads import user_dir_name
+        from operators.staging.sdk_uploads import user_dir_name
 
         return os.path.join(self.code_staging_dir, user_dir_name(user))
 
     @property
     def platform_areas(self) -> dict[str, tuple[str, ...]]:
-        """Workspace directories a spec may name, and for which fields (operators.local_paths); an area with no
+        """Workspace directories a spec may name, and for which fields (operators.spec.local_paths); an area with no
         fields is the platform's and refused for every field (the staging area of other users' code)."""
         return {self.code_staging_dir: (), self.models_dir: ("output_path", "resume_from")}
 
@@ -150,9 +150,9 @@ class KubernetesSettings:
     run_as_user: int = 1000
     deferrable: bool = True
     # name -> {namespace, service_account, workspace_pvc, workspace_subpath, run_as_user, security_context,
-    # container_security_context}: what a spec's kubernetes.profile may pick (operators/kubernetes_profiles.py)
+    # container_security_context}: what a spec's kubernetes.profile may pick (operators/launch/kubernetes/profiles.py)
     profiles: dict = field(default_factory=dict)
-    # Kueue (operators/kubernetes_queues.py): the LocalQueue every Job goes to ("" = Kueue not used), the others a
+    # Kueue (operators/launch/kubernetes/queues.py): the LocalQueue every Job goes to ("" = Kueue not used), the others a
     # spec's kubernetes.queue may pick, and likewise the WorkloadPriorityClass.
     queue: str = ""
     queues: tuple[str, ...] = ()
@@ -242,7 +242,7 @@ def sdk_code_max_bytes() -> int:
 
 def secret_references() -> Any:
     """[training] secret_references: the JSON policy of which Airflow connections, Variables and Kubernetes Secrets
-    the runs of which DAGs may reference (parsed and applied by operators/secret_policy.py); empty = none."""
+    the runs of which DAGs may reference (parsed and applied by operators/spec/secret_policy.py); empty = none."""
     return _get_json("training", "secret_references", {})
 
 
@@ -254,5 +254,5 @@ def sdk_code_quota_bytes() -> int:
 
 def mlflow_tracking_uri() -> str:
     """[training] mlflow_tracking_uri: the MLflow tracking server each training job is logged to as a run
-    (operators/mlflow_tracking.py); empty = no tracking."""
+    (operators/tracking/mlflow.py); empty = no tracking."""
     return _get("training", "mlflow_tracking_uri", "").strip()

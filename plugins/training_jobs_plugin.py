@@ -1,10 +1,10 @@
 """Airflow plugin of the training-job platform: the training-jobs view (a FastAPI app for its data and page, shown
-as a nav entry and as a tab on DAG runs), the extra links of the training stages (operators/links.py) and the API
+as a nav entry and as a tab on DAG runs), the extra links of the training stages (operators/stages/links.py) and the API
 server's check of the secrets a new run references (plugins/secret_reference_check.py)."""
 
 from airflow.plugins_manager import AirflowPlugin
 
-from operators.links import ALL_LINKS, PLUGIN_PREFIX, RUN_VIEW_ROUTE
+from operators.stages.links import ALL_LINKS, PLUGIN_PREFIX, RUN_VIEW_ROUTE
 from secret_reference_check import SecretReferenceCheck
 
 

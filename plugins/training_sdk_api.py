@@ -12,7 +12,7 @@
                                                     source_dir).
 
 It needs the caller's API token (the same bearer token as the REST API), an existing DAG D and the right to trigger it.
-The first task accepts a staged source_dir only from the user who triggered the run (operators/sdk_uploads.py).
+The first task accepts a staged source_dir only from the user who triggered the run (operators/staging/sdk_uploads.py).
 /openapi.json and /docs need a logged-in user too. (Job metrics come from the training-jobs view's API,
 plugins/training_console.)
 """
@@ -59,7 +59,7 @@ def create_app():
 
     @app.put("/code/{name}", dependencies=[Depends(requires_access_dag("POST", DagAccessEntity.RUN))])
     async def upload_code(name: str, request: Request, dag_id: str, user: GetUserDep):
-        from operators.sdk_uploads import used_bytes
+        from operators.staging.sdk_uploads import used_bytes
         from operators.settings import training_settings
 
         sha = name.removesuffix(".tar.gz")

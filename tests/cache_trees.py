@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from operators.hooks.data_cache import DataCacheHook
+from operators.cache.data_cache import DataCacheHook
 from operators.storage.hook import ObjectStorageHook
 from operators.settings import TrainingSettings
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import kubernetes_validate
 
-from operators.hooks.launcher import LaunchRequest
-from operators.kubernetes_manifests import job_manifest
-from operators.kubernetes_names import host_names, kube_name
-from operators.kubernetes_options import resolve_options
+from operators.launch.base import LaunchRequest
+from operators.launch.kubernetes.manifests import job_manifest
+from operators.launch.kubernetes.names import host_names, kube_name
+from operators.launch.kubernetes.options import resolve_options
 from operators.settings import KubernetesSettings
 
 K8S_VERSIONS = ("1.29.0", "1.33.0", "1.34.0")  # the oldest supported, and current ones

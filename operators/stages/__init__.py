@@ -1,4 +1,4 @@
-"""One thin operator per pipeline stage; hooks do the I/O."""
+"""One thin operator per pipeline stage; the packages they call (storage, cache, staging, launch) do the I/O."""
 
 from operators.stages.launch_training import LaunchTrainingOperator
 from operators.stages.prefetch_data import PrefetchDataOperator

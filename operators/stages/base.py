@@ -14,14 +14,14 @@ def storage_failures_fail_fast(execute):
     """Decorates a transfer stage's execute: storage errors no retry can fix (access denied, no such bucket or
     object, a connection without an endpoint; StorageError.permanent) and refused archives fail the task at once,
     without its retries; everything else (interrupted connections, throttling, a transfer cut short) is raised as
-    it is, for the task's retries (operators/template.py)."""
+    it is, for the task's retries (operators/pipelines/template.py)."""
 
     @functools.wraps(execute)
     def wrapper(self, context):
         from airflow.sdk.exceptions import AirflowFailException
 
         from operators.storage.errors import StorageError
-        from operators.safe_tar import BadArchiveError
+        from operators.fs.safe_tar import BadArchiveError
 
         try:
             return execute(self, context)
@@ -56,7 +56,7 @@ class JobStageOperator(BaseOperator):
 
     @cached_property
     def spec(self):
-        from operators.spec import JobSpec
+        from operators.spec.model import JobSpec
 
         return JobSpec.from_dict(self.job)
 
@@ -73,11 +73,11 @@ class JobStageOperator(BaseOperator):
         return layout_for(self.spec.layout, self.settings.job_root(self.spec.job_name))
 
     def claim_job(self, context) -> None:
-        """Fail fast unless this DAG run owns the job's root (one run per job_name; see operators/job_lease.py)."""
+        """Fail fast unless this DAG run owns the job's root (one run per job_name; see operators/state/lease.py)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from operators.job_lease import JobNameTaken, claim
-        from operators.job_state import ensure_state_dir
+        from operators.state.lease import JobNameTaken, claim
+        from operators.state.job_state import ensure_state_dir
 
         os.makedirs(self.layout.root, exist_ok=True)
         try:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Mapping
 
-from operators.links import stage_links
+from operators.stages.links import stage_links
 from operators.stages.base import JobStageOperator
 
 # While training runs, the metrics matched so far are written to the job root's metrics.json at most this often, so
@@ -23,7 +23,7 @@ class LaunchTrainingOperator(JobStageOperator):
     reason becomes this task's error; user errors and invalid jobs are not retried, platform errors and evictions are.
     With a deferrable backend (kubernetes) and deferrable=True, the wait happens in the triggerer, not a worker slot.
 
-    `early_stopping` (optional, a primitive dict; hyperparameter search trials, see operators/early_stopping.py): every
+    `early_stopping` (optional, a primitive dict; hyperparameter search trials, see operators/tuning/early_stopping.py): every
     objective point is checked as it streams; when the rule says stop, the training is stopped, metrics.json and the
     reason (as `failure`) are kept, and the task ends "skipped" (stopped early) instead of failed. Blocking path only.
     """
@@ -45,14 +45,14 @@ class LaunchTrainingOperator(JobStageOperator):
     @property
     def launcher(self):
         if self._launcher is None:
-            from operators.hooks.launcher_registry import launcher_for
+            from operators.launch.registry import launcher_for
 
             self._launcher = launcher_for(self.spec.backend)
         return self._launcher
 
     def launch_request(self, with_secrets: bool = False):
-        from operators.hooks.launcher import LaunchRequest
-        from operators.metrics import METRICS_FILE
+        from operators.launch.base import LaunchRequest
+        from operators.tracking.metrics import METRICS_FILE
 
         spec = self.spec
         options = spec.backend_options()  # the section of the job's backend
@@ -78,8 +78,8 @@ class LaunchTrainingOperator(JobStageOperator):
     def _secret_values(self) -> dict[str, str]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from operators.hooks.secret_refs import resolve_references
-        from operators.spec_errors import SpecError
+        from operators.spec.secret_refs import resolve_references
+        from operators.spec.errors import SpecError
 
         try:
             values = resolve_references(self.spec.secret_references())
@@ -89,14 +89,14 @@ class LaunchTrainingOperator(JobStageOperator):
         return values
 
     def _metrics(self):
-        from operators.metrics import MetricCollector
+        from operators.tracking.metrics import MetricCollector
 
         return MetricCollector([m.model_dump() for m in self.spec.metric_definitions])
 
     def _checkpoint_sync(self, *, before_training: bool = True):
         if not self.spec.checkpoint_path:
             return None
-        from operators.hooks.checkpoint_sync import CheckpointSync
+        from operators.staging.checkpoints import CheckpointSync
 
         sync = CheckpointSync(self.storage, self.layout.checkpoint_dir, self.spec.checkpoint_path,
                               self.settings.checkpoint_sync_seconds, job_root=self.layout.root)
@@ -149,7 +149,7 @@ class LaunchTrainingOperator(JobStageOperator):
         return self._finish(request, result, metrics, sync, tracking)
 
     def execute_complete(self, context, event: dict[str, Any], request: dict[str, Any] | None = None) -> dict:
-        from operators.hooks.launcher import LaunchRequest
+        from operators.launch.base import LaunchRequest
 
         req = LaunchRequest.from_dict(request) if request else self.launch_request()
         if self.spec.secret_references():  # a new process after the deferral: mask the values in what follows
@@ -175,7 +175,7 @@ class LaunchTrainingOperator(JobStageOperator):
         root = self.layout.root
         last_write = [0.0]
 
-        from operators.hooks.secret_refs import redactor
+        from operators.spec.secret_refs import redactor
 
         # Airflow's masker redacts registered secrets in real task runs; masking here too keeps the user's output
         # clean wherever the task logs to (dag.test() logs in-process without the redactor).
@@ -195,9 +195,9 @@ class LaunchTrainingOperator(JobStageOperator):
         return on_line
 
     def _tracking(self, context):
-        """The job's MLflow run when [training] mlflow_tracking_uri is set (operators/mlflow_tracking.py), started
+        """The job's MLflow run when [training] mlflow_tracking_uri is set (operators/tracking/mlflow.py), started
         (or found again, after a retry or a deferral); None when tracking is off."""
-        from operators.mlflow_tracking import configured_uri, job_run
+        from operators.tracking.mlflow import configured_uri, job_run
 
         uri = configured_uri()
         if not uri:
@@ -210,8 +210,8 @@ class LaunchTrainingOperator(JobStageOperator):
     def _finish(self, request, result, metrics, sync, tracking=None) -> dict:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from operators.hooks.outcome import record_failure
-        from operators.metrics import METRICS_FILE
+        from operators.launch.outcome import record_failure
+        from operators.tracking.metrics import METRICS_FILE
 
         metrics.read_file(os.path.join(request.job_root, METRICS_FILE), job_root=request.job_root)
         _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
@@ -229,7 +229,7 @@ class LaunchTrainingOperator(JobStageOperator):
             return summary
         # The runtime's own reason stays; else (timeout, eviction, ...) the launcher's (a pod's termination message
         # is its last log lines: they may show a secret).
-        from operators.hooks.secret_refs import redactor
+        from operators.spec.secret_refs import redactor
 
         if result.failure_reason:
             result = replace(result, failure_reason=redactor(getattr(self, "_secrets", ()))(result.failure_reason))
@@ -254,13 +254,13 @@ class LaunchTrainingOperator(JobStageOperator):
     def _trial_monitor(self):
         if not self.early_stopping:
             return None
-        from operators.early_stopping import TrialMonitor
+        from operators.tuning.early_stopping import TrialMonitor
 
         return TrialMonitor(self.early_stopping, self.spec.job_name)
 
     def _watch_metrics_file(self, monitor, request, lock) -> threading.Event:
         """Points the script writes to TRAINING_METRICS_FILE (not the log) are checked once a second."""
-        from operators.metrics import METRICS_FILE
+        from operators.tracking.metrics import METRICS_FILE
 
         done = threading.Event()
         path = os.path.join(request.job_root, METRICS_FILE)
@@ -285,7 +285,7 @@ class LaunchTrainingOperator(JobStageOperator):
     def _end_stopped_early(self) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from operators.hooks.outcome import record_failure
+        from operators.launch.outcome import record_failure
 
         # Replaces the runtime's "stopped by SIGTERM": this is why it was stopped.
         record_failure(self.layout.root, f"stopped early: {self._stop_reason}", replace=True)
@@ -301,7 +301,7 @@ class LaunchTrainingOperator(JobStageOperator):
 def _stream_view(metrics, job_root: str) -> dict:
     """The series so far: matched in the log, and written by the script (and the runtime's system metrics) to
     TRAINING_METRICS_FILE, which joins the collector only at the end."""
-    from operators.metrics import METRICS_FILE, MetricCollector
+    from operators.tracking.metrics import METRICS_FILE, MetricCollector
 
     view = MetricCollector()
     view.series = {name: list(points) for name, points in list(metrics.series.items())}

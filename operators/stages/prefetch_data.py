@@ -29,9 +29,9 @@ class PrefetchDataOperator(JobStageOperator):
                                   None, CACHE_TODO) from None
 
     def _prefetch(self) -> dict:
-        from operators.hooks.cache_views import link_view
-        from operators.hooks.data_cache import DataCacheHook
-        from operators.hooks.launcher_registry import launcher_for
+        from operators.cache.views import link_view
+        from operators.cache.data_cache import DataCacheHook
+        from operators.launch.registry import launcher_for
 
         cache = DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes)
         self._collect_garbage(cache)
@@ -60,7 +60,7 @@ class PrefetchDataOperator(JobStageOperator):
 
     def _collect_garbage(self, cache) -> None:
         """Release dead jobs' pins, apply [training] retention_days: best effort, never fails the job."""
-        from operators.hooks.retention import collect_garbage
+        from operators.state.retention import collect_garbage
 
         try:
             done = collect_garbage(self.settings.jobs_dir, cache, self.settings.retention_days)

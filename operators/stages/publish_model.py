@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from operators.links import stage_links
+from operators.stages.links import stage_links
 
 from typing import Any
 
@@ -39,11 +39,11 @@ class PublishModelOperator(BaseOperator):
         return model_uri
 
     def _record_in_mlflow(self, model_uri: str, run_id: str) -> None:
-        from operators.mlflow_tracking import configured_uri, record_model
+        from operators.tracking.mlflow import configured_uri, record_model
 
         uri = configured_uri()
         if uri and self.job:
-            from operators.spec import JobSpec
+            from operators.spec.model import JobSpec
 
             spec = JobSpec.from_dict(self.job)
             record_model(uri, experiment=spec.base_job_name or self.dag_id, job_name=spec.job_name,

@@ -38,7 +38,7 @@ class RestoreOperator(JobStageOperator):
 
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
-        from operators.safe_tar import safe_extract
+        from operators.fs.safe_tar import safe_extract
 
         spec, layout, storage = self.spec, self.layout, self.storage
         tree = JobRoot(layout.root)

@@ -12,7 +12,7 @@ class StageCodeOperator(JobStageOperator):
     def execute(self, context) -> dict:
         from training_runtime.layouts import create_directories
 
-        from operators.hooks.code_staging import stage_code
+        from operators.staging.code import stage_code
 
         self.claim_job(context)
         create_directories(self.layout, channels=list(self.spec.inputs))

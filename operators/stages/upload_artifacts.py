@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from operators.links import stage_links
+from operators.stages.links import stage_links
 
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 
-from operators.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
+from operators.state.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
 
 
 class UploadArtifactsOperator(JobStageOperator):
@@ -51,7 +51,7 @@ class UploadArtifactsOperator(JobStageOperator):
         if not has_success and not has_failure:
             raise AirflowSkipException("training did not run (an earlier stage failed): nothing to upload")
         out = spec.job_output_uri
-        # Packed archives and the upload record are platform state: outside the job root (operators/job_state.py).
+        # Packed archives and the upload record are platform state: outside the job root (operators/state/job_state.py).
         artifacts = Path(ensure_state_dir(self.settings.workspace, spec.job_name, ARTIFACTS))
         marker_path = Path(state_path(self.settings.workspace, spec.job_name, UPLOADED))
         marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
@@ -126,7 +126,7 @@ class UploadArtifactsOperator(JobStageOperator):
 
     def _release_cache_entries(self) -> None:
         """Training is over: the job's channels no longer pin their cache entries against eviction."""
-        from operators.hooks.data_cache import DataCacheHook
+        from operators.cache.data_cache import DataCacheHook
 
         DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes).release(
             self.spec.job_name)

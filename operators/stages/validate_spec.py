@@ -28,12 +28,12 @@ class ValidateSpecOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from operators.local_entry_point import check_entry_point
-        from operators.local_paths import airflow_private_paths, check_private_paths
-        from operators.secret_policy import load_policy, references
+        from operators.spec.entry_point import check_entry_point
+        from operators.spec.local_paths import airflow_private_paths, check_private_paths
+        from operators.spec.secret_policy import load_policy, references
         from operators.settings import training_settings
-        from operators.spec import SpecError, base_name_from, job_name_from, validate_spec
-        from operators.spec_checks import check_world
+        from operators.spec.model import SpecError, base_name_from, job_name_from, validate_spec
+        from operators.spec.checks import check_world
 
         raw = dict(self.spec_defaults)
         given = self.spec if self.spec is not None else context["params"]
@@ -59,7 +59,7 @@ class ValidateSpecOperator(BaseOperator):
             # allow for this DAG is refused unread.
             refs = references(spec.to_dict())
             policy.check(self.dag_id, refs)
-            # the SDK's uploaded code is the triggering user's own (operators/sdk_uploads.py)
+            # the SDK's uploaded code is the triggering user's own (operators/staging/sdk_uploads.py)
             areas = settings.platform_areas_for(getattr(context["dag_run"], "triggering_user_name", None))
             check_world(spec, settings.local_roots, areas)
             check_private_paths(spec.to_dict(), airflow_private_paths(settings.workspace), areas)

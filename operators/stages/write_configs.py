@@ -9,7 +9,7 @@ class WriteConfigsOperator(JobStageOperator):
     """Write input/config/: hyperparameters.json, resourceconfig.json, inputdataconfig.json, trainingjobconfig.json.
 
     Also clears what an earlier attempt of the same job left in output/ (success, failure) so its result can't be
-    mistaken for this one's. The files themselves are operators/job_configs.py's (shared with the SDK's local mode).
+    mistaken for this one's. The files themselves are operators/launch/job_configs.py's (shared with the SDK's local mode).
     """
 
     template_fields = ("job", "channels")
@@ -19,8 +19,8 @@ class WriteConfigsOperator(JobStageOperator):
         self.channels = channels
 
     def execute(self, context) -> dict:
-        from operators.hooks.launcher_registry import launcher_for
-        from operators.job_configs import write_job_configs
+        from operators.launch.registry import launcher_for
+        from operators.launch.job_configs import write_job_configs
 
         layout = self.layout
         hosts = write_job_configs(self.spec, layout, launcher_for(self.spec.backend), self.channels)

@@ -6,7 +6,7 @@ the size of the directory packed: model weights barely compress). Both check the
 writing with the figures; when the disk fills anyway (another job wrote meanwhile, or the estimate was short), the
 ENOSPC / EDQUOT of whichever write hit it becomes a `DiskFullError` saying what filled up, where, how much was needed
 and is free, and what to do. Neither leaves anything half-visible: cache entries are renamed into place only when
-complete, archives only when packed, uploads complete only when the whole archive was read (see data_cache.py,
+complete, archives only when packed, uploads complete only when the whole archive was read (see operators/cache/data_cache.py,
 safe_tar.pack_directory, storage/stream.py), so the next attempt, once space is freed, starts from what was complete.
 """
 

@@ -240,7 +240,7 @@ class ObjectStorageHook:
         can (each multipart part goes up as soon as the packer has written it: storage.stream), so the whole takes
         about as long as the slower of the two, and memory stays bounded by the parts in flight whatever the size.
         `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it)."""
-        from operators.safe_tar import pack_directory
+        from operators.fs.safe_tar import pack_directory
         from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
 
         loc = parse_uri(uri)

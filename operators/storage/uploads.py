@@ -31,7 +31,7 @@ def abort_leftover_uploads(remote: Remote, bucket: str, keys: list[str]) -> int:
 
     s3transfer aborts the upload it knows of when a transfer fails, but not one whose CreateMultipartUpload
     response was lost (the store created it; the retry created another), nor one of an earlier attempt killed
-    mid-upload. The keys are this job's (one run per job_name; see operators/job_lease.py), so an upload still open
+    mid-upload. The keys are this job's (one run per job_name; see operators/state/lease.py), so an upload still open
     for one of them once ours has finished is a leftover: parts the bucket bills for and nobody will complete.
     What this misses (a worker killed before it gets here) is for the bucket's lifecycle rule
     (docs/operations.md, "Incomplete multipart uploads").

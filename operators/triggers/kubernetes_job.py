@@ -1,9 +1,9 @@
 """The trigger that waits in the triggerer for a training Job on Kubernetes (deferrable mode).
 
 It holds only primitives and its waiting loop: the watch itself (pods, logs, failure classes) is
-operators/hooks/kubernetes_watch.py, the deletes are operators/hooks/kubernetes_api.py. Lines go to the trigger's
+operators/launch/kubernetes/watch.py, the deletes are operators/launch/kubernetes/api.py. Lines go to the trigger's
 log (which Airflow shows in the task log) and are matched against metric_definitions as they pass; the event is
-the watch's (primitives only, see kubernetes_watch.py) plus the matched metrics.
+the watch's (primitives only, see operators/launch/kubernetes/watch.py) plus the matched metrics.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from operators.hooks.kubernetes_api import delete_job_async
-from operators.hooks.kubernetes_watch import JobWatch
+from operators.launch.kubernetes.api import delete_job_async
+from operators.launch.kubernetes.watch import JobWatch
 
 
 class KubernetesTrainingJobTrigger(BaseTrigger):
@@ -49,7 +49,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         self.image_pull_grace_seconds = image_pull_grace_seconds
         self.startup_timeout_seconds = startup_timeout_seconds
         self.propagation_policy = propagation_policy
-        # The Job has a Secret of secrets by reference (operators/hooks/kubernetes_secrets.py): its values are read
+        # The Job has a Secret of secrets by reference (operators/launch/kubernetes/secrets.py): its values are read
         # here, in the triggerer, and masked in the lines streamed from the pods; only this flag is serialized.
         self.has_secret = has_secret
 
@@ -83,7 +83,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id or None)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from operators.metrics import MetricCollector
+        from operators.tracking.metrics import MetricCollector
 
         # The log streams here, not in the worker: metrics are matched as lines pass and travel in the event.
         metrics = MetricCollector(self.metric_definitions)
@@ -113,13 +113,13 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def _redactor(self):
-        from operators.hooks.secret_refs import redactor
+        from operators.spec.secret_refs import redactor
 
         if not self.has_secret:
             return redactor(())
         from airflow.sdk.log import mask_secret
 
-        from operators.hooks.kubernetes_secrets import read_values_async
+        from operators.launch.kubernetes.secrets import read_values_async
 
         try:
             values = await read_values_async(self._hook(), self.name, self.namespace)

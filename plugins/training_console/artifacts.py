@@ -60,7 +60,7 @@ def failure_reason(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_st
         return str(upload["failure"]).strip()
     root = _job_root(spec)
     if root and launch_state in ("failed", "skipped", "up_for_retry"):
-        from operators.hooks.outcome import read_failure_reason
+        from operators.launch.outcome import read_failure_reason
 
         return read_failure_reason(root)  # the tenant's file: no link followed (operators/fs)
     return None
@@ -87,7 +87,7 @@ def parent_of(session, resume_from: str | None, dag_ids=None) -> dict[str, Any] 
 
 def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
     """{"final": {...}, "series": {name: [{"step", "value", "timestamp"}]}}, live from the job root when running."""
-    from operators.metrics import MetricCollector
+    from operators.tracking.metrics import MetricCollector
 
     from operators.fs.job_root import JobRoot
 
@@ -161,7 +161,7 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
         return response
     settings = training_settings()
     if settings.artifact_links == "console":
-        from operators.links import console_url
+        from operators.stages.links import console_url
 
         target = console_url(uri)
         if target:

@@ -335,7 +335,7 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
 
 
 def _search_name(trial_name: str) -> str:
-    """The search's name from a trial's: trials are named <search>-t<NN> (operators/search.py)."""
+    """The search's name from a trial's: trials are named <search>-t<NN> (operators/pipelines/search.py)."""
     head, sep, number = trial_name.rpartition("-t")
     return head if sep and number.isdigit() else ""
 

@@ -1,7 +1,7 @@
 """Where a Kubernetes job waiting in a Kueue queue stands, for the list and the job page.
 
 The launch stage records the queue before it defers (XCom "queue": {queue, priority}); the wait itself happens in
-the triggerer, which cannot push XComs but logs each change (operators/hooks/kubernetes_watch.py:
+the triggerer, which cannot push XComs but logs each change (operators/launch/kubernetes/watch.py:
 `[kubernetes] queued in team-a (position 2, waiting for cpu: ...)`, `preempted in ...`, `admitted by Kueue in ...`).
 The latest of those lines is read from the task's log through Airflow's own log reader (the one behind the REST
 API's log route, so it finds the triggerer's log files as the task's Logs tab does).
@@ -17,7 +17,7 @@ from typing import Any, Iterable
 log = logging.getLogger(__name__)
 
 QUEUE_KEY = "queue"  # operators/stages/launch_training.py
-# The lines operators/hooks/kubernetes_queue.py writes about a Workload (the watch prefixes "[kubernetes] "), at the
+# The lines operators/launch/kubernetes/workload.py writes about a Workload (the watch prefixes "[kubernetes] "), at the
 # start of an event: a training's own output arrives prefixed with its host and cannot pose as one.
 _QUEUE_LINE = re.compile(r"\[kubernetes\] ((?:still )?(?:queued in |preempted in |evicted in |quota reserved in |"
                          r"waiting for Kueue to queue |admitted by Kueue in ).*)")

@@ -16,12 +16,15 @@ MAX_RUN_EXCEEDED = 5
 #: killer; the code Docker and Kubernetes report for an OOM-killed container.
 OUT_OF_MEMORY = 137
 
-# Failure classes, named as the launchers name them (operators/hooks/launcher.py).
+# The failure classes: the one definition, which the launchers read (operators/launch/base.py) and the launch stage
+# maps to retry / no-retry. The first five follow from an exit code of `train`; the last two only a launcher sees.
 USER_ERROR_CLASS = "user_error"
 PLATFORM_ERROR_CLASS = "platform_error"
 OOM_CLASS = "oom_killed"
 STOPPED_CLASS = "stopped"
 TIMEOUT_CLASS = "timeout"
+IMAGE_ERROR_CLASS = "image_error"
+EVICTED_CLASS = "evicted"
 
 #: exit code -> failure class; 128+n other than 137 is ``stopped`` (the launcher decides).
 EXIT_CLASSES = {

@@ -6,7 +6,7 @@ job's metrics stream, ``output/metrics.jsonl`` (the file TRAINING_METRICS_FILE n
 
 Names are ``system/<host>/<what>``: cpu_percent (100 = one core busy), memory_bytes, memory_percent (of the
 cgroup's limit, when it has one), gpu<i>_utilization_percent, gpu<i>_memory_bytes, gpu<i>_memory_percent. The worker
-reads the file like any script-written point (operators/metrics.py), so the job page and MLflow get them too.
+reads the file like any script-written point (operators/tracking/metrics.py), so the job page and MLflow get them too.
 
 In a container (docker, kubernetes) the cgroup is the host's container; on the local backend, every host shares
 the Airflow worker's cgroup, so the figures there are the worker's. ``TRAINING_SYSTEM_METRICS_SECONDS`` sets the

@@ -22,10 +22,10 @@ from training_sdk.errors import TrainingSdkError
 from training_sdk.job import TrainingJob
 from training_sdk.packing import DEFAULT_MAX_BYTES, pack_source_dir
 from training_sdk.session import Session
+from training_sdk.storage import REMOTE_SCHEMES as _REMOTE_SCHEMES
 from training_sdk.validation import validate_against_params
 
 LOCAL_INSTANCE_TYPES = ("local", "local_gpu")
-_REMOTE_SCHEMES = ("s3", "cos", "oss", "obs")
 # Other SDKs' names for the same spec keys: accepted so their code ports with fewer edits.
 ALIASES = {
     "max_run": "max_run_seconds",          # SageMaker

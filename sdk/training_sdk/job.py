@@ -90,7 +90,7 @@ class TrainingJob:
         except ApiError as err:
             if err.status != 404:
                 raise
-        row = job.session.find_job(job_name)  # any DAG: a name is unique to one run (operators/job_lease.py)
+        row = job.session.find_job(job_name)  # any DAG: a name is unique to one run (operators/state/lease.py)
         if row is None:
             raise TrainingSdkError(f"no training job {job_name!r} at {job.session.api_url}; "
                                    f"`training-job list` shows the recent ones")

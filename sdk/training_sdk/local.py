@@ -3,13 +3,14 @@
 Why in-process rather than shelling out to `airflow dags test`: local mode is for debugging a script before
 submitting it, on a laptop that may have no Airflow at all; the SDK must not import Airflow. What it does reuse is
 every Airflow-free piece of the platform, so a job behaves as it does in the DAG's local backend:
-  - operators.spec.validate_spec            the same validation (same field names in errors)
-  - operators.job_configs.write_job_configs the same input/config/ files
-  - operators.hooks.local_launcher          the same launcher: `train` (the runtime) as child process trees, one
-                                            per host, Airflow/cloud secrets stripped from the environment
-  - operators.metrics, operators.safe_tar   the same metrics.json and model.tar.gz
-These modules come from the platform's own distributions (`pip install training-sdk[local]`: training-runtime and
-airflow-training-jobs installed without their Airflow requirements). What differs from the DAG: the code is copied
+  - the job spec's validation (same field names in errors)
+  - the same input/config/ files as the write_configs stage
+  - the same launcher: `train` (the runtime) as child process trees, one per host, Airflow/cloud secrets stripped
+    from the environment
+  - the same metrics.json and model.tar.gz
+all through one module, operators/local_api.py (its `__all__` is the whole API local mode may use). It comes from
+the platform's own distributions (`pip install training-sdk[local]`: training-runtime and airflow-training-jobs
+installed without their Airflow requirements). What differs from the DAG: the code is copied
 (with the same exclude rules as an upload) instead of staged from object storage, local input paths are linked into
 input/data/<channel> (object storage inputs are downloaded with boto3), and the artifacts go to a local output_path
 (default <local workspace>/models; the local workspace is $TRAINING_LOCAL_WORKSPACE, else ~/.training-sdk/local).
@@ -26,8 +27,7 @@ from typing import Any, Mapping
 
 from training_sdk.errors import TrainingJobError, TrainingSdkError
 from training_sdk.packing import list_files
-
-_REMOTE = ("s3", "cos", "oss", "obs")
+from training_sdk.storage import REMOTE_SCHEMES as _REMOTE
 
 
 def local_workspace() -> Path:
@@ -35,19 +35,14 @@ def local_workspace() -> Path:
 
 
 def _platform():
+    """The platform's local-mode API (operators/local_api.py): one module with a fixed set of names."""
     try:
-        from operators.hooks.launcher import LaunchRequest
-        from operators.hooks.local_launcher import LocalLauncherHook
-        from operators.job_configs import write_job_configs
-        from operators.metrics import METRICS_FILE, MetricCollector
-        from operators.safe_tar import pack_directory
-        from operators.spec import SpecError, validate_spec
-        from training_runtime.layouts import create_directories, layout_for
+        from operators import local_api
     except ImportError as err:
         raise TrainingSdkError(f"local mode needs the platform's runtime and launcher ({err}); install them with "
                                f"`pip install -e runtime -e . --no-deps` from the repository (or training-sdk[local])") \
             from None
-    return locals()
+    return local_api
 
 
 class LocalJob:
@@ -168,7 +163,7 @@ def _copy_code(source_dir: str, code_dir: str) -> int:
 
 
 def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, logs: bool = True) -> LocalJob:
-    p = _platform()
+    platform = _platform()
     workspace = local_workspace()
     spec_dict = est.job_spec(inputs, job_name)
     spec_dict.pop("backend", None)  # local mode is the local backend
@@ -181,34 +176,34 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
         raise TrainingSdkError(f"output_path {output_path}: local mode writes artifacts to a local directory")
     spec_dict["output_path"] = os.path.abspath(output_path.removeprefix("file://"))
     try:
-        spec = p["validate_spec"](spec_dict, default_backend="local", default_layout="ti")
-    except p["SpecError"] as err:
+        spec = platform.validate_spec(spec_dict, default_backend="local", default_layout="ti")
+    except platform.SpecError as err:
         from training_sdk.errors import SpecValidationError
 
         raise SpecValidationError(err.field, str(err).split(": ", 1)[-1]) from None
 
-    layout = p["layout_for"](spec.layout, str(workspace / "jobs" / spec.job_name))
+    layout = platform.layout_for(spec.layout, str(workspace / "jobs" / spec.job_name))
     if os.path.isdir(layout.root):
         shutil.rmtree(layout.root)
-    p["create_directories"](layout, channels=list(spec.inputs))
+    platform.create_directories(layout, channels=list(spec.inputs))
     files = _copy_code(source_dir, layout.code_dir)
     channels = _stage_inputs(layout, spec.inputs, workspace / "cache")
     # Local mode runs the user's own code on their own machine, where no Airflow secrets live, and must work
     # without Airflow's config: no bubblewrap sandbox unless asked for, and the launcher's allowlisted environment.
     # No Airflow config here, so every setting is given; no retry ever reattaches in local mode, so a training whose
     # Python process died stops after a minute. The network is the user's own machine's (no worker ports to hide).
-    launcher = p["LocalLauncherHook"](sandbox=os.environ.get("TRAINING_LOCAL_SANDBOX", "none"), environment_names=(),
-                                      lease_seconds=60.0, network="host")
-    hosts = p["write_job_configs"](spec, layout, launcher, channels)
+    launcher = platform.LocalLauncherHook(sandbox=os.environ.get("TRAINING_LOCAL_SANDBOX", "none"),
+                                          environment_names=(), lease_seconds=60.0, network="host")
+    hosts = platform.write_job_configs(spec, layout, launcher, channels)
     print(f"[training_sdk] local job {spec.job_name}: {files} code files, {len(channels)} channel(s), "
           f"{len(hosts)} host(s), job root {layout.root}", file=sys.stderr, flush=True)
 
     artifacts = Path(layout.root, ".artifacts")
     artifacts.mkdir(exist_ok=True)
     metric_definitions = [m.model_dump() for m in spec.metric_definitions]
-    metrics = p["MetricCollector"](metric_definitions)
-    env = {**spec.literal_environment(), "TRAINING_METRICS_FILE": os.path.join(layout.root, p["METRICS_FILE"])}
-    request = p["LaunchRequest"](
+    metrics = platform.MetricCollector(metric_definitions)
+    env = {**spec.literal_environment(), "TRAINING_METRICS_FILE": os.path.join(layout.root, platform.METRICS_FILE)}
+    request = platform.LaunchRequest(
         job_name=spec.job_name, job_root=layout.root, workspace=str(workspace), layout=spec.layout,
         instance_count=spec.instance_count, hosts=tuple(hosts), max_run_seconds=spec.max_run_seconds, env=env,
         resources=spec.resources.model_dump(exclude_none=True), metric_definitions=tuple(metric_definitions))
@@ -220,7 +215,7 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
                 print(line, flush=True)
 
         result = launcher.run(request, on_line)
-    metrics.read_file(os.path.join(layout.root, p["METRICS_FILE"]))
+    metrics.read_file(os.path.join(layout.root, platform.METRICS_FILE))
     out = Path(spec.job_output_uri)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("model.tar.gz", "output.tar.gz", "failure", "metrics.json"):
@@ -228,9 +223,9 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     (out / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
     succeeded = result.succeeded and os.path.isfile(layout.success_file)
     if succeeded:
-        p["pack_directory"](layout.model_dir, str(out / "model.tar.gz"))
+        platform.pack_directory(layout.model_dir, str(out / "model.tar.gz"))
         if os.path.isdir(layout.output_data_dir) and any(Path(layout.output_data_dir).iterdir()):
-            p["pack_directory"](layout.output_data_dir, str(out / "output.tar.gz"))
+            platform.pack_directory(layout.output_data_dir, str(out / "output.tar.gz"))
         print(f"[training_sdk] local job {spec.job_name} completed: model {out / 'model.tar.gz'}", file=sys.stderr,
               flush=True)
         return LocalJob(spec.job_name, layout.root, str(out), True, None)

@@ -27,6 +27,9 @@ CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 _QUOTA_CAPACITY = 10**9
 _AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
+# The object-storage URI schemes: the SDK's one copy of operators/storage/location.py's REMOTE_SCHEMES (the SDK must
+# not import the platform; tests/sdk/test_storage_schemes.py keeps the two equal).
+REMOTE_SCHEMES = ("s3", "cos", "oss", "obs")
 
 
 def s3_client():

@@ -1,6 +1,6 @@
 """bench/bench_staging.py runs as bench/README.md documents it, on a fresh clone: no PYTHONPATH, no installed
 checkout of its own (the venv's editable install may point elsewhere), nothing built in the clone but MinIO's cached
-binary. It once failed there with `No module named 'operators.hooks.data_cache'`: tests/ went first on sys.path and
+binary. It once failed there with `No module named 'operators.cache.data_cache'`: tests/ went first on sys.path and
 its namespace folder tests/operators shadowed the package."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The first task's check of the job's backend (operators/spec_checks.py) against the real things, and through whole
+"""The first task's check of the job's backend (operators/spec/checks.py) against the real things, and through whole
 training_job runs: a cluster or engine that is not there fails validate_spec within seconds, naming the field, once
 (no retry), with nothing staged; a real control plane passes, and one that refuses the credentials says so."""
 
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from dag_runner import load_dag, run_dag
-from operators.spec import validate_spec
-from operators.spec_checks import check_backend
-from operators.spec_errors import SpecError
+from operators.spec.model import validate_spec
+from operators.spec.checks import check_backend
+from operators.spec.errors import SpecError
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 BASE = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}

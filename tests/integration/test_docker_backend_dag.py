@@ -41,7 +41,7 @@ def docker_engine():
 
 
 def job_leftovers(client, job_name: str) -> list:
-    from operators.kubernetes_names import JOB_LABEL, kube_name
+    from operators.launch.kubernetes.names import JOB_LABEL, kube_name
 
     return client.containers(all=True, filters={"label": f"{JOB_LABEL}={kube_name(job_name)}"})
 

@@ -71,8 +71,8 @@ SCRIPT = textwrap.dedent('''
 
 
 def make_request(tmp_path: Path, hosts: int = 1, mode: str = "ok", image: str = TRAINING_IMAGE, **fields):
-    from operators.hooks.docker_launcher import DockerLauncherHook
-    from operators.hooks.launcher import LaunchRequest
+    from operators.launch.docker.launcher import DockerLauncherHook
+    from operators.launch.base import LaunchRequest
 
     client = engine()
     require_image(client, image)
@@ -115,7 +115,7 @@ def make_request(tmp_path: Path, hosts: int = 1, mode: str = "ok", image: str = 
 
 def leftovers(request) -> dict:
     """What the engine still holds for a job: containers, networks, volumes (by the job's label)."""
-    from operators.kubernetes_names import JOB_LABEL, kube_name
+    from operators.launch.kubernetes.names import JOB_LABEL, kube_name
 
     client = engine()
     label = {"label": f"{JOB_LABEL}={kube_name(request.job_name)}"}
@@ -248,8 +248,8 @@ def test_stop_mid_run_leaves_no_container_network_or_volume(tmp_path, image_with
 
 RUN_IN_A_WORKER = textwrap.dedent('''
     import json, sys
-    from operators.hooks.docker_launcher import DockerLauncherHook
-    from operators.hooks.launcher import LaunchRequest
+    from operators.launch.docker.launcher import DockerLauncherHook
+    from operators.launch.base import LaunchRequest
     request = LaunchRequest.from_dict(json.loads(sys.argv[1]))
     DockerLauncherHook(docker_url=sys.argv[2], docker_conn_id="").run(request, lambda line: print(line, flush=True))
 ''')

@@ -121,8 +121,8 @@ def cluster(request, monkeypatch):
 
 
 def job_request(cluster, job_name: str, hosts: int, mode: str = "ok", image: str = IMAGE):
-    from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
-    from operators.hooks.launcher import LaunchRequest
+    from operators.launch.kubernetes.launcher import KubernetesLauncherHook
+    from operators.launch.base import LaunchRequest
 
     namespace, claim, workspace = cluster
     hook = KubernetesLauncherHook()
@@ -228,7 +228,7 @@ def test_a_node_that_cannot_start_the_pod_fails_the_job_after_startup_timeout(cl
 
     from realnode import PAUSE_IMAGE  # tools/node, on the path through real_node.py
 
-    from operators.kubernetes_names import kube_name
+    from operators.launch.kubernetes.names import kube_name
 
     _, node = request.getfixturevalue("real_cluster")
     pause_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", PAUSE_IMAGE],

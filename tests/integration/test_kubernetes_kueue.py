@@ -13,8 +13,8 @@ import pytest
 
 import kueue
 from kube_cluster import PLAY, make_queues
-from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
-from operators.hooks.launcher import USER_ERROR
+from operators.launch.kubernetes.launcher import KubernetesLauncherHook
+from operators.launch.base import USER_ERROR
 from test_kubernetes_local_cluster import asyncio_run_trigger, gone, job_pods, make_request, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from kube_cluster import PLAY
-from operators.hooks.launcher import EVICTED, IMAGE_ERROR, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
-from operators.hooks.kubernetes_launcher import KubernetesLauncherHook
-from operators.kubernetes_names import JOB_LABEL, kube_name
+from operators.launch.base import EVICTED, IMAGE_ERROR, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
+from operators.launch.kubernetes.launcher import KubernetesLauncherHook
+from operators.launch.kubernetes.names import JOB_LABEL, kube_name
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]

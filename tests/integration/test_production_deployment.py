@@ -71,7 +71,7 @@ def job_root(server, name: str) -> Path:
 
 
 def job_state(server, name: str) -> Path:
-    """The job's platform state (operators/job_state.py): outside the job root."""
+    """The job's platform state (operators/state/job_state.py): outside the job root."""
     return server.home / "workspace" / "state" / name
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from fault_proxy import KINDS, FaultProxy
-from operators.hooks.checkpoint_sync import CheckpointSync
-from operators.hooks.code_staging import stage_code
-from operators.hooks.data_cache import DataCacheHook
+from operators.staging.checkpoints import CheckpointSync
+from operators.staging.code import stage_code
+from operators.cache.data_cache import DataCacheHook
 from operators.storage.hook import ObjectStorageHook, StorageError
 from operators.settings import TrainingSettings
 

@@ -1,4 +1,5 @@
-"""The import graph of operators/: no cycles, and backends stay apart (the issue-10 layering rules).
+"""The import graph of operators/: no cycles, backends stay apart (issue 10), and the package boundaries of issue 29:
+spec/, launch/ and cache/ import no Airflow at module level and nothing from pipelines/ or stages/.
 
 Imports are read from the source (every `import`/`from ... import`, also inside functions: a lazy import is still
 a dependency), so the test sees what Python would only find when that code path runs.
@@ -26,10 +27,29 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _module_level_nodes(tree: ast.Module):
+    """The statements Python runs on import: the module body and the blocks nested in it (try, if, with), but no
+    function or class body's function, and not `if TYPE_CHECKING:`."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or _is_type_checking(node):
+            continue
+        yield node
+        todo.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+
+
+def _imports(path: Path, name: str, known: set[str], module_level: bool = False) -> set[str]:
+    """The operators modules `name` imports; with module_level, only those imported when it is imported (also
+    `airflow`, as the name "airflow", for any import of an Airflow package)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in (_module_level_nodes(tree) if module_level else ast.walk(tree)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -38,9 +58,12 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            # `from operators.hooks import launcher` imports the submodule; `from x import Name` the module x.
+            # `from operators.launch import base` imports the submodule; `from x import Name` the module x.
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         for target in targets:
+            if module_level and target.split(".")[0] == "airflow":
+                found.add("airflow")
+                continue
             while target and target not in known:  # `import operators.a.b` -> the deepest module that exists
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -48,10 +71,17 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(module_level: bool = False) -> dict[str, set[str]]:
+    """Every operators module -> the operators modules it imports (also inside functions: a lazy import is still a
+    dependency); with module_level, only what importing it runs, plus "airflow" where that imports Airflow."""
     modules = _modules()
     known = set(modules)
-    return {name: _imports(path, name, known) for name, path in modules.items()}
+    graph = {name: _imports(path, name, known, module_level) for name, path in modules.items()}
+    if module_level:  # importing operators.a.b runs operators/__init__.py and operators/a/__init__.py first
+        for name in graph:
+            parents = name.split(".")[:-1]
+            graph[name] |= {".".join(parents[:i]) for i in range(1, len(parents) + 1)} & known
+    return graph
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -105,46 +135,120 @@ def test_operators_has_no_import_cycles():
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     # launch_training imports the registry inside a method: still an edge.
-    assert "operators.hooks.launcher_registry" in graph["operators.stages.launch_training"]
-    assert "operators.hooks.launcher" in graph["operators.hooks.docker_launcher"]
+    assert "operators.launch.registry" in graph["operators.stages.launch_training"]
+    assert "operators.launch.base" in graph["operators.launch.docker.launcher"]
 
 
-@pytest.mark.parametrize("module", ["operators.hooks.docker_launcher"])
+def _in_package(module: str, package: str) -> bool:
+    return module == f"operators.{package}" or module.startswith(f"operators.{package}.")
+
+
+def test_the_module_level_graph_skips_function_bodies_and_type_checking_blocks(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import operators.settings\n"
+        "try:\n    from airflow.sdk import Variable\nexcept ImportError:\n    pass\n"
+        "if TYPE_CHECKING:\n    from operators.spec.model import JobSpec\n"
+        "def later():\n    from operators.launch import base\n"
+    )
+    known = {"operators.settings", "operators.spec.model", "operators.launch.base"}
+    assert _imports(source, "m", known, module_level=True) == {"operators.settings", "airflow"}
+    assert _imports(source, "m", known) == known
+
+
+# What builds on the launch layer, the spec and the cache: they never import it back.
+UPPER_PACKAGES = ("pipelines", "stages")
+# The Airflow hooks of the launch layer (BaseHook subclasses, each owning a connection): importing them imports
+# Airflow, by design. Nothing else in spec/, launch/ or cache/ may, so the SDK's local mode and a DAG file's parse
+# can import those modules without Airflow.
+AIRFLOW_HOOK_MODULES = {"operators.launch.docker.launcher", "operators.launch.kubernetes.launcher"}
+
+
+@pytest.mark.parametrize("package", ["spec", "launch", "cache"])
+def test_spec_launch_and_cache_import_no_airflow_at_module_level(package):
+    graph = import_graph(module_level=True)
+    modules = sorted(m for m in graph if _in_package(m, package) and m not in AIRFLOW_HOOK_MODULES)
+    assert modules
+    offenders = {}
+    for module in modules:
+        reached = {module} | _reachable(graph, module)
+        via = sorted(m for m in reached if "airflow" in graph.get(m, ()))
+        if via:
+            offenders[module] = via
+    assert offenders == {}, f"importing these imports Airflow (through the modules listed): {offenders}"
+
+
+@pytest.mark.parametrize("package", ["spec", "launch", "cache"])
+def test_spec_launch_and_cache_import_nothing_from_pipelines_or_stages(package):
+    graph = import_graph()
+    for module in (m for m in graph if _in_package(m, package)):
+        upper = sorted(m for m in _reachable(graph, module) if any(_in_package(m, u) for u in UPPER_PACKAGES))
+        assert upper == [], f"{module} imports {upper}"
+
+
+BACKEND_PACKAGES = ("launch.local", "launch.docker", "launch.kubernetes")
+
+
+@pytest.mark.parametrize("backend", BACKEND_PACKAGES)
+def test_no_backend_package_reaches_another(backend):
+    graph = import_graph()
+    modules = [m for m in graph if _in_package(m, backend)]
+    assert modules
+    for module in modules:
+        others = sorted(m for m in _reachable(graph, module)
+                        if any(_in_package(m, b) for b in BACKEND_PACKAGES if b != backend))
+        assert others == [], f"{module} imports another backend's {others}"
+
+
+def test_a_backend_module_outside_its_folder_is_found():
+    """The boundary helpers on a made-up graph: a docker module reaching a kubernetes one through a shared module."""
+    graph = {"operators.launch.docker.x": {"operators.launch.base"},
+             "operators.launch.base": {"operators.launch.kubernetes.y"}}
+    reached = _reachable(graph, "operators.launch.docker.x")
+    assert any(_in_package(m, "launch.kubernetes") for m in reached)
+    assert not _in_package("operators.launch.kubernetes_extra", "launch.kubernetes")
+
+
+def test_the_hooks_grab_bag_is_gone():
+    # A class called a hook is an Airflow hook owning a connection, kept beside what it is for (issue 29).
+    assert not (PACKAGE / "hooks").exists()
+
+
+@pytest.mark.parametrize("module", ["operators.launch.docker.launcher"])
 def test_docker_backend_reaches_no_kubernetes_module(module):
     graph = import_graph()
     assert module in graph
-    kube = sorted(m for m in _reachable(graph, module) if "kubernetes" in m.rpartition(".")[2])
+    kube = sorted(m for m in _reachable(graph, module) if "kubernetes" in m)
     assert kube == [], f"{module} imports Kubernetes modules {kube}"
 
 
 def test_no_backend_imports_another_and_the_base_imports_none():
     graph = import_graph()
-    backends = {"operators.hooks.local_launcher", "operators.hooks.docker_launcher",
-                "operators.hooks.kubernetes_launcher"}
+    backends = {"operators.launch.local.launcher", "operators.launch.docker.launcher",
+                "operators.launch.kubernetes.launcher"}
     for backend in backends:
         assert not (_reachable(graph, backend) & (backends - {backend})), backend
-    for base in ("operators.hooks.launcher", "operators.hooks.launcher_registry", "operators.hooks.outcome",
-                 "operators.hooks.log_stream"):
+    for base in ("operators.launch.base", "operators.launch.registry", "operators.launch.outcome",
+                 "operators.launch.log_stream"):
         assert not (_reachable(graph, base) & backends), f"{base} imports a backend"
 
 
 def test_triggers_hold_only_the_waiting_loop():
     graph = import_graph()
     trigger = "operators.triggers.kubernetes_job"
-    assert "operators.hooks.kubernetes_launcher" not in _reachable(graph, trigger)
+    assert "operators.launch.kubernetes.launcher" not in _reachable(graph, trigger)
     assert len((PACKAGE / "triggers" / "kubernetes_job.py").read_text().splitlines()) < 150
 
 
-LAUNCH_LAYER = [
-    "hooks/launcher.py", "hooks/launcher_registry.py", "hooks/outcome.py", "hooks/log_stream.py",
-    "hooks/local_launcher.py", "hooks/kubernetes_launcher.py", "hooks/kubernetes_watch.py",
-    "hooks/kubernetes_api.py", "hooks/kubernetes_pods.py", "triggers/kubernetes_job.py", "settings.py",
-    "stages/launch_training.py", "job_names.py", "container_env.py",
+# Every module of the launch layer (its base, the three backends, the trigger) and the stage that drives it.
+LAUNCH_LAYER = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "launch").rglob("*.py")) + [
+    "triggers/kubernetes_job.py", "settings.py", "stages/launch_training.py",
 ]
 
 
 @pytest.mark.parametrize("path", LAUNCH_LAYER)
 def test_launch_layer_modules_stay_small(path):
     # A guard against a module growing into a second concern, not a target to split for: the Kubernetes watch and
-    # launcher grew with Kueue's queue lines and suspended Jobs (issue 28); issue 29 moves them into launch/kubernetes/.
+    # launcher grew with Kueue's queue lines and suspended Jobs (issue 28); issue 29 moved them into launch/kubernetes/.
     assert len((PACKAGE / path).read_text().splitlines()) <= 460

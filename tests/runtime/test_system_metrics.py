@@ -1,5 +1,5 @@
 """System metrics: a real `train` process samples its cgroup into output/metrics.jsonl while the user code runs, and
-the worker's metrics path (operators/metrics.py) reads them like any script-written point."""
+the worker's metrics path (operators/tracking/metrics.py) reads them like any script-written point."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_train_samples_cpu_and_memory_into_the_metrics_stream(make_job):
     result = job.run(env={"TRAINING_SYSTEM_METRICS_SECONDS": "0.5", "TRAINING_METRICS_FILE": str(metrics_file)})
     assert result.returncode == 0, result.stderr
 
-    from operators.metrics import MetricCollector
+    from operators.tracking.metrics import MetricCollector
 
     collector = MetricCollector()
     collector.read_file(metrics_file, job_root=str(job.root))

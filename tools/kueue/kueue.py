@@ -12,7 +12,7 @@ How it runs on loopback, and why:
   adds: the cert rotator refuses to start without it. Nothing here uses the old v1beta1 version, so no
   conversion request is ever sent.
 - Only the batch/job integration; leader election, metrics and the visibility server off (one controller, and
-  positions in a queue are read from the Workloads themselves, operators/hooks/kubernetes_queue.py).
+  positions in a queue are read from the Workloads themselves, operators/launch/kubernetes/workload.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ WEBHOOK_SERVICE = "kueue-webhook-service"
 WEBHOOK_SECRET = "kueue-webhook-server-cert"
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
-# Pod resources a training Job requests (operators/kubernetes_manifests.py): every ClusterQueue must cover them.
+# Pod resources a training Job requests (operators/launch/kubernetes/manifests.py): every ClusterQueue must cover them.
 COVERED_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 # WorkloadPriorityClasses of the local cluster (admins define theirs; these are what the tests pick from).
 PRIORITIES = {"low": 100, "high": 1000}

@@ -15,7 +15,7 @@ import pytest
 from small_disk import small_disk  # noqa: F401  (the fixture)
 
 from operators.storage import disk_space
-from operators.hooks.data_cache import DataCacheHook
+from operators.cache.data_cache import DataCacheHook
 from operators.storage.disk_space import DiskFullError
 from operators.storage.hook import ObjectStorageHook
 from operators.settings import TrainingSettings

@@ -1,0 +1,1 @@
+"""Launch backend `docker`: one container per host on the Docker engine."""

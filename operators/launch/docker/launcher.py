@@ -1,0 +1,348 @@
+"""Launch backend `docker`: one container per host on a network named after the job, on the Docker engine next to
+the worker (docs/docker.md).
+
+Through the docker provider's DockerHook (its docker.APIClient: connection `[training.docker] docker_conn_id` for
+registry login, engine at `[training.docker] docker_url`). What each container looks like is data
+(operators/launch/docker/containers.py); who it runs as, the job root it may write and its credentials file are operators/launch/docker/access.py.
+Written here rather than with the provider's DockerOperator: that runs one container and has no notion of several
+hosts on one network, reattaching by name, or failure classes.
+
+Hosts resolve each other reliably: the network is created with a fixed subnet (the one the engine would pick) and
+every container gets a fixed address and all hosts in its /etc/hosts, so a name resolves before its container has
+started and after it has exited; the runtime's bounded host wait is a second line of defence.
+
+Lifecycle (blocking; not deferrable: the engine is local to the worker, there is nothing to hand to a triggerer):
+network and containers are looked up by their labels first; a try finding all of its containers running or
+finished successfully reattaches (no second set); containers of a failed earlier try are removed and created
+afresh. Logs are followed per container with timestamps and caught up at the end after the last timestamp seen.
+When one host fails, the others are stopped (distributed peers would otherwise hang). Failure classes come from
+the container state: OOMKilled or the runtime's exit 137 (oom_killed), exit codes 1-3 (user), 4 (platform), a
+missing/invalid image (fail fast) vs a registry rate limit (retried for `image_pull_grace_seconds`),
+max_run_seconds (stopped -> timeout). Containers, network and credentials file are removed at the end (containers
+and network kept with options.keep_containers), and by stop() (on_kill).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import cached_property
+from typing import Any, Iterable, Mapping
+
+from airflow.providers.common.compat.sdk import BaseHook
+
+from operators.spec.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
+from operators.launch.container_users import root_part
+from operators.launch.docker import access
+from operators.launch.docker import engine
+from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name
+from operators.launch.docker.logs import LogFollower
+from operators.launch.base import DEFAULT_MASTER_PORT, Capabilities, LaunchRequest, LaunchResult, LineCallback
+from operators.launch.outcome import clear_outcome_markers
+from operators.launch.names import JOB_LABEL
+from operators.launch.names import resource_name as kube_name
+
+class DockerLauncherHook(BaseHook):
+    """Runs a LaunchRequest as containers on a Docker engine; see the module docstring."""
+
+    backend = "docker"
+    # Blocking only: the engine is local to the worker, there is nothing to hand to a triggerer. Cache entries
+    # are bind-mounted read-only at input/data/<channel>.
+    capabilities = Capabilities(deferrable=False, mounts_channels=True)
+
+    def __init__(
+        self, docker_url: str | None = None, docker_conn_id: str | None = None, default_image: str | None = None
+    ):
+        super().__init__()
+        self._docker_url = docker_url
+        self._docker_conn_id = docker_conn_id
+        self._default_image = default_image
+
+    # ---- configuration --------------------------------------------------------------------------------
+    @cached_property
+    def client(self):
+        from airflow.providers.docker.hooks.docker import DockerHook
+
+        url, conn_id = self._docker_url, self._docker_conn_id
+        if url is None or conn_id is None:
+            from operators.settings import docker_settings
+
+            settings = docker_settings()
+            url = url or settings.docker_url
+            conn_id = conn_id if conn_id is not None else settings.docker_conn_id
+        return DockerHook(docker_conn_id=conn_id or None, base_url=url, version="auto").get_conn()
+
+    def _options(self, request: LaunchRequest) -> dict[str, Any]:
+        options = dict(request.options or {})
+        # Only the spec's docker section arrives here (JobSpec.backend_options); another backend's is not ours.
+        unknown = sorted(set(options) - set(OPTION_KEYS))
+        if unknown:
+            known = ", ".join(OPTION_KEYS)
+            raise ValueError(f"docker option '{unknown[0]}' is not a known option; use one of: {known}")
+        user = str(options.get("user") or "").strip() or None
+        if user and root_part(user):
+            raise ValueError(f"docker option user is {user!r}: training containers never run as root; give a non-root "
+                             "uid:gid, or leave it out to use the image's user")
+        from operators.settings import docker_settings  # host paths are an admin setting, never a job's option
+
+        if options.get("host_workspace"):
+            raise ValueError("docker option host_workspace is an admin setting: set [training.docker] host_workspace "
+                             "in airflow.cfg, not in the job")
+        return {
+            "user": user,
+            "secret_variables": options.get("secret_variables") or {},
+            "shm_size": options.get("shm_size", "1Gi") or None,
+            "keep_containers": bool(options.get("keep_containers", False)),
+            "host_workspace": docker_settings().host_workspace or None,
+            "image_pull_grace_seconds": float(options.get("image_pull_grace_seconds", 600)),
+            "poll_interval": float(options.get("poll_interval", 1.0)),
+            "stop_timeout": int(options.get("stop_timeout", 10)),
+        }
+
+    def image(self, request: LaunchRequest) -> str:
+        if request.image_uri or self._default_image:
+            return request.image_uri or self._default_image
+        from operators.settings import training_settings
+
+        return training_settings().default_image
+
+    def configs(
+        self, request: LaunchRequest, user: str = access.DEFAULT_USER, addresses: list[str] | None = None,
+        secrets_file: str | None = None,
+    ) -> list[dict[str, Any]]:
+        options = self._options(request)
+        return container_configs(
+            request,
+            image=self.image(request),
+            user=user,
+            shm_size=options["shm_size"],
+            host_workspace=options["host_workspace"],
+            addresses=addresses,
+            secrets_file=secrets_file,
+        )
+
+    # ---- the protocol ---------------------------------------------------------------------------------
+    def hosts(self, job_name: str, instance_count: int) -> list[str]:
+        return [container_name(job_name, index) for index in range(instance_count)]
+
+    def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str] | None:
+        return None  # the job's network resolves container names
+
+    def master_port(self) -> int:
+        return DEFAULT_MASTER_PORT  # every container has its own network namespace: no collisions
+
+    def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:
+        expected = self.hosts(request.job_name, request.instance_count)
+        if request.hosts and list(request.hosts) != expected:
+            raise ValueError(
+                f"the job's hosts {list(request.hosts)} are not this backend's host names {expected}; "
+                "write resourceconfig.json with the launcher's hosts(job_name, instance_count)"
+            )
+        options = self._options(request)
+        # The docker option's Variables and the spec's references (resolved at launch): one read-only file.
+        secrets = {**access.secret_values(options["secret_variables"]), **request.secret_env}
+        started_at = time.monotonic()
+        failure = self._start(request, options, secrets, on_line)
+        if failure is not None:
+            self._cleanup(request, options)
+            return failure
+        names = expected
+        multi = request.instance_count > 1
+        followers = {name: LogFollower(self.client, name, name if multi else None, on_line) for name in names}
+        for follower in followers.values():
+            follower.start()
+        states, timed_out = self._wait(request, names, options, started_at, on_line)
+        for follower in followers.values():
+            follower.join(timeout=2)
+            follower.stop()
+            follower.join(timeout=2)
+            try:
+                follower.catch_up()
+            except Exception as err:
+                self.log.warning("Could not read the rest of the log of %s: %s", follower.container, err)
+        result = engine.job_result(request, states, timed_out)
+        if result.succeeded:
+            on_line(f"[docker] job {kube_name(request.job_name)} completed on {request.instance_count} host(s)")
+        self._cleanup(request, options)
+        return result
+
+    def stop(self, request: LaunchRequest) -> None:
+        """on_kill: remove the job's containers, network and credentials file; what is already gone is fine."""
+        access.remove_secrets(access.secrets_dir(request.workspace, request.job_name))
+        self._remove_all(request)
+
+    # ---- steps ----------------------------------------------------------------------------------------
+    def _start(
+        self, request: LaunchRequest, options: Mapping[str, Any], secrets: Mapping[str, str], on_line: LineCallback
+    ) -> LaunchResult | None:
+        network = kube_name(request.job_name)
+        existing = self._containers(request)
+        if existing:
+            states = {name: self._inspect(name)["State"] for name in existing}
+            exited_badly = any(
+                state.get("Status") == "exited" and (state.get("ExitCode") or state.get("OOMKilled"))
+                for state in states.values()
+            )
+            if len(existing) == request.instance_count and not exited_badly:
+                summary = ", ".join(f"{name} {state.get('Status')}" for name, state in sorted(states.items()))
+                on_line(f"[docker] reattaching to the containers of job {network} ({summary}): no second set")
+                self._start_created(request)
+                return None
+            on_line(f"[docker] removing the containers of an earlier, failed try of job {network}")
+            self._remove_all(request)
+        clear_outcome_markers(request.job_root)
+        image = self.image(request)
+        failure = engine.ensure_image(self.client, image, options["image_pull_grace_seconds"], on_line)
+        if failure is not None:
+            return failure
+        user, ids = self._run_as(request, options, image, on_line)
+        secrets_file = None
+        if secrets:
+            directory = access.secrets_dir(request.workspace, request.job_name)
+            secrets_file = access.write_secrets(directory, secrets, *ids)
+            on_line(f"[docker] credentials {', '.join(sorted(secrets))} from Airflow Variables: in a read-only file, "
+                    "not in the container's configuration")
+        addresses = engine.create_job_network(self.client, request)
+        configs = self.configs(request, user=user, addresses=addresses, secrets_file=secrets_file)
+        for config in configs:
+            body = {k: v for k, v in config.items() if k != "name"}
+            failure = self._create(config["name"], body, options, on_line)
+            if failure is not None:
+                return failure
+        self._start_created(request)
+        hosts = ", ".join(f"{c['name']} ({a})" for c, a in zip(configs, addresses))
+        on_line(f"[docker] started job {network}: {hosts}, image {image}, user {user}")
+        return None
+
+    def _run_as(
+        self, request: LaunchRequest, options: Mapping[str, Any], image: str, on_line: LineCallback
+    ) -> tuple[str, tuple[int, int | None] | None]:
+        """The container's user (see docker_access) and its numeric ids; gives it the job root when we are root."""
+        user = options["user"]
+        if not user and not access.worker_is_root():
+            return f"{os.getuid()}:{os.getgid()}", (os.getuid(), os.getgid())
+        if not user:
+            user = (self.client.inspect_image(image).get("Config") or {}).get("User") or ""
+            if access.is_root(user):
+                on_line(f"[docker] image {image} runs as root; running as {access.DEFAULT_USER} instead "
+                        "(set the docker option user to choose)")
+                user = access.DEFAULT_USER
+        ids = access.numeric_ids(user) or engine.ids_in_image(self.client, image, user)
+        if ids[0] == 0:  # a name of the image (or its USER) that is uid 0 by another name
+            raise ValueError(f"docker option user {user!r} is uid 0 in image {image}: training containers never run "
+                             "as root; give a non-root uid:gid")
+        if access.worker_is_root():
+            changed = access.give_job_root(request.job_root, *ids)
+            if changed:
+                self.log.info("Gave %d entries of the job root %s to %s", changed, request.job_root, user)
+        return user, ids
+
+    def _create(self, name: str, body: dict, options: Mapping[str, Any], on_line: LineCallback) -> LaunchResult | None:
+        from docker.errors import APIError, ImageNotFound
+
+        client = self.client
+        pulled = False
+        while True:
+            try:
+                client.create_container_from_config(body, name)
+                return None
+            except ImageNotFound:
+                if pulled:
+                    raise
+                failure = engine.pull(client, body["Image"], options["image_pull_grace_seconds"], on_line)
+                if failure is not None:
+                    return failure
+                pulled = True
+            except APIError as err:
+                if err.status_code == 409:  # created meanwhile (a concurrent try): reattach to it
+                    return None
+                if err.status_code == 400 and "invalid reference format" in str(err.explanation):
+                    return engine.image_failure(body["Image"], str(err.explanation))
+                raise
+
+    def _start_created(self, request: LaunchRequest) -> None:
+        """Start the job's containers not started yet, in host order."""
+        containers = self._containers(request)
+        for name in sorted(containers, key=lambda n: int(containers[n].get("Labels", {}).get(INDEX_LABEL, 0))):
+            if self._inspect(name)["State"].get("Status") == "created":
+                self.client.start(name)
+
+    def _wait(
+        self,
+        request: LaunchRequest,
+        names: list[str],
+        options: Mapping[str, Any],
+        started_at: float,
+        on_line: LineCallback,
+    ) -> tuple[dict[str, dict], bool]:
+        """Until every container has exited, or one failed (then the others are stopped), or the deadline."""
+        stopping = False
+        while True:
+            states = {name: self._inspect(name)["State"] for name in names}
+            running = [name for name, state in states.items() if state.get("Running")]
+            failed = [
+                name
+                for name, state in states.items()
+                if not state.get("Running") and (state.get("ExitCode") or state.get("OOMKilled"))
+            ]
+            if not running:
+                return states, False
+            if failed and not stopping:
+                on_line(f"[docker] {failed[0]} failed; stopping the other hosts")
+                self._stop(running, options)
+                stopping = True
+                continue
+            if request.max_run_seconds and time.monotonic() - started_at > request.max_run_seconds:
+                on_line(f"[docker] max_run_seconds ({request.max_run_seconds}) reached; stopping the job")
+                self._stop(running, options)
+                return {name: self._inspect(name)["State"] for name in names}, True
+            time.sleep(options["poll_interval"])
+
+    def _stop(self, names: Iterable[str], options: Mapping[str, Any]) -> None:
+        from docker.errors import NotFound
+
+        for name in names:
+            try:
+                self.client.stop(name, timeout=options["stop_timeout"])
+            except NotFound:
+                pass
+
+    # ---- engine helpers -------------------------------------------------------------------------------
+    def _inspect(self, name: str) -> dict[str, Any]:
+        from docker.errors import NotFound
+
+        try:
+            return self.client.inspect_container(name)
+        except NotFound:  # removed under us: stop() (on_kill) or by hand
+            return {"State": {"Status": "removed", "Running": False, "ExitCode": None, "OOMKilled": False}}
+
+    def _containers(self, request: LaunchRequest) -> dict[str, dict[str, Any]]:
+        found = self.client.containers(all=True, filters={"label": f"{JOB_LABEL}={kube_name(request.job_name)}"})
+        return {c["Names"][0].lstrip("/"): c for c in found}
+
+    def _cleanup(self, request: LaunchRequest, options: Mapping[str, Any]) -> None:
+        access.remove_secrets(access.secrets_dir(request.workspace, request.job_name))
+        if options["keep_containers"]:
+            self.log.info("Keeping the containers of job %s (keep_containers)", request.job_name)
+            return
+        try:
+            self._remove_all(request)
+        except Exception as err:  # the result stands; leftovers are removed by the next try or stop()
+            self.log.warning("Could not remove the containers of job %s: %s", request.job_name, err)
+
+    def _remove_all(self, request: LaunchRequest) -> None:
+        from docker.errors import NotFound
+
+        for name in self._containers(request):
+            try:
+                self.client.remove_container(name, force=True, v=True)  # and its anonymous volumes
+            except NotFound:
+                pass
+        network = kube_name(request.job_name)
+        for net in self.client.networks(names=[network]):
+            if net.get("Name") == network:
+                try:
+                    self.client.remove_network(net["Id"])
+                except NotFound:
+                    pass
+

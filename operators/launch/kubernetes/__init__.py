@@ -1,0 +1,1 @@
+"""Launch backend `kubernetes`: one Indexed Job per training job."""

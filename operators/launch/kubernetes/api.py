@@ -1,0 +1,99 @@
+"""Calls on the Kubernetes API shared by the launcher (sync client) and the trigger (asyncio client): deleting a
+training Job with its pods and Service, reading a Job's final state, and turning API errors into one line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from operators.launch.kubernetes.names import JOB_LABEL, secret_name
+
+
+class KubernetesLaunchError(RuntimeError):
+    """Kubernetes refused or failed an operation of the launcher (one line: what, where, what to do)."""
+
+
+def api_error(action: str, namespace: str, err: Any) -> KubernetesLaunchError:
+    status = getattr(err, "status", None)
+    reason = getattr(err, "reason", "") or ""
+    body = getattr(err, "body", "") or ""
+    message = reason
+    try:
+        message = json.loads(body).get("message") or reason
+    except Exception:
+        pass
+    hint = {
+        401: "check the credentials of the Kubernetes connection",
+        403: (
+            "give the identity Airflow uses the rights of the Role in docs/kubernetes.md (jobs, pods, pods/log, "
+            "services, secrets, events) "
+            f"in namespace {namespace}"
+        ),
+        404: f"check that namespace {namespace} exists",
+        422: "the manifest was refused; check the job's options and resources",
+    }.get(status, "check the cluster and the Kubernetes connection")
+    return KubernetesLaunchError(f"Kubernetes could not {action} in namespace {namespace} ({status} {message}); {hint}")
+
+
+def finished_state(job: Any) -> str | None:
+    """"Complete", "Failed" or None (still running) from a Job's conditions."""
+    for condition in (job.status and job.status.conditions) or []:
+        if condition.status == "True" and condition.type in ("Complete", "SuccessCriteriaMet"):
+            return "Complete"
+        if condition.status == "True" and condition.type in ("Failed", "FailureTarget"):
+            return "Failed"
+    return None
+
+
+def delete_job(core: Any, batch: Any, name: str, namespace: str, propagation_policy: str) -> None:
+    """Delete the Job, its pods, its Service and its Secret (sync clients); what is gone already is fine."""
+    from kubernetes.client import V1DeleteOptions
+    from kubernetes.client.rest import ApiException
+
+    steps = (
+        ("delete Job", lambda: batch.delete_namespaced_job(
+            name=name, namespace=namespace, body=V1DeleteOptions(propagation_policy=propagation_policy)
+        )),
+        # Pods the garbage collector would get to later (Background) or that lost their owner.
+        ("delete pods of Job", lambda: core.delete_collection_namespaced_pod(
+            namespace=namespace, label_selector=f"{JOB_LABEL}={name}"
+        )),
+        ("delete Service", lambda: core.delete_namespaced_service(name=name, namespace=namespace)),
+        # Owned by the Job, so the garbage collector would delete it too: not waiting for that keeps it short-lived.
+        ("delete Secret", lambda: core.delete_namespaced_secret(name=secret_name(name), namespace=namespace)),
+    )
+    errors = []
+    for action, call in steps:
+        try:
+            call()
+        except ApiException as err:
+            if err.status != 404:
+                errors.append(api_error(f"{action} {name}", namespace, err))
+    if errors:
+        raise errors[0]
+
+
+async def delete_job_async(hook: Any, name: str, namespace: str, propagation_policy: str = "Foreground") -> None:
+    """Delete the Job, its pods, its Service and its Secret; what is gone already is fine."""
+    from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, V1DeleteOptions
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    async with hook.get_conn() as api:
+        calls = (
+            lambda: BatchV1Api(api).delete_namespaced_job(
+                name=name, namespace=namespace, body=V1DeleteOptions(propagation_policy=propagation_policy)
+            ),
+            lambda: CoreV1Api(api).delete_collection_namespaced_pod(
+                namespace=namespace, label_selector=f"{JOB_LABEL}={name}"
+            ),
+            lambda: CoreV1Api(api).delete_namespaced_service(name=name, namespace=namespace),
+            lambda: CoreV1Api(api).delete_namespaced_secret(name=secret_name(name), namespace=namespace),
+        )
+        for call in calls:
+            try:
+                await call()
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+

@@ -1,0 +1,432 @@
+"""Launch backend `kubernetes`: one Indexed Job (a pod per host) and a headless Service per training job.
+
+Protocol (operators/launch/base.py): Launcher and, declared in its capabilities, DeferrableLauncher
+(start() -> trigger() -> result_from_event()), the default way to wait.
+
+Built on the cncf-kubernetes provider: KubernetesHook (connection `[training.kubernetes] conn_id`: a
+kubeconfig path/content, in-cluster, or the default kubeconfig) gives the API clients and the job reads
+with the provider's retry policy; AsyncKubernetesHook drives the waiting; the provider's image-pull
+error judgement decides what fails fast. Written here, and why:
+  - the manifests (operators/launch/kubernetes/manifests.py): the provider builds single pods, not Indexed Jobs
+    with a pod failure policy, a headless Service and sub-path mounts of a shared workspace;
+  - creating the Job: KubernetesHook.create_job retries HTTP 409 as a transient error (five attempts with
+    backoff) while for us 409 AlreadyExists is the normal signal to reattach to the Job a previous try
+    or a restarted worker created;
+  - the watch (operators/launch/kubernetes/watch.py) the trigger (operators/triggers/kubernetes_job.py) runs:
+    see its docstring;
+  - the end-of-job log catch-up: the provider's PodManager logs through its own logger and re-reads
+    by whole seconds (since_seconds), which can drop or repeat lines; we resume after the exact
+    (nanosecond timestamp, count) cursor the watch left.
+
+Lifecycle: names derive from job_name (kube_name), so a retried task computes the same Job name.
+start(): create -> 409 -> read the Job there: running or complete -> reattach (no second Job); failed ->
+delete it and start afresh (a retry must run again, not report the old failure); being deleted ->
+wait until it is gone. The Service is owned by the Job, so ttlSecondsAfterFinished (or any deletion
+of the Job) removes it too. stop() deletes the Job (propagation Foreground by default), its pods and the
+Service (and the Job's Secret, operators/launch/kubernetes/secrets.py). When the watch gives up before Kubernetes has finished the Job (image error, OOM, missing
+Secret), result_from_event() deletes it so nothing keeps retrying in the cluster. The job root side (group-
+writable tree, mount points, the launch record that lets a retry after ttlSecondsAfterFinished report a success
+instead of training again): operators/launch/kubernetes/workspace.py. With a Kueue queue ([training.kubernetes]
+queue, operators/launch/kubernetes/queues.py) the Job is created suspended and Kueue admits it whole; the watch reports
+its place in the queue (operators/launch/kubernetes/workload.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from functools import cached_property
+from typing import Any, Mapping
+
+from airflow.providers.common.compat.sdk import BaseHook
+
+from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, delete_job, finished_state
+from operators.launch.kubernetes.secrets import JobSecret, with_secret_env
+from operators.launch.kubernetes.watch import JobWatch
+from operators.launch.kubernetes.workspace import (
+    prepare_job_root,
+    succeeded_since_launch,
+    workspace_group,
+    write_launch_record,
+)
+from operators.launch.base import (
+    DEFAULT_MASTER_PORT,
+    PLATFORM_ERROR,
+    Capabilities,
+    LaunchRequest,
+    LaunchResult,
+    LineCallback,
+    is_runtime_exit_code,
+)
+from operators.launch.log_stream import LogCursor, deliver_line, since_seconds
+from operators.launch.outcome import clear_outcome_markers, read_failure_reason
+from operators.launch.kubernetes.manifests import (
+    CONTAINER_NAME,
+    job_manifest,
+    restricted_profile_violations,
+    service_manifest,
+)
+from operators.launch.kubernetes.names import (
+    JOB_LABEL,
+    ORIGINAL_NAME_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    host_names,
+    kube_name,
+)
+from operators.state.job_state import state_dir
+from operators.launch.kubernetes.options import KubernetesJobOptions, resolve_options
+
+__all__ = ["KubernetesLauncherHook", "KubernetesLaunchError"]
+
+DELETE_WAIT_SECONDS = 180
+CATCH_UP_MARGIN_SECONDS = 600
+
+
+def _check_hosts(request: LaunchRequest, expected: list[str]) -> None:
+    """resourceconfig.json must list the names the pods really get, or peers cannot find each other."""
+    if request.hosts and list(request.hosts) != expected:
+        raise ValueError(
+            f"the job's hosts {list(request.hosts)} are not this backend's host names {expected}; "
+            "write resourceconfig.json with the launcher's hosts(job_name, instance_count)"
+        )
+
+
+class KubernetesLauncherHook(BaseHook):
+    """Runs a LaunchRequest as an Indexed Job + headless Service; see the module docstring."""
+
+    backend = "kubernetes"
+    # Cache entries are sub-path mounts, read-only, at input/data/<channel>.
+    capabilities = Capabilities(deferrable=True, mounts_channels=True)
+
+    def __init__(self, settings: Any | None = None, default_image: str | None = None) -> None:
+        super().__init__()
+        self._settings = settings
+        self._default_image = default_image
+
+    # ---- configuration --------------------------------------------------------------------------------
+    @cached_property
+    def settings(self):
+        if self._settings is not None:
+            return self._settings
+        from operators.settings import kubernetes_settings
+
+        return kubernetes_settings()
+
+    @cached_property
+    def kube(self):
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        return KubernetesHook(conn_id=self.settings.conn_id or None)
+
+    def async_kube(self):
+        """The async hook for blocking mode, given the connection extras the sync hook has read already."""
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import (
+            AsyncKubernetesHook,
+        )
+
+        return AsyncKubernetesHook(conn_id=self.kube.conn_id, connection_extras=dict(self.kube.conn_extras))
+
+    @property
+    def deferrable_default(self) -> bool:
+        """[training.kubernetes] deferrable: wait in the triggerer unless the operator says otherwise."""
+        return bool(self.settings.deferrable)
+
+    def options(self, request: LaunchRequest) -> KubernetesJobOptions:
+        return resolve_options(request.options, self.settings)
+
+    def image(self, request: LaunchRequest) -> str:
+        if request.image_uri:
+            return request.image_uri
+        if self._default_image:
+            return self._default_image
+        from operators.settings import training_settings
+
+        return training_settings().default_image
+
+    def job_manifest(self, request: LaunchRequest) -> dict[str, Any]:
+        # Secrets by reference: only a secretKeyRef per variable, the values go into the Job's Secret.
+        options = with_secret_env(self.options(request), kube_name(request.job_name), request.secret_env)
+        return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
+
+    # ---- the protocol ---------------------------------------------------------------------------------
+    def hosts(self, job_name: str, instance_count: int) -> list[str]:
+        return host_names(kube_name(job_name), instance_count)
+
+    def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str] | None:
+        return None  # the headless Service gives every host a DNS name
+
+    def master_port(self) -> int:
+        return DEFAULT_MASTER_PORT  # every pod has its own network namespace: no collisions
+
+    def start(self, request: LaunchRequest) -> None:
+        """Create the Job and its Service, or reattach to the Job a previous try created."""
+        from kubernetes.client.rest import ApiException
+
+        _check_hosts(request, self.hosts(request.job_name, request.instance_count))
+        options = self.options(request)
+        manifest = self.job_manifest(request)
+        name, namespace = manifest["metadata"]["name"], options.namespace
+        if succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)) and self._read_job(name, namespace) is None:
+            self.log.info(
+                "Job %s/%s is gone (ttlSecondsAfterFinished) but the job root's success marker is newer than its "
+                "creation: it succeeded; reporting that instead of training again", namespace, name)
+            return
+        # Mount points the kubelet would otherwise create as root, and a job root the pods' uid can write.
+        prepare_job_root(request.job_root, [
+            os.path.join(request.job_root, "input", "data", channel) for channel in request.channel_entries])
+        problems = restricted_profile_violations(manifest["spec"]["template"]["spec"])
+        if problems:
+            self.log.warning("Job %s does not meet the restricted Pod Security profile (%s); namespaces enforcing "
+                             "it will refuse its pods", name, "; ".join(problems))
+        batch = self.kube.batch_v1_client
+        # Secrets by reference: a Secret, then the Job, then the Job becomes its owner (see operators/launch/kubernetes/secrets.py).
+        secret = JobSecret(self.kube.core_v1_client, name, namespace, options.labels) if request.secret_env else None
+        for _ in range(5):
+            if secret is not None and self._read_job(name, namespace) is None:
+                secret.put(request.secret_env)
+            try:
+                created = batch.create_namespaced_job(namespace=namespace, body=manifest)
+            except ApiException as err:
+                if err.status != 409:
+                    raise api_error(f"create Job {name}", namespace, err) from None
+            else:
+                if secret is not None:
+                    secret.adopt(created.metadata.uid, request.secret_env)
+                    self.log.info("Secrets %s: in Secret %s/%s, owned by the Job", ", ".join(sorted(
+                        request.secret_env)), namespace, secret.secret)
+                clear_outcome_markers(request.job_root)
+                write_launch_record(state_dir(request.workspace, request.job_name), created.metadata.uid)
+                self.log.info("Created Job %s/%s: %d host(s) %s, image %s", namespace, name, request.instance_count,
+                              ", ".join(self.hosts(request.job_name, request.instance_count)),
+                              manifest["spec"]["template"]["spec"]["containers"][0]["image"])
+                if options.queue:
+                    self.log.info("Job %s/%s waits suspended in Kueue queue %s%s until all %d host(s) are admitted",
+                                  namespace, name, options.queue,
+                                  f" (priority {options.queue_priority})" if options.queue_priority else "",
+                                  request.instance_count)
+                self._ensure_service(name, namespace, options, created.metadata.uid)
+                return
+            existing = self._read_job(name, namespace)
+            if existing is None:
+                continue  # deleted in between: create it again
+            self._check_ownership(existing, request, manifest)
+            if existing.metadata.deletion_timestamp:
+                self.log.info("Job %s/%s from an earlier try is being deleted; waiting for it to go", namespace, name)
+                self._wait_deleted(name, namespace)
+                continue
+            state = finished_state(existing)
+            if state == "Failed":
+                self.log.info("Job %s/%s from an earlier try failed; deleting it to start the training afresh",
+                              namespace, name)
+                self._delete(name, namespace, "Foreground")
+                self._wait_deleted(name, namespace)
+                continue
+            self.log.info(
+                "Reattaching to Job %s/%s (created %s, %s): a retry or restarted worker does not start a second one",
+                namespace,
+                name,
+                existing.metadata.creation_timestamp,
+                "already complete" if state == "Complete" else
+                "waiting suspended in its Kueue queue" if existing.spec.suspend else "still running",
+            )
+            if secret is not None:
+                secret.adopt(existing.metadata.uid, request.secret_env)  # the Secret there, never a second one
+            self._ensure_service(name, namespace, options, existing.metadata.uid)
+            return
+        raise KubernetesLaunchError(
+            f"Job {namespace}/{name} kept appearing and disappearing while starting; check who else manages it"
+        )
+
+    def trigger(self, request: LaunchRequest):
+        from operators.triggers.kubernetes_job import KubernetesTrainingJobTrigger
+
+        options = self.options(request)
+        return KubernetesTrainingJobTrigger(
+            name=kube_name(request.job_name),
+            namespace=options.namespace,
+            instance_count=request.instance_count,
+            kubernetes_conn_id=self.settings.conn_id or None,
+            **options.waiting(),
+            propagation_policy=options.propagation_policy,
+            metric_definitions=[dict(m) for m in request.metric_definitions],
+            has_secret=bool(request.secret_env),
+            **self._kubeconfig_file(),
+        )
+
+    def queue_of(self, request: LaunchRequest) -> dict[str, str] | None:
+        """The Kueue queue and priority the Job waits in (see DeferrableLauncher.queue_of), or None."""
+        options = self.options(request)
+        return {"queue": options.queue, "priority": options.queue_priority} if options.queue else None
+
+    def _kubeconfig_file(self) -> dict[str, str]:
+        """The connection's kubeconfig path and context, when that is how it connects (see the trigger)."""
+        extras = self.kube.conn_extras or {}
+        path = extras.get("kube_config_path") or extras.get("extra__kubernetes__kube_config_path")
+        if not path or extras.get("kube_config") or extras.get("in_cluster"):
+            return {}
+        context = extras.get("cluster_context") or extras.get("extra__kubernetes__cluster_context")
+        return {"kube_config_path": str(path), "cluster_context": str(context) if context else None}
+
+    def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:
+        """Blocking: start or reattach, stream the pods' logs into on_line, wait, return the result."""
+        self.start(request)
+        options = self.options(request)
+        watch = JobWatch(
+            self.async_kube(),
+            name=kube_name(request.job_name),
+            namespace=options.namespace,
+            instance_count=request.instance_count,
+            **options.waiting(),
+            emit=on_line,
+        )
+        event = asyncio.run(watch.run())
+        return self.result_from_event(request, event, on_line)
+
+    def result_from_event(
+        self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback
+    ) -> LaunchResult:
+        if not isinstance(event, Mapping) or event.get("status") not in ("success", "failed"):
+            raise KubernetesLaunchError(f"unexpected trigger event {event!r} for job {request.job_name}")
+        name = kube_name(request.job_name)
+        if event.get("job_missing") and succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)):
+            on_line(f"[kubernetes] Job {name} finished and was removed after ttlSecondsAfterFinished; "
+                    "its success marker says it succeeded")
+            return LaunchResult(succeeded=True, exit_code=0)
+        self._catch_up_logs(request, event, on_line)
+        if event.get("job_missing") and getattr(self, "_stopped", False):
+            # stop() (on_kill, early stopping) deleted it while run() watched: say so, not "deleted outside Airflow".
+            return LaunchResult(succeeded=False, failure_class=PLATFORM_ERROR,
+                                failure_reason=f"stopped by this task (killed, or stopped early): Job {name} and its "
+                                               "pods were deleted")
+        if event["status"] == "success":
+            on_line(f"[kubernetes] Job {name} completed on {request.instance_count} host(s)")
+            return LaunchResult(succeeded=True, exit_code=0)
+        if not event.get("job_finished", True):
+            on_line(f"[kubernetes] stopping Job {name}: {event['failure_class']} is not worth retrying in the cluster")
+            self.stop(request)
+        message = event.get("message") or "the training Job failed"
+        reason = read_failure_reason(request.job_root) if is_runtime_exit_code(event.get("exit_code")) else None
+        reason = reason or event.get("detail")
+        return LaunchResult(
+            succeeded=False,
+            exit_code=event.get("exit_code"),
+            failure_reason=f"{message}: {reason}" if reason else message,
+            failure_class=event.get("failure_class"),
+        )
+
+    def stop(self, request: LaunchRequest) -> None:
+        """on_kill: delete the Job, its pods and the Service; what is already gone is fine."""
+        options = self.options(request)
+        self._stopped = True
+        self._delete(kube_name(request.job_name), options.namespace, options.propagation_policy)
+
+    # ---- helpers --------------------------------------------------------------------------------------
+    def _read_job(self, name: str, namespace: str) -> Any | None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.kube.get_job_status(job_name=name, namespace=namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise api_error(f"read Job {name}", namespace, err) from None
+
+    def _check_ownership(self, existing: Any, request: LaunchRequest, manifest: Mapping[str, Any]) -> None:
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        labels = existing.metadata.labels or {}
+        annotations = existing.metadata.annotations or {}
+        made_for = annotations.get(ORIGINAL_NAME_ANNOTATION, request.job_name)
+        if labels.get(JOB_LABEL) != name or made_for != request.job_name:
+            raise KubernetesLaunchError(
+                f"a Job named {name} exists in namespace {namespace} but was not created for training job "
+                f"{request.job_name!r}; give the job another job_name or delete that Job"
+            )
+        this_spec = manifest["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        if annotations.get(SPEC_HASH_ANNOTATION) not in (None, this_spec):
+            self.log.warning(
+                "Job %s/%s was created from a different spec than this try's (job_name is the idempotency key); "
+                "reattaching to it anyway. Use a new job_name to run a changed job.",
+                namespace,
+                name,
+            )
+
+    def _ensure_service(self, name: str, namespace: str, options: KubernetesJobOptions, job_uid: str) -> None:
+        from kubernetes.client.rest import ApiException
+
+        core = self.kube.core_v1_client
+        body = service_manifest(name, namespace, options.labels, owner_uid=job_uid)
+        for _ in range(3):
+            try:
+                core.create_namespaced_service(namespace=namespace, body=body)
+                return
+            except ApiException as err:
+                if err.status != 409:
+                    raise api_error(f"create Service {name}", namespace, err) from None
+            try:
+                existing = core.read_namespaced_service(name=name, namespace=namespace)
+            except ApiException as err:
+                if err.status == 404:
+                    continue
+                raise api_error(f"read Service {name}", namespace, err) from None
+            owners = {ref.uid for ref in existing.metadata.owner_references or []}
+            if job_uid in owners:
+                return
+            # Left by an earlier Job of this name: its owner reference would let the garbage collector
+            # delete it under the running job.
+            try:
+                core.delete_namespaced_service(name=name, namespace=namespace)
+            except ApiException as err:
+                if err.status != 404:
+                    raise api_error(f"replace Service {name}", namespace, err) from None
+        raise KubernetesLaunchError(f"could not create Service {namespace}/{name}; check who else manages it")
+
+    def _wait_deleted(self, name: str, namespace: str) -> None:
+        deadline = time.monotonic() + DELETE_WAIT_SECONDS
+        while self._read_job(name, namespace) is not None:
+            if time.monotonic() > deadline:
+                raise KubernetesLaunchError(
+                    f"Job {namespace}/{name} is still being deleted after {DELETE_WAIT_SECONDS} s; "
+                    "check its pods' finalizers, then retry"
+                )
+            time.sleep(1)
+
+    def _delete(self, name: str, namespace: str, propagation_policy: str) -> None:
+        delete_job(self.kube.core_v1_client, self.kube.batch_v1_client, name, namespace, propagation_policy)
+        self.log.info(
+            "Deleted Job %s/%s (propagation %s), its pods, its Service and its Secret", namespace, name, propagation_policy
+        )
+
+    def _catch_up_logs(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> None:
+        """The lines each pod wrote after the watch's cursor (a follow stream can miss the last ones)."""
+        from kubernetes.client.rest import ApiException
+
+        namespace = event.get("namespace") or self.options(request).namespace
+        name = event.get("name") or kube_name(request.job_name)
+        pods: Mapping[str, int] = event.get("pods") or {}
+        cursors: Mapping[str, list[int]] = event.get("log_cursors") or {}
+        core = self.kube.core_v1_client
+        for pod, index in sorted(pods.items(), key=lambda item: (item[1], item[0])):
+            cursor_state = list(cursors.get(pod) or [0, 0])
+            # Only the recent part of a long log: from a while before the last line seen (the margin
+            # absorbs a clock difference with the node; the cursor drops what was passed on already).
+            since = since_seconds(cursor_state, CATCH_UP_MARGIN_SECONDS, time.time())
+            try:
+                response = core.read_namespaced_pod_log(
+                    name=pod,
+                    namespace=namespace,
+                    container=CONTAINER_NAME,
+                    timestamps=True,
+                    since_seconds=since,
+                    _preload_content=False,
+                )
+                data = response.data
+            except ApiException as err:
+                if err.status not in (400, 404):  # 400: never started; 404: gone
+                    self.log.warning("Could not read the log of pod %s (%s %s)", pod, err.status, err.reason)
+                continue
+            cursor = LogCursor(cursor_state)
+            host = f"{name}-{index}" if request.instance_count > 1 else None
+            for raw in data.split(b"\n"):
+                if raw:
+                    deliver_line(raw, cursor, on_line, host)

@@ -1,0 +1,69 @@
+"""The workspace side of a training Job on Kubernetes (file system only, no API calls).
+
+- Ownership: Airflow writes the job root as its own uid; the pods run as `run_as_user` (1000 by default). The
+  launcher makes the job root group-writable with set-group-id directories and gives the pods the directory's group
+  as fsGroup, so `train` can write output/, model/ and checkpoints whatever the two uids are.
+- Mount points: the kubelet creates a missing subPath directory as root, and a channel's read-only mount point
+  input/data/<channel> nested in the job root's mount must exist before the pod starts: both are created here.
+- The launch record: `kubernetes-job.json` in the job's state directory (operators/state/job_state.py, which no pod
+  mounts: a pod cannot forge it) says when this job's Job was created. ttlSecondsAfterFinished
+  removes a finished Job; a retry that finds no Job but a success marker written after that creation knows the Job
+  succeeded (the runtime writes output/success last) and reports it instead of training again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+from operators.state.job_state import KUBERNETES_JOB
+
+
+def workspace_group(job_root: str) -> int | None:
+    """The group the pods write through: the job root's (what the Airflow worker created it with)."""
+    try:
+        return os.stat(job_root).st_gid
+    except OSError:
+        return None
+
+
+def prepare_job_root(job_root: str, mount_points: list[str]) -> None:
+    """Create the mount points and make the job root's tree group-writable (set-group-id directories)."""
+    for path in [job_root, *mount_points]:
+        os.makedirs(path, exist_ok=True)
+    for dirpath, dirnames, filenames in os.walk(job_root):
+        _add_mode(dirpath, stat.S_ISGID | stat.S_IRWXG)
+        for name in filenames:
+            _add_mode(os.path.join(dirpath, name), stat.S_IRGRP | stat.S_IWGRP)
+        # Channel links point into the shared cache: never follow them (the cache is mounted read-only).
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+
+
+def _add_mode(path: str, bits: int) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISLNK(mode) and (mode & bits) != bits:
+            os.chmod(path, stat.S_IMODE(mode) | bits)
+    except OSError:  # not ours (written by a pod of an earlier try): it is group-writable through fsGroup already
+        pass
+
+
+def write_launch_record(state: str, job_uid: str) -> None:
+    """Record in the job's state directory `state` (created) that its Job `job_uid` was created now."""
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    path = os.path.join(state, KUBERNETES_JOB)
+    with open(path + ".tmp", "w") as handle:
+        json.dump({"uid": job_uid, "created": time.time()}, handle)
+    os.replace(path + ".tmp", path)
+
+
+def succeeded_since_launch(job_root: str, state: str) -> bool:
+    """The runtime's success marker is newer than the Job the state directory records: that Job succeeded."""
+    try:
+        with open(os.path.join(state, KUBERNETES_JOB)) as handle:
+            created = float(json.load(handle)["created"])
+        return os.stat(os.path.join(job_root, "output", "success")).st_mtime >= created
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

@@ -1,0 +1,1 @@
+"""Launch backend `local`: `train` as sandboxed processes on the worker."""

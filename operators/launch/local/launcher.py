@@ -1,0 +1,415 @@
+"""Local backend (the embedded default): `train` as processes on the Airflow worker.
+
+instance_count N = N `train` processes sharing one job root, each told its host with --current-host; every host name
+maps to 127.0.0.1 through trainingjobconfig.json host_addresses, so the runtime's distributed environment (MASTER_ADDR,
+TF_CONFIG, ...) is the real one. Each process starts its own session, so the whole tree (the sandbox, the runtime, the
+user script and anything it spawned) is found with psutil and killed together (operators/launch/local/processes.py).
+
+A training survives the death of the task process that launched it, so the task's retry reattaches instead of
+training twice. What the launcher keeps for that is platform state, in the job's state directory outside the job root
+(operators/state/job_state.py; user code can neither read nor forge it): the pids (launch-pids.json, in host order, checked
+against the live processes before anything is signalled), each host's output (launch/<host>.log, opened by the
+launcher and handed to the process) and exit status (launch/<host>.status, written by bubblewrap itself through
+--json-status-fd; unsandboxed, train's --exit-file launch/<host>.exit). A retry that finds every recorded process alive follows their logs and waits for
+them; one that finds some dead kills the rest and starts again (one run per job_name keeps other runs out:
+operators/state/lease.py).
+
+No training outlives its launcher for long: the launcher renews a lease (launch/lease, touched every few seconds,
+bound read-only into the sandbox at LEASE_IN_SANDBOX) and `train` stops itself once it is older than [training]
+local_lease_seconds (--lease); `train` also enforces --max-run-seconds itself. By default it runs in a bubblewrap
+sandbox (operators/launch/local/sandbox.py) with an allowlisted environment, only its job root and channels visible, and a network
+namespace of the job's own ([training] local_network, operators/launch/local/network.py); the sandbox's PID namespace ends with
+`train`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from operators.launch.base import (
+    PLATFORM_ERROR,
+    TIMEOUT,
+    USER_ERROR,
+    Capabilities,
+    LaunchRequest,
+    LaunchResult,
+    LineCallback,
+    exit_failure_class,
+)
+from operators.launch.local.network import NetworkUnavailable, join_command, open_namespace, sandbox_status, start_slirp4netns
+from operators.launch.local.network import check_available as check_network
+from operators.launch.local.processes import alive, kill_trees, ours, read_records, write_records
+from operators.launch.local.sandbox import (
+    SandboxUnavailable,
+    bwrap_command,
+    check_available,
+    runtime_path,
+    user_environment,
+)
+from operators.launch.outcome import read_failure_reason
+from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, LEASE, ensure_state_dir, state_path
+
+log = logging.getLogger(__name__)
+
+LEASE_IN_SANDBOX = "/run/training/lease"  # where `train` finds the lease inside the sandbox (read-only)
+PEER_FAILURE_GRACE_SECONDS = 15.0
+# `train` enforces max_run_seconds itself (SIGTERM, SIGKILL 10 s later); ours is the safety net behind it.
+DEADLINE_SLACK_SECONDS = 30.0
+
+
+def _exit_code(value) -> int | None:
+    """An exit status as a process can have one (0-255), else None (the caller reads that as killed)."""
+    return value if type(value) is int and 0 <= value <= 255 else None
+
+
+class _Host:
+    """One host's process: started by this launcher (proc set) or by an earlier attempt (reattached: process set,
+    a psutil process already checked to be that launch's, or None when the record named no such process)."""
+
+    def __init__(self, name: str, launch_dir: str, proc: subprocess.Popen | None = None, process=None):
+        self.name, self.proc, self.process = name, proc, process
+        self.log_path = os.path.join(launch_dir, f"{name}.log")
+        self.status_path = os.path.join(launch_dir, f"{name}.status")  # bubblewrap's --json-status-fd
+        self.exit_path = os.path.join(launch_dir, f"{name}.exit")  # train's --exit-file (unsandboxed)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else self.process.pid if self.process else None
+
+    def running(self) -> bool:
+        if self.proc:
+            return self.proc.poll() is None
+        return self.process is not None and alive(self.process)
+
+    def recorded_exit(self) -> int | None:
+        """The exit code written down when the process ended (by bubblewrap, or by train unsandboxed)."""
+        status = sandbox_status(self.status_path)
+        if "exit-code" in status:
+            return _exit_code(status["exit-code"])
+        try:
+            return _exit_code(int(Path(self.exit_path).read_text().strip()))
+        except (OSError, ValueError):
+            return None
+
+    def returncode(self) -> int | None:
+        if self.proc:
+            return self.proc.poll()
+        if self.running():
+            return None
+        code = self.recorded_exit()
+        return -signal.SIGKILL if code is None else code  # gone without an exit status: killed
+
+
+class LocalLauncherHook:
+    backend = "local"
+    # Blocking only (the processes are the worker's); input/data/<channel> is a link into the cache.
+    capabilities = Capabilities(deferrable=False, mounts_channels=False)
+
+    def __init__(self, python: str | None = None, sandbox: str | None = None,
+                 environment_names: tuple[str, ...] | None = None, lease_seconds: float | None = None,
+                 network: str | None = None):
+        if sandbox is None or environment_names is None or lease_seconds is None or network is None:
+            from operators.settings import training_settings
+
+            settings = training_settings()
+            sandbox = settings.local_sandbox if sandbox is None else sandbox
+            environment_names = settings.local_environment if environment_names is None else environment_names
+            lease_seconds = settings.local_lease_seconds if lease_seconds is None else lease_seconds
+            network = settings.local_network if network is None else network
+        self.python = python or sys.executable
+        self.sandbox = sandbox
+        self.environment_names = tuple(environment_names)
+        self.lease_seconds = float(lease_seconds)
+        self.network = network
+        self._procs: list[subprocess.Popen] = []
+        self._hosts: list[_Host] = []
+        self._network_proc: subprocess.Popen | None = None
+
+    # -- the launcher protocol -------------------------------------------------------------------------
+    def hosts(self, job_name: str, instance_count: int) -> list[str]:
+        return [f"algo-{i + 1}" for i in range(instance_count)]
+
+    def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str]:
+        return {host: "127.0.0.1" for host in self.hosts(job_name, instance_count)}
+
+    def master_port(self) -> int:
+        """A free port, so concurrent local jobs don't collide on 29500."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def stop(self, request: LaunchRequest) -> None:
+        own = {p.pid for p in self._procs}
+        roots = [p for p in self._recorded(request) if p is not None and p.pid not in own]
+        if roots or self._procs:
+            killed = kill_trees(roots, children=self._procs)
+            log.info("Stopped training %s: %d processes killed", request.job_name, killed)
+        self._forget_pids(request)
+
+    def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:
+        recorded = self._recorded(request)
+        launch_dir = ensure_state_dir(request.workspace, request.job_name, LAUNCH_DIR)
+        earlier = [_Host(host, launch_dir, process=process) for host, process in zip(request.hosts, recorded)]
+        alive_ones = [h.process for h in earlier if h.running()]
+        # Every host still running or ended on its own (its exit status written): that training is the one to follow.
+        if recorded and len(recorded) == len(request.hosts) and all(
+                h.running() or h.recorded_exit() is not None for h in earlier):
+            self._hosts = earlier
+            log.warning("Reattached to the training of %s that an earlier attempt started (pids %s, %d still "
+                        "running): it is not started again; its output follows from the start", request.job_name,
+                        [h.pid for h in earlier], len(alive_ones))
+        else:
+            if alive_ones and kill_trees(alive_ones):
+                log.warning("Killed the rest of a training of %s an earlier attempt left half running",
+                            request.job_name)
+            try:
+                if self.sandbox == "bubblewrap":
+                    check_available(unshare_net=self.network != "host")
+                    check_network(self.network)
+                self._start(request, launch_dir)
+            except (SandboxUnavailable, NetworkUnavailable) as err:
+                if self._procs:
+                    kill_trees([], children=self._procs)
+                    self._forget_pids(request)
+                return LaunchResult(False, None, str(err), PLATFORM_ERROR)
+        supervisor = os.getppid()  # the task SDK's supervisor: it reports our result and heartbeats the try
+        lines: queue.Queue = queue.Queue()
+        done = threading.Event()
+        threading.Thread(target=self._renew_lease, args=(os.path.join(launch_dir, LEASE), done), daemon=True).start()
+        multi = len(request.hosts) > 1
+        for host in self._hosts:
+            threading.Thread(target=self._follow, args=(host, f"[{host.name}] " if multi else "", lines),
+                             daemon=True).start()
+        try:
+            return self._wait(request, lines, on_line)
+        finally:
+            done.set()
+            if os.getppid() != supervisor:
+                # Our supervisor died: nobody reports this result, the try fails by its missing heartbeat and the
+                # retry must find the training (running or ended) to reattach to, not start it again.
+                log.warning("The task's supervisor died: leaving the training of %s to the retry", request.job_name)
+            else:
+                if any(p.poll() is None for p in self._procs):
+                    kill_trees([], children=self._procs)
+                self._forget_pids(request)
+                self._remove_logs()
+            if self._network_proc is not None:
+                try:
+                    self._network_proc.wait(10)  # exits with the last sandbox (its --exit-fd)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _environment(self, request: LaunchRequest) -> dict[str, str]:
+        # HOME is private: the worker's home (its ~/.aws, ~/.netrc, ...) is not the training's.
+        home = "/tmp" if self.sandbox == "bubblewrap" else os.path.join(request.job_root, ".home")
+        os.makedirs(home, exist_ok=True)
+        return {**user_environment(os.environ, self.environment_names), "HOME": home, **request.env,
+                **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1", "TRAINING_ROOT": request.job_root,
+                "TRAINING_JOB_VENV": "1"}
+
+    def _command(self, request: LaunchRequest, host: _Host, lease: str, status_fd: int | None = None,
+                 block_fd: int | None = None, own_network: bool = True) -> list[str]:
+        sandboxed = self.sandbox == "bubblewrap"
+        cmd = [self.python, "-m", "training_runtime", "--root", request.job_root, "--current-host", host.name]
+        if not sandboxed:
+            cmd += ["--exit-file", host.exit_path]  # sandboxed, bubblewrap reports the exit code (status_fd)
+        if self.lease_seconds:
+            cmd += ["--lease", LEASE_IN_SANDBOX if sandboxed else lease, "--lease-seconds", f"{self.lease_seconds:g}"]
+        if request.max_run_seconds:
+            cmd += ["--max-run-seconds", str(request.max_run_seconds)]
+        if not sandboxed:
+            return cmd
+        return bwrap_command(cmd, request.job_root, readonly=sorted(set(request.channel_entries.values())),
+                             hide=os.environ.get("AIRFLOW_HOME"), die_with_parent=False,
+                             unshare_net=own_network and self.network != "host",
+                             files_readonly={lease: LEASE_IN_SANDBOX}, status_fd=status_fd, block_fd=block_fd)
+
+    def _start(self, request: LaunchRequest, launch_dir: str) -> None:
+        env = self._environment(request)
+        lease = os.path.join(launch_dir, LEASE)
+        Path(lease).touch()
+        sandboxed = self.sandbox == "bubblewrap"
+        shared = sandboxed and self.network != "host" and (len(request.hosts) > 1 or self.network == "slirp4netns")
+        slirp = sandboxed and self.network == "slirp4netns"
+        block_r, block_w = os.pipe() if slirp else (None, None)  # host 1 waits for its network to be configured
+        exit_r, exit_w = os.pipe() if slirp else (None, None)  # slirp4netns ends once every sandbox closed it
+        net_fd = user_fd = None
+        try:
+            for index, name in enumerate(request.hosts):
+                host = _Host(name, launch_dir)
+                for stale in (host.exit_path, host.status_path):
+                    Path(stale).unlink(missing_ok=True)
+                status_fd = os.open(host.status_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600) \
+                    if sandboxed else None
+                first = index == 0
+                cmd = self._command(request, host, lease, status_fd, block_r if first else None,
+                                    own_network=first)
+                if not first and net_fd is not None:
+                    cmd = join_command(cmd, net_fd, user_fd)
+                fds = tuple(fd for fd in (status_fd, block_r if first else None, exit_w, net_fd, user_fd)
+                            if fd is not None)
+                try:
+                    with open(host.log_path, "wb") as out:  # the process keeps its own descriptor
+                        host.proc = subprocess.Popen(
+                            cmd,
+                            cwd=request.job_root,
+                            env=env,
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            pass_fds=fds,
+                            start_new_session=True,  # its own process group: killed as a tree, not by our signals
+                        )
+                finally:
+                    if status_fd is not None:
+                        os.close(status_fd)
+                self._procs.append(host.proc)
+                self._hosts.append(host)
+                if first and shared:
+                    net_fd, user_fd = open_namespace(host.status_path, lambda: host.proc.poll() is None)
+                    if slirp:
+                        self._network_proc = start_slirp4netns(net_fd, user_fd, exit_r)
+                        os.write(block_w, b"1")
+        finally:
+            for fd in (block_r, block_w, exit_r, exit_w, net_fd, user_fd):
+                if fd is not None:
+                    os.close(fd)
+            if self._hosts:
+                self._record_pids(request)
+        log.info("Started %d training process(es) for %s: pids %s", len(self._procs), request.job_name,
+                 [p.pid for p in self._procs])
+
+    def _renew_lease(self, path: str, done: threading.Event) -> None:
+        """Touch the lease while we watch the training: `train` stops itself once nobody did for lease_seconds."""
+        every = max(0.5, min(10.0, self.lease_seconds / 10)) if self.lease_seconds else 10.0
+        while not done.wait(every):
+            try:
+                os.utime(path, follow_symlinks=False)  # in the state dir: never a link, and never followed
+            except OSError as err:
+                log.warning("Cannot renew the training's lease %s: %s", path, err)
+
+    @staticmethod
+    def _follow(host: _Host, prefix: str, lines: queue.Queue) -> None:
+        """Tail the host's log file until the process is gone and everything it wrote was read."""
+        try:
+            f = open(host.log_path, "rb")
+        except OSError:  # the earlier attempt's log is gone (the job ended and was reported): nothing to follow
+            lines.put(None)
+            return
+        with f:
+            pending = b""
+            while True:
+                finished = not host.running()  # checked before reading: nothing it wrote can be missed
+                chunk = f.read(65536)
+                if chunk:
+                    pending += chunk
+                    *complete, pending = pending.split(b"\n")
+                    for raw in complete:
+                        lines.put(prefix + raw.decode("utf-8", "replace"))
+                    continue
+                if finished:
+                    break
+                time.sleep(0.1)
+            if pending:
+                lines.put(prefix + pending.decode("utf-8", "replace"))
+        lines.put(None)
+
+    def _wait(self, request: LaunchRequest, lines: queue.Queue, on_line: LineCallback) -> LaunchResult:
+        deadline = (time.monotonic() + request.max_run_seconds + DEADLINE_SLACK_SECONDS
+                    if request.max_run_seconds else None)
+        open_streams = len(self._hosts)
+        first_failure_at: float | None = None
+        timed_out = False
+        while open_streams or any(h.running() for h in self._hosts):
+            try:
+                line = lines.get(timeout=0.2)
+                if line is None:
+                    open_streams -= 1
+                else:
+                    on_line(line)
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if deadline is not None and now > deadline and not timed_out:
+                timed_out = True
+                log.error("Training %s exceeded max_run_seconds=%s: stopping it", request.job_name,
+                          request.max_run_seconds)
+                self._kill([h for h in self._hosts if h.running()])
+            failed = [h for h in self._hosts if h.returncode() not in (None, 0)]
+            if failed and first_failure_at is None:
+                first_failure_at = now
+            if first_failure_at is not None and now - first_failure_at > PEER_FAILURE_GRACE_SECONDS:
+                # A failed host leaves its peers waiting on collectives forever: stop them.
+                running = [h for h in self._hosts if h.running()]
+                if running:
+                    log.error("A host of %s failed; stopping the %d still running", request.job_name, len(running))
+                    self._kill(running)
+        while True:  # lines queued after the last poll
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                on_line(line)
+        return self._result(request, [h.returncode() for h in self._hosts], timed_out)
+
+    @staticmethod
+    def _kill(hosts: list[_Host]) -> None:
+        kill_trees([h.process for h in hosts if not h.proc and h.process is not None],
+                   children=[h.proc for h in hosts if h.proc])
+
+    @staticmethod
+    def _result(request: LaunchRequest, codes: list[int], timed_out: bool) -> LaunchResult:
+        reason = read_failure_reason(request.job_root)
+        if timed_out:
+            return LaunchResult(False, None, f"training exceeded max_run_seconds={request.max_run_seconds} and was "
+                                f"stopped; raise max_run_seconds or make it faster", TIMEOUT)
+        bad = [c for c in codes if c != 0]
+        if not bad:
+            return LaunchResult(True, 0)
+        code = next((c for c in bad if c > 0), bad[0])
+        failure_class = exit_failure_class(code)
+        if failure_class == USER_ERROR:
+            return LaunchResult(False, code, reason or f"training failed with exit code {code}", USER_ERROR)
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return LaunchResult(False, code, reason or f"training process {how}", failure_class)
+
+    def _record_pids(self, request: LaunchRequest) -> None:
+        import psutil
+
+        records = []
+        for host in self._hosts:  # in host order: a reattaching launcher maps them back to their hosts
+            try:
+                create_time = psutil.Process(host.pid).create_time()
+            except psutil.Error:
+                create_time = time.time()  # gone already: never matches a live process
+            records.append((host.pid, create_time))
+        write_records(state_path(request.workspace, request.job_name, LAUNCH_PIDS), records)
+
+    @staticmethod
+    def _recorded(request: LaunchRequest) -> list:
+        """The processes an earlier attempt recorded, in host order: each the live process it started for this job
+        root, or None (ended, recycled pid, not a launch of this job)."""
+        records = read_records(state_path(request.workspace, request.job_name, LAUNCH_PIDS))
+        return [ours(pid, ctime, request.job_root) for pid, ctime in records]
+
+    @staticmethod
+    def _forget_pids(request: LaunchRequest) -> None:
+        Path(state_path(request.workspace, request.job_name, LAUNCH_PIDS)).unlink(missing_ok=True)
+
+    def _remove_logs(self) -> None:
+        # The raw output may hold secrets the script printed: the task log has every line, masked; the platform
+        # keeps no copy once it was reported.
+        for host in self._hosts:
+            Path(host.log_path).unlink(missing_ok=True)

@@ -1,0 +1,36 @@
+"""The platform API of the SDK's local mode (sdk/training_sdk/local.py): the few Airflow-free parts a job on the
+user's own machine reuses, so that it behaves as it does on the DAG's local backend. The SDK imports this one module
+and nothing else of the platform; what it may use is `__all__`, and every name here imports without Airflow
+(tests/operators/test_local_api.py).
+
+    validate_spec, SpecError          the job spec's one validation (same field names in errors)
+    layout_for, create_directories    the runtime's job-root layouts (training_runtime.layouts)
+    write_job_configs                 the same input/config/ files as the write_configs stage
+    LocalLauncherHook, LaunchRequest  the local backend's launcher and what it runs
+    MetricCollector, METRICS_FILE     the same metrics from the log and the metrics file
+    pack_directory                    the same model.tar.gz / output.tar.gz
+"""
+
+from __future__ import annotations
+
+from training_runtime.layouts import create_directories, layout_for
+
+from operators.fs.safe_tar import pack_directory
+from operators.launch.base import LaunchRequest
+from operators.launch.job_configs import write_job_configs
+from operators.launch.local.launcher import LocalLauncherHook
+from operators.spec.model import SpecError, validate_spec
+from operators.tracking.metrics import METRICS_FILE, MetricCollector
+
+__all__ = [
+    "METRICS_FILE",
+    "LaunchRequest",
+    "LocalLauncherHook",
+    "MetricCollector",
+    "SpecError",
+    "create_directories",
+    "layout_for",
+    "pack_directory",
+    "validate_spec",
+    "write_job_configs",
+]

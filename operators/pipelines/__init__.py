@@ -1,0 +1,1 @@
+"""The DAG templates: one training job, hyperparameter search, scheduled retraining, and their trigger form and configs."""

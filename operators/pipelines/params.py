@@ -1,0 +1,122 @@
+"""The trigger form of a training DAG, generated from the job spec model (operators/spec/model.py): one Param per field,
+with the model's types, enums (dropdowns with labels), defaults, descriptions and sections.
+
+The same JSON schema validates `airflow dags trigger --conf`, the REST API and the UI form (unknown keys at any
+level, wrong types, out-of-range numbers are refused before a run starts); `validate_spec` then checks what a JSON
+schema cannot (name clashes, URI schemes, regexes, cross-field rules) in the first task and names the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+from operators.spec.model import LABELS, SCHEMES, JobSpec
+
+# Filled at run time from the run (job_name) or airflow.cfg [training] (backend, layout): optional in the form.
+_RUN_DEFAULTS = ("job_name", "backend", "layout")
+_SCALAR = {"type": ["string", "number", "integer", "boolean", "null"]}
+_OVERRIDES: dict[str, dict[str, Any]] = {
+    "hyperparameters": {"additionalProperties": _SCALAR},
+    # A value, or a secret by reference (operators/spec/secret_refs.py).
+    "environment": {"additionalProperties": {"anyOf": [
+        {"type": ["string", "number", "integer", "boolean"]},
+        {"type": "object", "properties": {"variable": {"type": "string", "minLength": 1}},
+         "required": ["variable"], "additionalProperties": False},
+        {"type": "object", "properties": {"connection": {"type": "string", "minLength": 1},
+                                          "field": {"type": "string"}},
+         "required": ["connection"], "additionalProperties": False},
+    ]}},
+    "inputs": {"additionalProperties": {"type": "string", "minLength": 1}},
+    "connections": {"additionalProperties": {"type": "string", "minLength": 1}, "propertyNames":
+                    {"enum": list(SCHEMES)}},
+}
+
+
+def _inline(schema: Any, defs: Mapping[str, Any]) -> Any:
+    """The schema with every local $ref replaced by its definition (a Param's schema stands alone)."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            name = schema["$ref"].rsplit("/", 1)[-1]
+            return {**_inline(defs[name], defs), **{k: v for k, v in schema.items() if k != "$ref"}}
+        return {k: _inline(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline(v, defs) for v in schema]
+    return schema
+
+
+def _simplify(schema: Any) -> Any:
+    """pydantic's anyOf [X, null] -> X with "null" added to its type (and enum): what the form renders best."""
+    if isinstance(schema, list):
+        return [_simplify(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {k: _simplify(v) for k, v in schema.items() if k != "title"}
+    options = schema.get("anyOf")
+    if options and {"type": "null"} in options:
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) == 1 and isinstance(rest[0].get("type"), str):
+            merged = {**rest[0], **{k: v for k, v in schema.items() if k != "anyOf"}}
+            merged["type"] = ["null", rest[0]["type"]]
+            if "enum" in merged:
+                merged["enum"] = [None, *merged["enum"]]
+            return merged
+        if all(isinstance(o.get("type"), str) and set(o) == {"type"} for o in rest):
+            return {**{k: v for k, v in schema.items() if k != "anyOf"}, "type": ["null", *[o["type"] for o in rest]]}
+    return schema
+
+
+def field_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON schema of every top-level spec field, standalone (refs inlined, nullable types simplified)."""
+    schema = JobSpec.model_json_schema(mode="validation")
+    defs = schema.get("$defs", {})
+    fields = {}
+    for name, field_schema in schema["properties"].items():
+        result = _simplify(_inline(copy.deepcopy(field_schema), defs))
+        result.update(_OVERRIDES.get(name, {}))
+        if name in LABELS:
+            result["values_display"] = dict(LABELS[name])
+        fields[name] = result
+    return fields
+
+
+def _empty_default(schema: Mapping[str, Any]) -> Any:
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "object" in kinds:
+        return {}
+    if "array" in kinds:
+        return []
+    return None
+
+
+def training_job_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Params for a training DAG; `defaults` pre-fills the form (e.g. the shipped example)."""
+    from airflow.sdk import Param
+
+    given = dict(defaults or {})
+    required = set(JobSpec.model_json_schema(mode="validation").get("required", ())) - set(_RUN_DEFAULTS)
+    params = {}
+    for name, schema in field_schemas().items():
+        description = schema.pop("description", None)
+        section = schema.pop("section", None)
+        default = schema.pop("default", _empty_default(schema))
+        if name in _RUN_DEFAULTS:
+            schema["type"] = ["null", schema.get("type", "string")] if isinstance(schema.get("type"), str) else \
+                schema.get("type", ["null", "string"])
+            if "enum" in schema and None not in schema["enum"]:
+                schema["enum"] = [None, *schema["enum"]]
+            default = None
+        if default in ({}, []) and isinstance(schema.get("type"), str):
+            # Airflow's form stars (and demands) every field whose type excludes null: an empty object or list is
+            # optional. Null (a cleared editor) is dropped by validate_spec like any empty field.
+            schema["type"] = [schema["type"], "null"]
+        if None in schema.get("enum", ()) and "values_display" in schema:
+            # the form labels the empty choice with its value ("null") unless told otherwise
+            schema["values_display"] = {"null": "(empty: the default)", **schema["values_display"]}
+        default = given.get(name, default)
+        if name in required and default is None:
+            params[name] = Param(description=description, section=section, minLength=1, **schema)  # no default
+        else:
+            params[name] = Param(default, description=description, section=section, **schema)
+    return params

@@ -1,0 +1,346 @@
+"""The job spec: one pydantic model (JobSpec) describing a training job, validated once in the first task.
+
+`validate_spec` is the only way in: it fills the run's defaults, validates the model and raises `SpecError` whose
+one-line message comes from the error's location (`resources.gpu: must be >= 0, got -1`). The same model generates
+the trigger form's Params (operators/pipelines/params.py) and checks what a JSON schema cannot (name clashes, URI schemes,
+regexes, cross-field rules). The validated spec travels between tasks as a plain dict (`JobSpec.to_dict`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal, Mapping
+
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
+from training_runtime.layouts import CONTAINER_ROOTS
+
+from operators.spec.errors import SpecError, first_error
+from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
+from operators.storage.location import REMOTE_SCHEMES as SCHEMES
+from operators.launch.container_env import looks_like_secret
+from operators.spec.backend_options import BACKENDS
+from operators.spec.parts import (
+    REFERENCE_FORMS,
+    ConnectionRef,
+    Count,
+    DockerOptions,
+    KubernetesOptions,
+    MetricDefinition,
+    Resources,
+    Strict,
+    VariableRef,
+    json_text,
+    spec_error,
+)
+
+__all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
+
+LAYOUTS = tuple(CONTAINER_ROOTS)  # the runtime's layouts
+DISTRIBUTIONS = tuple(RUNTIME_DISTRIBUTIONS)
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_JOB_NAME = 63
+# Hyperparameters travel in environment variables (TM_HPS, PAI_USER_ARGS, ...) and on the command line; Linux
+# refuses a single argument or variable over 128 KiB at exec time, after everything was staged.
+MAX_HYPERPARAMETER_VALUE = 16 * 1024
+MAX_HYPERPARAMETERS_JSON = 64 * 1024
+MAX_ENV_VALUE = 32 * 1024
+
+
+Layout = Literal[LAYOUTS]
+Backend = Literal[BACKENDS]
+Distribution = Literal[DISTRIBUTIONS]
+# The trigger form's dropdown labels (values_display).
+LABELS = {
+    "layout": {"ti": "TI-ONE (/opt/ml)", "sagemaker": "SageMaker (/opt/ml)", "pai": "PAI (/ml)",
+               "modelarts": "ModelArts (/home/ma-user/modelarts)"},
+    "backend": {"local": "Local processes on the worker", "kubernetes": "Kubernetes Job",
+                "docker": "Docker containers"},
+    "distribution": {"pytorch": "PyTorch (torchrun environment)", "tensorflow": "TensorFlow (TF_CONFIG)",
+                     "mpi": "MPI / Horovod"},
+}
+
+
+def _uri(value: Any) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise spec_error(f"must be a string URI, got {type(value).__name__}")
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in (*SCHEMES, "file", ""):
+        raise spec_error(f"{value!r} has an unsupported scheme; use {SCHEME_HINT}, file:// or a path")
+    if scheme in SCHEMES and not value.split("://", 1)[1].split("/", 1)[0]:
+        raise spec_error(f"{value!r} names no bucket; write <scheme>://<bucket>/<prefix>")
+    if any(part == ".." for part in value.replace("://", "/").split("/")):
+        raise spec_error(f"{value!r} contains a '..' segment; give the path without it")
+    return value
+
+
+Uri = Annotated[str, AfterValidator(_uri)]
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        raise spec_error("values must be JSON scalars (string, number, boolean or null)")
+    if isinstance(value, str) and len(value.encode()) > MAX_HYPERPARAMETER_VALUE:
+        raise spec_error(f"is {len(value.encode())} bytes; values are limited to {MAX_HYPERPARAMETER_VALUE} bytes "
+                         "(pass large data as an input channel)")
+    return value
+
+
+Scalar = Annotated[Any, AfterValidator(_scalar)]
+
+
+def _env_value(value: Any) -> Any:
+    if isinstance(value, dict):  # a secret by reference, resolved at launch (operators/spec/secret_refs.py)
+        kind = VariableRef if "variable" in value else ConnectionRef if "connection" in value else None
+        if kind is None:
+            raise spec_error(f"is not a reference; give {REFERENCE_FORMS}")
+        try:
+            return kind.model_validate(value)
+        except ValidationError as err:
+            problem = err.errors(include_url=False)[0]
+            raise spec_error(f"{'.'.join(map(str, problem['loc'])) or 'reference'}: {problem['msg']}; give "
+                             f"{REFERENCE_FORMS}") from None
+    if isinstance(value, list) or value is None:
+        raise spec_error(f"names must be shell variable names and values scalars or references ({REFERENCE_FORMS})")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if len(text.encode()) > MAX_ENV_VALUE:
+        raise spec_error(f"is {len(text.encode())} bytes; environment values are limited to {MAX_ENV_VALUE} bytes")
+    return str(value)
+
+
+EnvValue = Annotated[Any, AfterValidator(_env_value)]
+
+
+class JobSpec(Strict):
+    """A training job (the training_job DAG's Params / --conf / a config file)."""
+
+    job_name: str = Field(max_length=MAX_JOB_NAME, description="DNS-1123 name; the idempotency key (artifacts go "
+                          "to <output_path>/<job_name>/). Empty: <base_job_name>-<run time>.",
+                          json_schema_extra={"section": "Job", "pattern": DNS1123_LABEL.pattern})
+    base_job_name: str | None = Field(None, max_length=50, description="Prefix of derived job names; resume_from "
+                                      "'latest' searches it. Empty: the DAG id.", json_schema_extra={"section": "Job"})
+    source_dir: Uri = Field(description="Training code: a prefix, a .tar.gz object, a local dir or a local .tar.gz.",
+                            json_schema_extra={"section": "Code"})
+    entry_point: str | None = Field(None, max_length=1024, description="A .py or .sh file in source_dir; "
+                                    "hyperparameters are passed as --name value.", json_schema_extra={"section": "Code"})
+    command: str | None = Field(None, max_length=16 * 1024, description="Instead of entry_point: a shell command run "
+                                "in the code dir, e.g. 'python train.py $PAI_USER_ARGS' (no implicit arguments).",
+                                json_schema_extra={"section": "Code"})
+    hyperparameters: dict[str, Scalar] = Field(default_factory=dict, description="name -> value (JSON scalars).",
+                                               json_schema_extra={"section": "Code"})
+    inputs: dict[str, Uri] = Field(default_factory=dict, description="channel -> URI; a prefix ending in / or a "
+                                   "single object.", json_schema_extra={"section": "Data"})
+    output_path: Uri = Field(description="Artifacts go to <output_path>/<job_name>/output/.",
+                             json_schema_extra={"section": "Data"})
+    checkpoint_path: Uri | None = Field(None, description="Synced with the checkpoint dir during training, restored "
+                                        "before it.", json_schema_extra={"section": "Data"})
+    resume_from: str | None = Field(None, description="Incremental training: 'latest' (newest successful model of "
+                                    "base_job_name) or the URI of a model.tar.gz; given as input channel 'model'.",
+                                    json_schema_extra={"section": "Data"})
+    connections: dict[str, str] = Field(default_factory=dict, description="URI scheme -> Airflow connection id "
+                                        f"(defaults {', '.join(DEFAULT_CONNECTIONS.values())}).",
+                                        json_schema_extra={"section": "Data"})
+    instance_count: Count = Field(1, ge=1, le=256, description="Hosts.", json_schema_extra={"section": "Resources"})
+    processes_per_host: Count = Field(1, ge=1, le=64, description="Processes per host (distribution pytorch or mpi).",
+                                      json_schema_extra={"section": "Resources"})
+    distribution: Distribution | None = Field(None, description="Launcher environment for several hosts/processes.",
+                                              json_schema_extra={"section": "Resources"})
+    resources: Resources = Field(default_factory=Resources, description="Per host: cpu, memory, gpu.",
+                                 json_schema_extra={"section": "Resources"})
+    backend: Backend = Field("local", description="Where it runs; empty: airflow.cfg [training] default_backend.",
+                             json_schema_extra={"section": "Resources"})
+    image_uri: str | None = Field(None, max_length=512, description="Training image (kubernetes, docker); empty: "
+                                  "[training] default_image.", json_schema_extra={"section": "Resources"})
+    layout: Layout = Field("ti", description="Directory layout inside the container; empty: [training] default_layout.",
+                           json_schema_extra={"section": "Resources"})
+    max_run_seconds: Count = Field(24 * 3600, ge=1, le=28 * 24 * 3600, description="Hard limit; the job is stopped "
+                                   "and the task fails.", json_schema_extra={"section": "Resources"})
+    environment: dict[str, EnvValue] = Field(
+        default_factory=dict, description="Extra environment variables for the training script: a value, or a secret "
+        'by reference, read at launch: {"variable": "<key>"} or {"connection": "<id>", "field": "password"}.',
+        json_schema_extra={"section": "Resources"})
+    metric_definitions: list[MetricDefinition] = Field(default_factory=list, max_length=64, description="Metrics "
+                                                       "read from the log.", json_schema_extra={"section": "Job"})
+    kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions, description="Per-job Kubernetes "
+                                          "options (backend kubernetes).", json_schema_extra={"section": "Resources"})
+    docker: DockerOptions = Field(default_factory=DockerOptions, description="Per-job Docker options (backend "
+                                  "docker).", json_schema_extra={"section": "Resources"})
+
+    # ---- single fields --------------------------------------------------------------------------------------
+    @field_validator("job_name", "base_job_name")
+    @classmethod
+    def _dns_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not DNS1123_LABEL.match(value):
+            limit = 63 if info.field_name == "job_name" else 50
+            raise spec_error(f"{value!r} must be a DNS-1123 label: lower-case letters, digits and '-', at most "
+                             f"{limit} characters")
+        return value
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.startswith("/") or ".." in value.split("/"):
+            raise spec_error(f"{value!r} must be a relative path inside source_dir")
+        if not value.endswith((".py", ".sh")):
+            raise spec_error(f"{value!r} must be a .py or .sh file; use command for anything else")
+        return value
+
+    @field_validator("resume_from")
+    @classmethod
+    def _resume_from(cls, value: str | None) -> str | None:
+        if value is None or value == "latest":
+            return value
+        _uri(value)
+        if not value.endswith(".tar.gz"):
+            raise spec_error(f"{value!r} must be 'latest' or the URI of a model.tar.gz")
+        return value
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _hyperparameters(cls, hps: dict[str, Any]) -> dict[str, Any]:
+        seen: dict[str, str] = {}
+        for name in hps:
+            where = f"hyperparameters.{name}" if name else "hyperparameters"
+            if not name or not HYPERPARAMETER_NAME.match(name):
+                raise spec_error("names must start with a letter or '_' and use only letters, digits, '_', '.', '-'",
+                                 where)
+            sanitised = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+            if sanitised in seen:
+                raise spec_error(f"clashes with '{seen[sanitised]}' (both become {sanitised}); rename one", where)
+            seen[sanitised] = name
+        size = len(json.dumps(hps).encode())
+        if size > MAX_HYPERPARAMETERS_JSON:
+            raise spec_error(f"take {size} bytes as JSON; at most {MAX_HYPERPARAMETERS_JSON} (pass large data as an "
+                             "input channel)")
+        return hps
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs(cls, inputs: dict[str, str]) -> dict[str, str]:
+        for channel in inputs:
+            if not CHANNEL_NAME.match(channel):
+                raise spec_error("channel names may only use letters, digits, '_' and '-'", f"inputs.{channel}")
+        return inputs
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, env: dict[str, Any]) -> dict[str, Any]:
+        for key, value in env.items():
+            if not ENV_NAME.match(key):
+                raise spec_error("names must be shell variable names and values scalars", f"environment.{key}")
+            if isinstance(value, str) and looks_like_secret(key, value):
+                # Never echo the value: it is the secret.
+                raise spec_error(f"looks like a credential, and literal credentials would land in XCom, rendered "
+                                 f"fields and logs; store it in Airflow and pass it by reference: {REFERENCE_FORMS}",
+                                 f"environment.{key}")
+        return env
+
+    @field_validator("connections")
+    @classmethod
+    def _connections(cls, connections: dict[str, str]) -> dict[str, str]:
+        for scheme, conn_id in connections.items():
+            if scheme not in SCHEMES:
+                raise spec_error(f"keys are URI schemes: {', '.join(SCHEMES)}", f"connections.{scheme}")
+            if not conn_id:
+                raise spec_error("names no connection; give an Airflow connection id", f"connections.{scheme}")
+        return connections
+
+    # ---- across fields --------------------------------------------------------------------------------------
+    @model_validator(mode="after")
+    def _across_fields(self) -> JobSpec:
+        if self.entry_point and self.command:
+            raise spec_error("give either entry_point or command, not both", "command")
+        if not self.entry_point and not self.command and not any(
+                k in self.hyperparameters for k in ("ti_program", "sagemaker_program")):
+            raise spec_error("is required (a .py or .sh file in source_dir), or give a command", "entry_point")
+        clash = sorted(set(self.environment) & set(self.kubernetes.secret_env or {}))
+        if clash and self.backend == "kubernetes":
+            raise spec_error("is also set by kubernetes.secret_env; keep one of them", f"environment.{clash[0]}")
+        if "model" in self.inputs and self.resume_from:
+            raise spec_error("the channel 'model' is reserved for resume_from; rename the channel", "inputs.model")
+        if self.processes_per_host > 1 and self.distribution not in ("pytorch", "mpi"):
+            raise spec_error(f"{self.processes_per_host} processes per host need distribution pytorch or mpi; set "
+                             "distribution or use processes_per_host 1", "processes_per_host")
+        if self.distribution == "tensorflow" and self.processes_per_host > 1:
+            raise spec_error("tensorflow runs one process per host; use instance_count", "processes_per_host")
+        return self
+
+    # ---- what the stages use --------------------------------------------------------------------------------
+    @property
+    def job_output_uri(self) -> str:
+        """`<output_path>/<job_name>/output/`: where model.tar.gz, output.tar.gz, failure, metrics.json go."""
+        return f"{self.output_path.rstrip('/')}/{self.job_name}/output/"
+
+    def ignored_sections(self) -> list[str]:
+        """Backend option sections the job sets but its backend does not read (valid: one spec may serve several
+        backends; the validate stage says so in the log)."""
+        sections = {"kubernetes": self.kubernetes, "docker": self.docker}
+        return [name for name, options in sections.items()
+                if name != self.backend and options.model_dump(exclude_defaults=True)]
+
+    def literal_environment(self) -> dict[str, str]:
+        return {k: v for k, v in self.environment.items() if isinstance(v, str)}
+
+    def secret_references(self) -> dict[str, VariableRef | ConnectionRef]:
+        return {k: v for k, v in self.environment.items() if not isinstance(v, str)}
+
+    def backend_options(self) -> dict[str, Any]:
+        """The launcher's per-job options: the section of the job's backend."""
+        section = {"kubernetes": self.kubernetes, "docker": self.docker}.get(self.backend)
+        return section.launch_options() if section is not None else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        return cls.model_validate(dict(data))
+
+
+def job_name_from(base: str, suffix: str) -> str:
+    """A DNS-1123 job name `<base>-<suffix>`, lower-cased, truncated with a hash when longer than 63 characters."""
+    raw = f"{base}-{suffix}" if suffix else base
+    name = re.sub(r"[^a-z0-9-]+", "-", raw.lower())
+    name = re.sub(r"-{2,}", "-", name).strip("-") or "job"
+    if len(name) > MAX_JOB_NAME:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+        name = name[: MAX_JOB_NAME - 9].rstrip("-") + "-" + digest
+    return name
+
+
+def base_name_from(dag_id: str) -> str:
+    return job_name_from(dag_id, "")[:40].rstrip("-")
+
+
+def validate_spec(
+    raw: Mapping[str, Any],
+    *,
+    default_job_name: str | None = None,
+    default_base_job_name: str | None = None,
+    default_backend: str = "local",
+    default_layout: str = "ti",
+) -> JobSpec:
+    """Check a raw spec (Params, --conf or a config file) and return the JobSpec; raise SpecError naming the field."""
+    if not isinstance(raw, Mapping):
+        raise SpecError("(spec)", f"must be a JSON object, got {json_text(raw)[:80]}")
+    spec = {k: v for k, v in raw.items() if v is not None and v != ""}  # the form sends empty fields as null
+    defaults = {"job_name": default_job_name, "base_job_name": default_base_job_name, "backend": default_backend,
+                "layout": default_layout}
+    for key, value in defaults.items():
+        if key not in spec and value is not None:
+            spec[key] = value
+    if "job_name" not in spec:
+        raise SpecError("job_name", "is required (or let the DAG derive it from the run)")
+    try:
+        return JobSpec.model_validate(spec)
+    except ValidationError as err:
+        raise first_error(err, JobSpec) from None

@@ -1,0 +1,101 @@
+"""Garbage collection of the workspace: pins of dead jobs, old job roots, old cache entries.
+
+A job pins the cache entries of its channels (cache/<key>/users/u-<job>) from prefetch until its upload stage
+releases them. A job that never reaches that stage (the DAG run was marked failed, the worker was killed, the
+run was deleted) would pin them forever, so eviction could never free them. Pins are therefore also released
+when they are dead:
+- the job's root is gone; or
+- [training] retention_days > 0 and the pin is older than that, unless a local training of the job is running.
+
+With retention_days > 0, job roots whose last activity (the root, its output/ files, its launch pids) is older
+than that and that run nothing are removed with their state directories (operators/state/job_state.py; a state directory
+whose job root is gone goes the same way), and unused cache entries not used for that long are discarded.
+Everything here is best effort: it runs at the start of every prefetch and never fails a job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from operators.cache.eviction import CacheEntries
+from operators.fs.directories import remove_tree
+from operators.launch.local.processes import ours, read_records
+from operators.state.job_state import LAUNCH_PIDS, remove_state_dir, state_dir, state_root
+
+log = logging.getLogger(__name__)
+
+DAY = 86400.0
+
+
+@dataclass
+class Collected:
+    released_pins: list[str] = field(default_factory=list)  # "<job>@<key prefix>"
+    removed_job_roots: list[str] = field(default_factory=list)
+    removed_entries: list[str] = field(default_factory=list)
+
+
+def _running_locally(job_root: str, state: str) -> bool:
+    """A local training the launcher recorded (in the job's state directory) still runs this job root."""
+    return any(ours(pid, ctime, job_root) for pid, ctime in read_records(os.path.join(state, LAUNCH_PIDS)))
+
+
+def _last_activity(job_root: str, state: str) -> float:
+    newest = 0.0
+    paths = [os.path.join(job_root, sub) for sub in ("", "output", os.path.join("output", "success"),
+                                                     os.path.join("output", "failure"))]
+    for path in [*paths, state, os.path.join(state, LAUNCH_PIDS)]:
+        try:
+            newest = max(newest, os.stat(path).st_mtime)
+        except OSError:
+            pass
+    return newest
+
+
+def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, now: float | None = None) -> Collected:
+    now = time.time() if now is None else now
+    max_age = retention_days * DAY if retention_days > 0 else None
+    done = Collected()
+    workspace = os.path.dirname(jobs_dir)  # jobs/ and state/ are siblings in the workspace
+
+    def state_of(name: str) -> str:
+        return state_dir(workspace, name)
+
+    if max_age is not None and os.path.isdir(state_root(workspace)):
+        for name in sorted(os.listdir(state_root(workspace))):  # a job root removed by hand leaves its state
+            root = os.path.join(jobs_dir, name)
+            if not os.path.lexists(root) and now - _last_activity(root, state_of(name)) > max_age \
+                    and not _running_locally(root, state_of(name)):
+                remove_state_dir(workspace, name)
+    if max_age is not None and os.path.isdir(jobs_dir):
+        for name in sorted(os.listdir(jobs_dir)):
+            root = os.path.join(jobs_dir, name)
+            if name.startswith(".") or not os.path.isdir(root) or os.path.islink(root):
+                continue
+            if now - _last_activity(root, state_of(name)) > max_age and not _running_locally(root, state_of(name)):
+                trash = os.path.join(jobs_dir, f".trash-{name}-{os.urandom(4).hex()}")
+                try:
+                    os.rename(root, trash)  # gone in one step for anyone listing jobs
+                except OSError as err:
+                    log.warning("retention: cannot remove job root %s: %s", root, err)
+                    continue
+                remove_tree(trash)
+                remove_state_dir(workspace, name)
+                done.removed_job_roots.append(name)
+                log.info("retention: removed job root %s (unused for more than %g days)", name, retention_days)
+    for info in cache.entries():
+        for user in info.users:
+            root = os.path.join(jobs_dir, user)
+            pin_age = cache.pin_age(info.key, user, now)
+            dead = not os.path.isdir(root) or (
+                max_age is not None and pin_age is not None and pin_age > max_age
+                and not _running_locally(root, state_of(user)))
+            if dead and cache.release_pin(info.key, user):
+                done.released_pins.append(f"{user}@{info.key[:16]}")
+                log.info("retention: released the pin of job %s on cache entry %s (%s): the job is gone or stale",
+                         user, info.key[:16], info.uri)
+    if max_age is not None:
+        done.removed_entries = cache.expire(max_age, now)
+    return done

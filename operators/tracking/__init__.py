@@ -1,0 +1,1 @@
+"""Training metrics and MLflow tracking."""

@@ -1,0 +1,275 @@
+"""MLflow tracking, when an admin sets [training] mlflow_tracking_uri: each training job is an MLflow run.
+
+    experiment  the job's base_job_name (its DAG id when the spec names none)
+    run         named after the job; tag training.job_name finds it again (a retried launch task reattaches)
+    params      the hyperparameters (only those: never the environment, connections or secrets by reference)
+    metrics     every series of the job's metrics stream, with its steps and wall-clock times, sent as it grows
+    tags        training.job_name, training.dag_id, training.run_id, training.run_link (the job's page), and
+                training.model_uri once publish_model has the uploaded model.tar.gz
+    artifacts   model/reference.json: {"model_uri": ...}, a reference (the archive is not copied to MLflow)
+    registry    a retraining DAG's promote_model registers the promoted model.tar.gz as a version of the registered
+                model named after the base job name (operators/pipelines/retraining.py)
+
+MLflow's own client (mlflow-skinny) is imported here, by the tasks, never at DAG parse. Tracking is best effort:
+the first call that fails logs one warning and turns tracking off for the rest of the task; the training goes on
+and its metrics stay in metrics.json. The tracking URI's user:password part (if an admin put credentials there) is
+never logged; MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD / MLFLOW_TRACKING_TOKEN in the worker's
+environment are the better place for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+log = logging.getLogger(__name__)
+
+JOB_TAG = "training.job_name"
+MODEL_URI_TAG = "training.model_uri"
+MODEL_REFERENCE = "model/reference.json"  # the run's artifact naming the uploaded model.tar.gz
+PUSH_SECONDS = 5.0  # how often streamed points go to the server while training runs
+MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+# A server that does not answer must not hold the training's task: a few quick tries per call instead of MLflow's
+# default (7 retries with exponential backoff, minutes); a busy server still gets 30 s to answer. An admin's own
+# MLFLOW_HTTP_* variables win.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+_BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
+
+
+def configured_uri() -> str:
+    """[training] mlflow_tracking_uri ("" = tracking off)."""
+    from operators.settings import mlflow_tracking_uri
+
+    return mlflow_tracking_uri()
+
+
+def shown_uri(uri: str) -> str:
+    """The URI without its user:password part, for messages."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "(the configured URI)"
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    return urlunsplit((parts.scheme, host + (f":{parts.port}" if parts.port else ""), parts.path, "", ""))
+
+
+def metric_key(name: str) -> str:
+    """A metric or param name as MLflow accepts it: characters outside [A-Za-z0-9_./- :] become "_", no leading
+    "/" and no ".." component."""
+    key = _BAD_KEY_CHARS.sub("_", name).lstrip("/") or "_"
+    return "/".join("_" if part == ".." else part for part in key.split("/"))[:250]
+
+
+def _client(uri: str):
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # the platform reports nothing beyond its own server
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _failure(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300] if text else ''}"
+
+
+class JobRun:
+    """One job's MLflow run, as the launch task sees it. Every method is best effort (see the module doc)."""
+
+    def __init__(self, uri: str, *, experiment: str, job_name: str, dag_id: str, run_id: str, run_link: str,
+                 hyperparameters: Mapping[str, Any], logger: logging.Logger | None = None):
+        self.uri = uri
+        self.experiment = experiment
+        self.job_name = job_name
+        self.tags = {JOB_TAG: job_name, "training.dag_id": dag_id, "training.run_id": run_id,
+                     "training.run_link": run_link, "mlflow.runName": job_name}
+        self.hyperparameters = dict(hyperparameters)
+        self.log = logger or log
+        self.mlflow_run_id: str | None = None
+        self._client = None
+        self._sent: dict[str, int] = {}  # series name -> points already on the server
+        self._off = False
+        self._lock = threading.Lock()  # the follower thread and the task's own thread both push
+
+    def _guard(self, what: str, call: Callable[[], Any]) -> Any:
+        if self._off:
+            return None
+        try:
+            return call()
+        except Exception as err:  # noqa: BLE001 - a tracking server must never fail a training
+            self._off = True
+            self.log.warning("MLflow tracking at %s failed while %s (%s); tracking is off for the rest of this "
+                             "task, the training goes on and its metrics stay in metrics.json", shown_uri(self.uri),
+                             what, _failure(err).replace(self.uri, shown_uri(self.uri)))
+            return None
+
+    def start(self) -> str | None:
+        """Find this job's run (a retried task reattaches to it) or create it; returns its MLflow run id."""
+        return self._guard("starting the run", self._start)
+
+    def _start(self) -> str:
+        from mlflow.entities import Param, RunTag
+
+        client = self._client = _client(self.uri)
+        experiment = client.get_experiment_by_name(self.experiment)
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment(self.experiment)
+        # Only this DAG run's run of the job is continued: a later job that reuses the name starts its own.
+        found = [r for r in client.search_runs([experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{self.job_name}'",
+                                               max_results=100)
+                 if all(r.data.tags.get(k) == self.tags[k] for k in ("training.dag_id", "training.run_id"))]
+        if found:
+            run = found[0]
+            self.mlflow_run_id = run.info.run_id
+            for key in run.data.metrics:  # points sent by an earlier attempt are not sent twice
+                self._sent[key] = len(client.get_metric_history(run.info.run_id, key))
+            client.update_run(run.info.run_id, status="RUNNING")
+            self.log.info("MLflow: job %s continues run %s in experiment %r (%s)", self.job_name,
+                          run.info.run_id, self.experiment, shown_uri(self.uri))
+            return run.info.run_id
+        run = client.create_run(experiment_id, tags=self.tags, run_name=self.job_name)
+        self.mlflow_run_id = run.info.run_id
+        params = [Param(metric_key(k), str(v)[:MAX_PARAM_CHARS]) for k, v in sorted(self.hyperparameters.items())]
+        client.log_batch(run.info.run_id, params=params,
+                         tags=[RunTag(k, v) for k, v in self.tags.items() if k != "mlflow.runName"])
+        self.log.info("MLflow: job %s is run %s in experiment %r (%s)", self.job_name, run.info.run_id,
+                      self.experiment, shown_uri(self.uri))
+        return run.info.run_id
+
+    def push(self, series: Mapping[str, list[Mapping[str, Any]]]) -> None:
+        """Send the points of `series` (MetricCollector.series) that are not on the server yet."""
+        if self.mlflow_run_id is None:
+            return
+        self._guard("sending metrics", lambda: self._push(series))
+
+    def _push(self, series: Mapping[str, list[Mapping[str, Any]]]) -> None:
+        from mlflow.entities import Metric
+
+        with self._lock:
+            batch, sent = [], {}
+            for name, points in list(series.items()):
+                key = metric_key(name)
+                done = self._sent.get(key, 0)
+                new = list(points[done:])
+                batch += [Metric(key, float(p["value"]), int(float(p.get("timestamp") or time.time()) * 1000),
+                                 int(p.get("step") or 0)) for p in new]
+                sent[key] = done + len(new)
+            if batch:
+                self._client.log_batch(self.mlflow_run_id, metrics=batch)
+            self._sent.update(sent)
+
+    def follow(self, snapshot: Callable[[], Mapping[str, list]], every: float = PUSH_SECONDS) -> threading.Event:
+        """Push snapshot() every `every` seconds from a daemon thread until the returned event is set."""
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(every) and not self._off:
+                try:
+                    series = snapshot()
+                except Exception as err:  # noqa: BLE001 - a view of the metrics that cannot be read now
+                    self.log.debug("MLflow: no metrics snapshot this time: %s", err)
+                    continue
+                self.push(series)
+
+        threading.Thread(target=loop, name=f"mlflow-{self.job_name}", daemon=True).start()
+        return done
+
+    def finish(self, series: Mapping[str, list], status: str) -> None:
+        """The last points, then the run's end state (FINISHED, FAILED or KILLED)."""
+        if self.mlflow_run_id is None:
+            return
+        self.push(series)
+        self._guard("ending the run", lambda: self._client.set_terminated(self.mlflow_run_id, status=status))
+
+
+def job_run(uri: str, spec, *, dag_id: str, run_id: str, map_index: int = -1,
+            logger: logging.Logger | None = None) -> JobRun:
+    """The JobRun of a validated JobSpec in one DAG run."""
+    from operators.stages.links import job_page_url
+
+    try:
+        link = job_page_url(dag_id, run_id, max(map_index, 0) if map_index is not None else 0)
+    except Exception:  # noqa: BLE001 - no Airflow config (a unit test): the run is still worth tracking
+        link = ""
+    return JobRun(uri, experiment=spec.base_job_name or dag_id, job_name=spec.job_name, dag_id=dag_id,
+                  run_id=run_id, run_link=link, hyperparameters=spec.hyperparameters, logger=logger)
+
+
+def _find_run(client, experiment: str, job_name: str, run_id: str | None = None):
+    """The newest run of the job (of that DAG run, when given) in the experiment, or None."""
+    experiment_obj = client.get_experiment_by_name(experiment)
+    if experiment_obj is None:
+        return None
+    found = [r for r in client.search_runs([experiment_obj.experiment_id], order_by=["attributes.start_time DESC"],
+                                           filter_string=f"tags.`{JOB_TAG}` = '{job_name}'", max_results=100)
+             if run_id is None or r.data.tags.get("training.run_id") == run_id]
+    return found[0] if found else None
+
+
+def record_model(uri: str, *, experiment: str, job_name: str, model_uri: str, run_id: str | None = None,
+                 logger: logging.Logger | None = None) -> bool:
+    """Tag the job's run with the uploaded model's URI (the model stays where it was uploaded: a reference)."""
+    logger = logger or log
+    try:
+        client = _client(uri)
+        run = _find_run(client, experiment, job_name, run_id)
+        if run is None:
+            logger.warning("MLflow: no run of job %s in experiment %r at %s: the model URI is not recorded",
+                           job_name, experiment, shown_uri(uri))
+            return False
+        client.set_tag(run.info.run_id, MODEL_URI_TAG, model_uri)
+        # The run's "model" artifact is a reference (the archive stays where the job uploaded it), so a registry
+        # version can name runs:/<run>/model whatever store the model is in.
+        client.log_dict(run.info.run_id, {"model_uri": model_uri, "job_name": job_name}, MODEL_REFERENCE)
+        logger.info("MLflow: run %s records the model %s", run.info.run_id, model_uri)
+        return True
+    except Exception as err:  # noqa: BLE001 - a tracking server must never fail a training
+        logger.warning("MLflow tracking at %s failed while recording the model of job %s (%s); the model is "
+                       "published all the same", shown_uri(uri), job_name, _failure(err))
+        return False
+
+
+def version_source(model_uri: str, run) -> str:
+    """A registry version's source: the object-store URI itself; a local model (which MLflow's registry refuses
+    outside the run's artifacts) through the run's model reference."""
+    scheme = model_uri.split("://", 1)[0] if "://" in model_uri else ""
+    if scheme and scheme != "file" or run is None:
+        return model_uri
+    return f"runs:/{run.info.run_id}/{MODEL_REFERENCE.rsplit('/', 1)[0]}"
+
+
+def register_model_version(uri: str, *, name: str, experiment: str, job_name: str, model_uri: str,
+                           run_id: str | None = None, logger: logging.Logger | None = None) -> str | None:
+    """Register `model_uri` as a new version of the registered model `name` (created when missing), linked to the
+    job's run when there is one; returns the version, or None (after a warning) when the server failed."""
+    logger = logger or log
+    try:
+        from mlflow.exceptions import MlflowException
+
+        client = _client(uri)
+        try:
+            client.get_registered_model(name)
+        except MlflowException as err:
+            if getattr(err, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            client.create_registered_model(name, description=f"Promoted models of the retraining of {name}")
+        run = _find_run(client, experiment, job_name, run_id)
+        run_link = (run.data.tags.get("training.run_link") or None) if run else None
+        version = client.create_model_version(name, source=version_source(model_uri, run),
+                                              run_id=run.info.run_id if run else None,
+                                              tags={JOB_TAG: job_name}, run_link=run_link,
+                                              description=f"{model_uri}, trained by job {job_name}")
+        logger.info("MLflow: %s is version %s of registered model %r", model_uri, version.version, name)
+        return str(version.version)
+    except Exception as err:  # noqa: BLE001 - the promotion itself (the pointer, the Asset event) stands
+        logger.warning("MLflow tracking at %s failed while registering %s as a version of %r (%s); the model is "
+                       "promoted all the same", shown_uri(uri), model_uri, name, _failure(err))
+        return None

@@ -1,0 +1,1 @@
+"""Hyperparameter tuning: the search space and early stopping of trials."""

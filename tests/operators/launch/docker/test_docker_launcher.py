@@ -1,0 +1,160 @@
+"""The Docker launcher's options, and the one thing the real engine cannot show here: a registry that answers
+"rate limited". Everything else the launcher does is tested on the real engine (tests/integration/
+test_docker_engine.py, test_docker_backend_dag.py).
+
+No registry is reachable from this machine, so a registry's 429 "toomanyrequests" answer to a pull cannot be
+produced by the real engine; for that alone, a small fake of the Engine API's image endpoints on loopback answers
+the real docker client (through the docker provider's DockerHook, as in production).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from operators.launch.docker import engine as docker_engine
+from operators.launch.docker.launcher import DockerLauncherHook
+from operators.launch.base import IMAGE_ERROR, LaunchRequest
+
+IMAGE = "registry.example.com/training-runtime:1.0"
+
+
+def make_request(tmp_path: Path, **overrides) -> LaunchRequest:
+    values = dict(job_name="cifar-train", job_root=str(tmp_path / "ws" / "jobs" / "cifar-train"),
+                  workspace=str(tmp_path / "ws"), layout="ti", instance_count=1, hosts=("cifar-train-0",),
+                  image_uri=IMAGE, options={})
+    values.update(overrides)
+    return LaunchRequest(**values)
+
+
+def test_kubernetes_options_in_the_same_spec_are_ignored_unknown_ones_and_root_refused(tmp_path):
+    from operators.spec.model import validate_spec
+
+    spec = validate_spec({"job_name": "j", "source_dir": "s3://b/c/", "output_path": "s3://b/o", "entry_point": "t.py",
+                          "backend": "docker", "kubernetes": {"namespace": "ml", "node_selector": {"a": "b"}},
+                          "docker": {"shm_size": "2Gi"}})
+    assert spec.backend_options() == {"shm_size": "2Gi"} and spec.ignored_sections() == ["kubernetes"]
+    hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
+    assert hook.configs(make_request(tmp_path, options=spec.backend_options()))
+    with pytest.raises(ValueError, match="docker option 'namespace' is not a known option"):
+        hook.configs(make_request(tmp_path, options={"namespace": "ml"}))
+    for root in ("0", "root", "0:0", "00", "1000:0"):
+        with pytest.raises(ValueError, match="training containers never run as root"):
+            hook.run(make_request(tmp_path, options={"user": root}), lambda line: None)
+
+
+def test_a_user_name_that_is_uid_0_in_the_image_is_refused(tmp_path, monkeypatch):
+    hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
+    monkeypatch.setattr(docker_engine, "ids_in_image", lambda client, image, user: (0, 0))
+    hook.__dict__["client"] = object()  # no engine: the image's answer is the patched ids_in_image
+    request = make_request(tmp_path, options={"user": "toor"})
+    with pytest.raises(ValueError, match="docker option user 'toor' is uid 0 in image .*never run as root"):
+        hook._run_as(request, hook._options(request), IMAGE, lambda line: None)
+
+
+def test_host_workspace_comes_from_airflow_cfg_only(tmp_path, monkeypatch):
+    hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match=r"host_workspace is an admin setting: set \[training.docker\]"):
+        hook.configs(make_request(tmp_path, options={"host_workspace": "/"}))
+    monkeypatch.setenv("AIRFLOW__TRAINING_DOCKER__HOST_WORKSPACE", "/srv/airflow/workspace")
+    binds = hook.configs(make_request(tmp_path))[0]["HostConfig"]["Binds"]
+    assert binds[0].startswith("/srv/airflow/workspace/jobs/cifar-train:")
+
+
+class FakeRegistryEngine:
+    """The Engine API's image endpoints only: inspect (404 until pulled) and pull, whose next answers are set by the
+    test (a registry error message each), then success."""
+
+    def __init__(self):
+        self.images: set[str] = set()
+        self.pull_errors: list[str] = []
+        self.pulls = 0
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, payload):
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain" if isinstance(payload, str) else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                path = re.sub(r"^/v[0-9.]+", "", urlsplit(self.path).path)
+                if path == "/_ping":
+                    return self._send(200, "OK")
+                if path == "/version":
+                    return self._send(200, {"ApiVersion": "1.41", "Version": "20.10.24", "MinAPIVersion": "1.12"})
+                match = re.match(r"^/images/(.+)/json$", path)
+                if match and match.group(1) in engine.images:
+                    return self._send(200, {"Id": "sha256:0", "Config": {"User": "1000:1000"}})
+                return self._send(404, {"message": f"No such image: {match.group(1) if match else path}"})
+
+            def do_POST(self):
+                parts = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+                engine.pulls += 1
+                if engine.pull_errors:
+                    error = engine.pull_errors.pop(0)
+                    messages = [{"status": "Pulling"}, {"errorDetail": {"message": error}, "error": error}]
+                else:
+                    engine.images.add(f"{query['fromImage']}:{query.get('tag', 'latest')}")
+                    messages = [{"status": "Pulling"}, {"status": "Download complete"}]
+                self.send_response(200)  # a pull answers with a chunked stream of JSON messages
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for message in messages:
+                    data = json.dumps(message).encode() + b"\r\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.write(b"0\r\n\r\n")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.client = DockerLauncherHook(docker_url="tcp://%s:%d" % self.server.server_address[:2],
+                                         docker_conn_id="").client
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def registry():
+    fake = FakeRegistryEngine()
+    yield fake
+    fake.close()
+
+
+def test_a_registry_rate_limit_is_waited_out_then_the_image_pulled(registry):
+    registry.pull_errors = ["toomanyrequests: You have reached your pull rate limit"] * 2
+    lines: list[str] = []
+    assert docker_engine.ensure_image(registry.client, IMAGE, 30, lines.append) is None
+    assert registry.pulls == 3 and IMAGE in registry.images
+    assert sum("the registry refuses to serve" in line for line in lines) == 1  # said once, not per retry
+
+
+def test_a_registry_that_keeps_rate_limiting_fails_as_an_image_error_after_the_grace(registry):
+    registry.pull_errors = ["toomanyrequests: You have reached your pull rate limit"] * 100
+    result = docker_engine.ensure_image(registry.client, IMAGE, 1.5, lambda line: None)
+    assert result.failure_class == IMAGE_ERROR and "still rate-limited after 1 s" in result.failure_reason
+
+
+def test_a_definite_refusal_is_not_retried(registry):
+    registry.pull_errors = ["manifest for registry.example.com/training-runtime:1.0 not found: manifest unknown"]
+    result = docker_engine.ensure_image(registry.client, IMAGE, 30, lambda line: None)
+    assert result.failure_class == IMAGE_ERROR and "manifest unknown" in result.failure_reason
+    assert registry.pulls == 1

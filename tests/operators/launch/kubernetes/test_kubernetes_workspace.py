@@ -1,0 +1,60 @@
+"""The job-root side of a Kubernetes training Job: group-writable tree for the pods' uid, mount points, and the
+launch record that tells a retry after the TTL whether the removed Job succeeded."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+from operators.launch.kubernetes.workspace import (
+    prepare_job_root,
+    succeeded_since_launch,
+    workspace_group,
+    write_launch_record,
+)
+
+
+def test_job_root_becomes_group_writable_with_mount_points_and_links_untouched(tmp_path):
+    cache = tmp_path / "cache" / "entry"
+    cache.mkdir(parents=True)
+    (cache / "rows.csv").write_text("1\n")
+    os.chmod(cache / "rows.csv", 0o644)
+    root = tmp_path / "jobs" / "j"
+    (root / "code").mkdir(parents=True)
+    (root / "code" / "train.py").write_text("print(1)\n")
+    os.chmod(root / "code" / "train.py", 0o600)
+    (root / "input" / "data").mkdir(parents=True)
+    (root / "input" / "data" / "linked").symlink_to(cache)
+
+    prepare_job_root(str(root), [str(root / "input" / "data" / "train")])
+
+    assert (root / "input" / "data" / "train").is_dir()  # the channel's mount point exists before the pod
+    for directory in (root, root / "code", root / "input" / "data" / "train"):
+        mode = os.stat(directory).st_mode
+        assert mode & stat.S_ISGID and mode & stat.S_IRWXG == stat.S_IRWXG, oct(mode)
+    assert os.stat(root / "code" / "train.py").st_mode & 0o060 == 0o060
+    assert stat.S_IMODE(os.stat(cache / "rows.csv").st_mode) == 0o644  # the shared cache is not touched
+    assert workspace_group(str(root)) == os.stat(root).st_gid
+
+
+def test_success_after_the_ttl_counts_only_when_newer_than_the_launch(tmp_path):
+    root, state = tmp_path / "jobs" / "job", str(tmp_path / "state" / "job")
+    (root / "output").mkdir(parents=True)
+    assert not succeeded_since_launch(str(root), state)  # never launched
+    (root / "output" / "success").write_text("")
+    old = time.time() - 60
+    os.utime(root / "output" / "success", (old, old))
+    write_launch_record(state, "uid-1")
+    assert not succeeded_since_launch(str(root), state)  # an earlier run's marker
+    (root / "output" / "success").write_text("")
+    assert succeeded_since_launch(str(root), state)
+
+
+def test_a_launch_record_the_pod_forged_in_the_job_root_is_not_read(tmp_path):
+    # The pod mounts the job root: a record there claiming an old launch would make a retry report a stale success.
+    root, state = tmp_path / "jobs" / "job", str(tmp_path / "state" / "job")
+    (root / "output").mkdir(parents=True)
+    (root / "output" / "success").write_text("")
+    (root / ".kubernetes-job.json").write_text('{"uid": "forged", "created": 0}')
+    assert not succeeded_since_launch(str(root), state)

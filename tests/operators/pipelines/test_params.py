@@ -1,0 +1,110 @@
+"""The trigger form's Params, generated from the spec model: what the UI renders and what it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from operators.pipelines.params import training_job_params
+from operators.spec.model import JobSpec
+
+GOOD = {"source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}
+
+
+def resolved(conf: dict) -> dict:
+    from airflow.sdk import ParamsDict
+
+    params = ParamsDict(training_job_params())
+    for key, value in conf.items():
+        params[key] = value
+    return params.validate()
+
+
+def test_every_spec_field_is_a_param_with_a_section_and_description():
+    params = training_job_params()
+    assert list(params) == list(JobSpec.model_fields)
+    for name, param in params.items():
+        assert param.schema.get("section"), name
+        assert param.description, name
+    json.dumps({name: param.dump() for name, param in params.items()})  # the form's JSON
+
+
+def test_object_fields_default_to_empty_objects_and_lists_not_null():
+    params = training_job_params()
+    for name in ("hyperparameters", "inputs", "resources", "environment", "connections", "kubernetes", "docker"):
+        assert params[name].value == {}, name
+        assert params[name].schema["type"] == ["object", "null"], name  # optional in the form: no required star
+    assert params["metric_definitions"].value == []
+
+
+def test_metric_definitions_are_a_list_of_objects_with_name_and_regex():
+    schema = training_job_params()["metric_definitions"].schema
+    assert schema["type"] == ["array", "null"]
+    item = schema["items"]
+    assert item["type"] == "object" and set(item["required"]) == {"Name", "Regex"}
+    assert item["additionalProperties"] is False
+
+
+def test_enums_are_dropdowns_with_labels_and_run_defaults_may_stay_empty():
+    params = training_job_params()
+    backend = params["backend"].schema
+    assert backend["enum"] == [None, "local", "kubernetes", "docker"]
+    assert backend["values_display"]["kubernetes"] == "Kubernetes Job"
+    assert backend["values_display"]["null"] == "(empty: the default)"  # not a bare "null" in the dropdown
+    assert params["layout"].schema["values_display"]["pai"].startswith("PAI")
+    assert params["distribution"].schema["enum"][0] is None
+    assert params["backend"].value is None and params["job_name"].value is None
+    assert params["kubernetes"].schema["properties"]["image_pull_policy"]["enum"] == [
+        None, "Always", "IfNotPresent", "Never"]
+
+
+def test_a_good_conf_passes_and_defaults_pre_fill_the_form():
+    values = resolved({**GOOD, "resources": {"cpu": 2, "memory": "4Gi", "gpu": 1},
+                       "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+                       "kubernetes": {"namespace": "ml"}, "hyperparameters": {"lr": 0.1, "tag": "a", "x": None}})
+    assert values["resources"]["cpu"] == 2 and values["max_run_seconds"] == 86400
+    assert training_job_params({"instance_count": 3})["instance_count"].value == 3
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"kubernetes": {"namspace": "ml"}}, "namspace"),
+        ({"resources": {"gpu": -1}}, "minimum"),
+        ({"backend": "slurm"}, "slurm"),
+        ({"hyperparameters": {"x": [1, 2]}}, "[1, 2]"),
+        ({"docker": {"keep_containers": "yes"}}, "yes"),
+        ({"metric_definitions": [{"Name": "loss"}]}, "Regex"),
+        ({"connections": {"gcs": "x"}}, "gcs"),
+        ({"instance_count": 0}, "minimum"),
+    ],
+)
+def test_the_form_refuses_bad_values_before_a_run(change, words):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError) as err:
+        resolved({**GOOD, **change})
+    assert words in str(err.value)
+
+
+def test_the_kubernetes_example_job_of_the_docs_is_a_valid_spec_and_passes_the_trigger_form():
+    import json
+    import re
+    from pathlib import Path
+
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from operators.pipelines.params import training_job_params
+    from operators.spec.model import validate_spec
+
+    doc = (Path(__file__).resolve().parents[3] / "docs/kubernetes.md").read_text()
+    section = doc[doc.index("## An example job with `backend: kubernetes`"):]
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    params = ParamsDict(training_job_params())
+    for key, value in example.items():
+        params[key] = value
+    params.validate()
+    spec = validate_spec(example, default_job_name="resnet-ddp-1", default_base_job_name="resnet-ddp",
+                         default_backend="local", default_layout="ti")
+    assert (spec.backend, spec.instance_count) == ("kubernetes", 2)

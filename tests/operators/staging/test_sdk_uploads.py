@@ -1,0 +1,22 @@
+"""Each user's SDK uploads live in a directory of their own, whatever the user name holds."""
+
+import os
+
+from operators.staging.sdk_uploads import used_bytes, user_dir_name
+
+
+def test_plain_names_are_kept_and_others_become_a_digest():
+    assert user_dir_name("alice") == "alice" and user_dir_name("a.b@corp") == "a.b@corp"
+    for odd in ("..", ".", "", "a/b", "../admin", "x" * 100, "名前"):
+        name = user_dir_name(odd)
+        assert name.startswith("u-") and "/" not in name and name not in (".", "..")
+    assert user_dir_name("a/b") != user_dir_name("a_b")
+
+
+def test_used_bytes_counts_regular_files_only(tmp_path):
+    (tmp_path / "a.tar.gz").write_bytes(b"x" * 10)
+    (tmp_path / "b.tar.gz").write_bytes(b"x" * 5)
+    os.symlink("/etc/passwd", tmp_path / "link")
+    assert used_bytes(str(tmp_path)) == 15
+    assert used_bytes(str(tmp_path), besides=str(tmp_path / "a.tar.gz")) == 5
+    assert used_bytes(str(tmp_path / "missing")) == 0
