@@ -27,6 +27,7 @@ import pytest
 
 NOBODY = 65534
 DB = "airflow"
+IDLE_IN_TRANSACTION_MS = 60_000
 USER = "airflow"
 
 
@@ -78,7 +79,10 @@ class PostgresServer:
         self.proc = subprocess.Popen(
             [f"{self.bindir}/postgres", "-D", str(data), "-p", str(self.port), "-k", str(self.dir),
              "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off",
-             "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "shared_buffers=64MB"],
+             "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "shared_buffers=64MB",
+             # As docs/operations.md asks of a deployment: a scheduler killed mid-transaction leaves its connection
+             # open (its LocalExecutor workers inherited the socket), and the rows it had locked stay locked.
+             "-c", f"idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True, **self._as_owner())
         log.close()
         self._wait_ready(timeout)

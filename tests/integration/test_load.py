@@ -1,4 +1,4 @@
-"""Load: 20 training_job runs triggered at once over the REST API of a real Airflow (tests/integration/airflow_server.py:
+"""Load: 10 (LOAD_RUNS) training_job runs triggered at once over the REST API of a real Airflow (tests/integration/airflow_server.py:
 api-server, scheduler with LocalExecutor, dag-processor, triggerer as separate processes) on PostgreSQL
 (tests/integration/postgres_server.py), local backend, small jobs that all read one S3 channel on MinIO: every run
 completes, each object of the shared channel is downloaded exactly once (GETs counted at a proxy in front of MinIO),
@@ -37,7 +37,9 @@ from counting_proxy import CountingProxy, aws_connection_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-RUNS = 20
+# `make test` runs 10 at once (more than twice the shipped max_active_runs, enough for the shared download and the
+# lock checks); the figures of bench/README.md are of 20: LOAD_RUNS=20 (the 20-run test took 6-7 min of the suite).
+RUNS = int(os.environ.get("LOAD_RUNS", "10"))
 # Task processes at once (LocalExecutor workers). Each costs a forked Python with Airflow, the DAG and boto3 imported;
 # on 2 cores more of them only share the same CPU.
 PARALLELISM = int(os.environ.get("LOAD_PARALLELISM", "8"))
