@@ -256,3 +256,10 @@ def mlflow_tracking_uri() -> str:
     """[training] mlflow_tracking_uri: the MLflow tracking server each training job is logged to as a run
     (operators/tracking/mlflow.py); empty = no tracking."""
     return _get("training", "mlflow_tracking_uri", "").strip()
+
+
+def mlflow_experiment_prefix() -> str:
+    """[training] mlflow_experiment_prefix: when set, every job's MLflow experiment is
+    `<prefix><DAG id>/<base job name>` (operators/tracking/mlflow.py), so whoever triggers a DAG writes only under
+    that DAG's experiments; empty = the base job name alone, as the triggering user chose it."""
+    return _get("training", "mlflow_experiment_prefix", "").strip()

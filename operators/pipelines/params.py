@@ -28,6 +28,9 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
          "required": ["connection"], "additionalProperties": False},
     ]}},
     "inputs": {"additionalProperties": {"type": "string", "minLength": 1}},
+    # a list of names or an object of name -> value (operators/spec/tags.py checks names and lengths)
+    "tags": {"type": ["object", "array", "null"], "additionalProperties": {"type": ["string", "number"]},
+             "items": {"type": "string"}},
     "connections": {"additionalProperties": {"type": "string", "minLength": 1}, "propertyNames":
                     {"enum": list(SCHEMES)}},
 }

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
 from training_runtime.layouts import CONTAINER_ROOTS
 
@@ -35,6 +35,7 @@ from operators.spec.parts import (
     json_text,
     spec_error,
 )
+from operators.spec.tags import normalise_tags
 
 __all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
 
@@ -116,6 +117,7 @@ def _env_value(value: Any) -> Any:
 
 
 EnvValue = Annotated[Any, AfterValidator(_env_value)]
+Tags = Annotated[dict[str, str], BeforeValidator(normalise_tags)]
 
 
 class JobSpec(Strict):
@@ -126,6 +128,8 @@ class JobSpec(Strict):
                           json_schema_extra={"section": "Job", "pattern": DNS1123_LABEL.pattern})
     base_job_name: str | None = Field(None, max_length=50, description="Prefix of derived job names; resume_from "
                                       "'latest' searches it. Empty: the DAG id.", json_schema_extra={"section": "Job"})
+    tags: Tags = Field(default_factory=dict, description='Labels to filter jobs by (and MLflow run tags): '
+                       '["baseline"] or {"team": "churn"}.', json_schema_extra={"section": "Job"})
     source_dir: Uri = Field(description="Training code: a prefix, a .tar.gz object, a local dir or a local .tar.gz.",
                             json_schema_extra={"section": "Code"})
     entry_point: str | None = Field(None, max_length=1024, description="A .py or .sh file in source_dir; "

@@ -39,12 +39,12 @@ class PublishModelOperator(BaseOperator):
         return model_uri
 
     def _record_in_mlflow(self, model_uri: str, run_id: str) -> None:
-        from operators.tracking.mlflow import configured_uri, record_model
+        from operators.tracking.mlflow import configured_uri, experiment_name, record_model
 
         uri = configured_uri()
         if uri and self.job:
             from operators.spec.model import JobSpec
 
             spec = JobSpec.from_dict(self.job)
-            record_model(uri, experiment=spec.base_job_name or self.dag_id, job_name=spec.job_name,
+            record_model(uri, experiment=experiment_name(spec.base_job_name, self.dag_id), job_name=spec.job_name,
                          model_uri=model_uri, run_id=run_id, logger=self.log)

@@ -1,10 +1,11 @@
 """MLflow tracking, when an admin sets [training] mlflow_tracking_uri: each training job is an MLflow run.
 
-    experiment  the job's base_job_name (its DAG id when the spec names none)
+    experiment  the job's base_job_name (its DAG id when the spec names none); with [training]
+                mlflow_experiment_prefix set, `<prefix><DAG id>/<base job name>` (experiment_name)
     run         named after the job; tag training.job_name finds it again (a retried launch task reattaches)
     params      the hyperparameters (only those: never the environment, connections or secrets by reference)
     metrics     every series of the job's metrics stream, with its steps and wall-clock times, sent as it grows
-    tags        training.job_name, training.dag_id, training.run_id, training.run_link (the job's page), and
+    tags        the spec's own tags (operators/spec/tags.py), then training.job_name, training.dag_id, training.run_id, training.run_link (the job's page), and
                 training.model_uri once publish_model has the uploaded model.tar.gz
     artifacts   model/reference.json: {"model_uri": ...}, a reference (the archive is not copied to MLflow)
     registry    a retraining DAG's promote_model registers the promoted model.tar.gz as a version of the registered
@@ -49,6 +50,17 @@ def configured_uri() -> str:
     return mlflow_tracking_uri()
 
 
+def experiment_name(base_job_name: str | None, dag_id: str) -> str:
+    """The job's experiment. The base job name is the triggering user's choice: without a prefix it may name any
+    experiment on the server (docs/security.md); with [training] mlflow_experiment_prefix (an admin setting) the
+    DAG id, which the user cannot choose, comes first, so a run lands only among its own DAG's experiments."""
+    from operators.settings import mlflow_experiment_prefix
+
+    base = base_job_name or dag_id
+    prefix = mlflow_experiment_prefix()
+    return f"{prefix}{dag_id}/{base}" if prefix else base
+
+
 def shown_uri(uri: str) -> str:
     """The URI without its user:password part, for messages."""
     try:
@@ -86,11 +98,13 @@ class JobRun:
     """One job's MLflow run, as the launch task sees it. Every method is best effort (see the module doc)."""
 
     def __init__(self, uri: str, *, experiment: str, job_name: str, dag_id: str, run_id: str, run_link: str,
-                 hyperparameters: Mapping[str, Any], logger: logging.Logger | None = None):
+                 hyperparameters: Mapping[str, Any], tags: Mapping[str, str] | None = None,
+                 logger: logging.Logger | None = None):
         self.uri = uri
         self.experiment = experiment
         self.job_name = job_name
-        self.tags = {JOB_TAG: job_name, "training.dag_id": dag_id, "training.run_id": run_id,
+        # the spec's tags first: the platform's own keys come after and win (the spec refuses those names anyway)
+        self.tags = {**{metric_key(k): str(v) for k, v in (tags or {}).items()}, JOB_TAG: job_name, "training.dag_id": dag_id, "training.run_id": run_id,
                      "training.run_link": run_link, "mlflow.runName": job_name}
         self.hyperparameters = dict(hyperparameters)
         self.log = logger or log
@@ -199,8 +213,9 @@ def job_run(uri: str, spec, *, dag_id: str, run_id: str, map_index: int = -1,
         link = job_page_url(dag_id, run_id, max(map_index, 0) if map_index is not None else 0)
     except Exception:  # noqa: BLE001 - no Airflow config (a unit test): the run is still worth tracking
         link = ""
-    return JobRun(uri, experiment=spec.base_job_name or dag_id, job_name=spec.job_name, dag_id=dag_id,
-                  run_id=run_id, run_link=link, hyperparameters=spec.hyperparameters, logger=logger)
+    return JobRun(uri, experiment=experiment_name(spec.base_job_name, dag_id), job_name=spec.job_name, dag_id=dag_id,
+                  run_id=run_id, run_link=link, hyperparameters=spec.hyperparameters,
+                  tags=getattr(spec, "tags", None), logger=logger)
 
 
 def _find_run(client, experiment: str, job_name: str, run_id: str | None = None):

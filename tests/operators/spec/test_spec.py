@@ -175,3 +175,30 @@ def test_references_travel_as_references():
         validate_spec({**BASE, "backend": "kubernetes", "image_uri": "img", "environment": {"K": {"variable": "v"}},
                        "kubernetes": {"secret_env": {"K": "s/k"}}})
     assert err.value.field == "environment.K"
+
+
+# ---- tags (issue 27) -----------------------------------------------------------------------------------------------
+
+
+def test_tags_as_a_list_or_an_object_travel_as_an_object():
+    assert validate_spec({**BASE, "tags": ["baseline", "q3"]}).to_dict()["tags"] == {"baseline": "", "q3": ""}
+    assert validate_spec({**BASE, "tags": {"team": "churn", "try": 2}}).tags == {"team": "churn", "try": "2"}
+    assert validate_spec(BASE).tags == {}
+
+
+@pytest.mark.parametrize(
+    "tags, field, words",
+    [
+        ("baseline", "tags", "a list of names"),
+        ({"team": {"name": "x"}}, "tags.team", "short strings"),
+        ({"bad name": "x"}, "tags.bad name", "only letters, digits"),
+        ({"training.dag_id": "other_dag"}, "tags.training.dag_id", "the platform's own"),
+        ({"mlflow.runName": "x"}, "tags.mlflow.runName", "the platform's own"),
+        ({"note": "two\nlines"}, "tags.note", "one line"),
+        ({f"t{i}": "" for i in range(21)}, "tags", "at most 20"),
+    ],
+)
+def test_bad_tags_are_one_line_naming_the_tag(tags, field, words):
+    with pytest.raises(SpecError) as err:
+        validate_spec({**BASE, "tags": tags})
+    assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)

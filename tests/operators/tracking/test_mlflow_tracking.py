@@ -14,7 +14,7 @@ import pytest
 
 from minio_server import free_port
 from mlflow_server import MlflowServer
-from operators.tracking.mlflow import JobRun, metric_key, register_model_version, shown_uri
+from operators.tracking.mlflow import JobRun, experiment_name, metric_key, register_model_version, shown_uri
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -42,6 +42,15 @@ def test_metric_names_become_keys_mlflow_accepts():
     assert metric_key("/../etc/x") == "_/etc/x"
 
 
+def test_the_admins_prefix_puts_the_dag_id_before_the_experiment_the_user_named(monkeypatch):
+    assert experiment_name("churn", "training_job") == "churn"  # no prefix: today's behaviour
+    assert experiment_name(None, "training_job") == "training_job"
+    monkeypatch.setenv("AIRFLOW__TRAINING__MLFLOW_EXPERIMENT_PREFIX", "airflow/")
+    # a user of training_job naming another team's experiment still writes under training_job's own
+    assert experiment_name("team-b-churn", "training_job") == "airflow/training_job/team-b-churn"
+    assert experiment_name(None, "nightly") == "airflow/nightly/nightly"
+
+
 def test_credentials_in_the_uri_are_never_shown():
     assert shown_uri("https://admin:s3cret@mlflow.example:5000/x") == "https://mlflow.example:5000/x"
     assert shown_uri("http://mlflow:5000") == "http://mlflow:5000"
@@ -62,6 +71,17 @@ def test_a_retried_task_continues_the_run_without_sending_a_point_twice(mlflow_s
     assert [m.value for m in client.get_metric_history(run_id, "system/memory_bytes")] == [100.0]
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1"}
+
+
+@pytest.mark.slow
+def test_the_specs_tags_are_run_tags_and_cannot_replace_the_platforms(mlflow_server):
+    run = JobRun(mlflow_server.url, experiment="unit", job_name="job-tagged", dag_id="training_job",
+                 run_id="manual__tags", run_link="", hyperparameters={},
+                 tags={"team": "churn", "baseline": "", "training.dag_id": "other"})
+    run_id = run.start()
+    tags = mlflow_server.client().get_run(run_id).data.tags
+    assert tags["team"] == "churn" and tags["baseline"] == ""
+    assert tags["training.dag_id"] == "training_job"  # the platform's record wins over a spec that got past checks
 
 
 @pytest.mark.slow
