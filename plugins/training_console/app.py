@@ -2,7 +2,8 @@
 
     /training-jobs/ui/                                        the page (plain HTML + JS: no build, no CDN)
     /training-jobs/ui/vendor/plotly.min.js                    its chart library, from the installed plotly package
-    /training-jobs/api/jobs                                   the list (filter, sort, paginate)
+    /training-jobs/api/jobs                                   the list (filter, sort, paginate; ?status ?dag_id ?q
+                                                              ?tag=team:churn ?from ?to ?metric=accuracy>=0.9)
     /training-jobs/api/jobs/{dag_id}/{run_id}/{map_index}     one job: spec, stages, artifacts, failure
     /training-jobs/api/jobs/.../metrics                       metric series (live while training runs)
     /training-jobs/api/jobs/.../artifacts/{name}              model.tar.gz, metrics.json, failure, output.tar.gz
@@ -32,6 +33,7 @@ from operators.tracking.metrics import is_system_metric
 from training_console import artifacts, compare, vendor
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.spec_access import check_served_paths, require_validated
+from training_console.list_filters import FilterError, parse_filters
 from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
 from training_console.warmup import warm_up
 
@@ -86,6 +88,10 @@ def list_jobs(
     dag_id: str | None = None,
     run_id: str | None = None,
     q: str | None = None,
+    tag: Annotated[list[str], Query()] = [],  # noqa: B006 - <name> or <name>:<value>, repeated: all must match
+    created_from: Annotated[str | None, Query(alias="from")] = None,
+    created_to: Annotated[str | None, Query(alias="to")] = None,
+    metric: Annotated[list[str], Query()] = [],  # noqa: B006 - accuracy>=0.9, repeated: all must hold
     sort: str = "created",
     order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -93,11 +99,15 @@ def list_jobs(
 ) -> dict[str, Any]:
     from airflow.api_fastapi.app import get_auth_manager
 
+    try:
+        filters = parse_filters(tags=tag, created_from=created_from, created_to=created_to, metrics=metric)
+    except FilterError as err:
+        raise HTTPException(400, str(err)) from None
     allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     jobs = load_jobs_cached(session, dag_ids=allowed if dag_id is None else ({dag_id} & set(allowed)))
     _read_queue_lines(session, jobs)
     result = query_items(jobs, status=status or None, dag_id=dag_id or None, run_id=run_id or None, q=q or None,
-                         sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
+                         filters=filters, sort=sort, descending=order == "desc", offset=offset, limit=limit, now=_now())
     _add_live_metrics(result, jobs)
     return result
 

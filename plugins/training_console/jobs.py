@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from training_console.list_filters import ListFilters
+
 STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
           "upload_artifacts", "publish_model")
 STAGING = ("stage_code", "prefetch_data", "write_configs", "restore")
@@ -150,6 +152,8 @@ class Job:
             "metrics": launch.get("metrics") or {},
             "model_uri": upload.get("model_uri"),
             "resume_from": spec.get("resume_from"),
+            "tags": spec.get("tags") or {},
+            "hyperparameters": spec.get("hyperparameters") or {},
             "queue": self.queued_in() if status == "queued" else None,
             "queue_line": self.queue_line if status == "queued" and self.queued_in() else None,
         }
@@ -328,6 +332,8 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
         search["metrics"] = best["metrics"] if best else {}
         search["best_job_name"] = best["job_name"] if best else None
         search["base_job_name"] = trials[0]["base_job_name"] if trials else ""
+        search["tags"] = trials[0]["tags"] if trials else {}
+        search["hyperparameters"] = {}  # a search's trials differ in them: each trial's row has its own
         for name in ("backend", "layout", "instance_count", "resources", "image_uri"):
             search[name] = trials[0][name] if trials else None
         search["durations"] = {k: _sum(t["durations"][k] for t in trials) for k in ("staging", "training", "upload")}
@@ -346,14 +352,18 @@ def _sum(values: Iterable[float | None]) -> float | None:
 
 
 def query_items(jobs: list[Job], *, status: str | None = None, dag_id: str | None = None, q: str | None = None,
-                run_id: str | None = None,
+                run_id: str | None = None, filters: ListFilters | None = None,
                 sort: str = "created", descending: bool = True, offset: int = 0, limit: int = 50,
                 now: datetime | None = None) -> dict[str, Any]:
-    """Filter, sort and paginate the list (a search counts as one item; it matches if one of its trials does)."""
+    """Filter, sort and paginate the list (a search counts as one item; it matches if one of its trials does).
+    Besides the page: every metric, hyperparameter and tag name of the jobs (the page's column and filter choices)."""
     now = now or datetime.now(timezone.utc)
     items = group_searches(jobs, now)
+    rows = [row for item in items for row in (item.get("trials") or [item])]
     metric_names = sorted({m for item in items for m in (item.get("metrics") or {})})
     dag_ids = sorted({item["dag_id"] for item in items})
+    hyperparameter_names = sorted({h for row in rows for h in row.get("hyperparameters") or {}})
+    tag_names = sorted({t for row in rows for t in row.get("tags") or {}})
 
     def matches(row: Mapping[str, Any]) -> bool:
         if status and row["status"] != status:
@@ -364,7 +374,7 @@ def query_items(jobs: list[Job], *, status: str | None = None, dag_id: str | Non
             return False
         if q and q.lower() not in f"{row.get('job_name', '')} {row.get('base_job_name', '')} {row['run_id']}".lower():
             return False
-        return True
+        return filters is None or filters.matches(row)
 
     selected = [i for i in items if matches(i) or any(matches(t) for t in i.get("trials", ()))]
     present = [i for i in selected if _sort_value(i, sort) is not None]
@@ -372,4 +382,5 @@ def query_items(jobs: list[Job], *, status: str | None = None, dag_id: str | Non
     present.sort(key=lambda i: _sort_value(i, sort), reverse=descending)
     ordered = present + missing  # rows without the value go last whatever the direction
     return {"total": len(ordered), "offset": offset, "limit": limit, "items": ordered[offset: offset + limit],
-            "metric_names": metric_names, "dag_ids": dag_ids}
+            "metric_names": metric_names, "dag_ids": dag_ids, "hyperparameter_names": hyperparameter_names,
+            "tag_names": tag_names}

@@ -1,5 +1,7 @@
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from training_console.jobs import STAGES, Job, query_items
 
 T0 = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
@@ -120,3 +122,60 @@ def test_a_search_whose_trials_were_all_stopped_is_stopped():
     for t in trials:
         t.run_id, t.launch_note = "search-run", "Stopped by alice at 2026-11-23 03:05:00 UTC"
     assert query_items(trials, now=T0)["items"][0]["status"] == "stopped"
+
+
+# ---- the list's filters (issue 27): tag, date range, metric range; hyperparameter and tag names for its columns ----
+
+
+def test_tag_date_and_metric_filters_combine_server_side():
+    from training_console.list_filters import parse_filters
+
+    a = job("a", OK, metrics={"accuracy": 0.95}, spec={"tags": {"team": "churn", "baseline": ""}})
+    b = job("b", OK, metrics={"accuracy": 0.80}, spec={"tags": {"team": "churn"}})
+    c = job("c", OK, metrics={"accuracy": 0.99}, spec={"tags": {"team": "fraud"}})
+    c.run_after = T0 + timedelta(days=2)
+    jobs = [a, b, c]
+    names = lambda **kw: sorted(i["job_name"] for i in query_items(jobs, filters=parse_filters(**kw))["items"])  # noqa: E731
+    assert names(tags=["team:churn"]) == ["a", "b"]
+    assert names(tags=["baseline"]) == ["a"]
+    assert names(metrics=["accuracy>=0.9"]) == ["a", "c"]
+    assert names(metrics=["accuracy >= 0.9", "accuracy<0.99"]) == ["a"]
+    assert names(created_to=T0.date().isoformat()) == ["a", "b"]  # the day given is included whole
+    assert names(created_from=(T0 + timedelta(days=1)).date().isoformat()) == ["c"]
+    assert names(tags=["team:churn"], metrics=["accuracy>0.9"]) == ["a"]
+    assert names(metrics=["loss<1"]) == []  # a job without the metric is not in range
+
+
+def test_the_list_names_the_hyperparameters_and_tags_its_columns_and_filters_offer():
+    result = query_items([job("a", OK, spec={"hyperparameters": {"lr": 0.1, "epochs": 3}, "tags": {"team": "x"}}),
+                          job("b", OK, spec={"hyperparameters": {"dropout": 0.5}})], now=T0)
+    assert result["hyperparameter_names"] == ["dropout", "epochs", "lr"] and result["tag_names"] == ["team"]
+    row = next(i for i in result["items"] if i["job_name"] == "a")
+    assert row["hyperparameters"] == {"lr": 0.1, "epochs": 3} and row["tags"] == {"team": "x"}
+
+
+def test_a_search_matches_a_metric_range_when_one_of_its_trials_does():
+    from training_console.list_filters import parse_filters
+
+    conf = {"job_name": "s", "objective": "loss"}
+    trials = [job(f"s-t0{i}", OK, prefix="trial.", map_index=i, metrics={"loss": loss}, conf=conf,
+                  spec={"hyperparameters": {"lr": lr}}) for i, (loss, lr) in enumerate([(0.5, 0.1), (0.2, 0.01)])]
+    for t in trials:
+        t.run_id = "search-run"
+    result = query_items(trials, filters=parse_filters(metrics=["loss<=0.2"]), now=T0)
+    assert result["total"] == 1 and [t["hyperparameters"] for t in result["items"][0]["trials"]] == [
+        {"lr": 0.1}, {"lr": 0.01}]
+    assert query_items(trials, filters=parse_filters(metrics=["loss<0.1"]), now=T0)["total"] == 0
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"metrics": ["accuracy"]}, "metric filter 'accuracy' is not a range; write <metric><op><number>"),
+    ({"metrics": ["accuracy>=high"]}, "is not a range"),
+    ({"created_from": "last tuesday"}, "from date 'last tuesday' is not a date; write YYYY-MM-DD"),
+    ({"tags": [":x"]}, "names no tag"),
+])
+def test_a_filter_that_cannot_be_read_is_one_line_saying_what_to_write(kwargs, words):
+    from training_console.list_filters import FilterError, parse_filters
+
+    with pytest.raises(FilterError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        parse_filters(**kwargs)
