@@ -7,6 +7,8 @@
     /training-jobs/api/jobs/{dag_id}/{run_id}/{map_index}     one job: spec, stages, artifacts, failure
     /training-jobs/api/jobs/.../metrics                       metric series (live while training runs)
     /training-jobs/api/jobs/.../artifacts/{name}              model.tar.gz, metrics.json, failure, output.tar.gz
+    /training-jobs/api/jobs/.../files                         every file under the job's output prefix
+    /training-jobs/api/jobs/.../files/{path}                  one of them (?preview=true: text/JSON inline, capped)
     /training-jobs/ui/compare.html?job=...&run=...            the compare page (static/compare.js; "Compare jobs" in the list)
     /training-jobs/api/compare?job=...&run=...                its data (training_console/compare.py)
 
@@ -256,6 +258,27 @@ def get_artifact(dag_id: str, run_id: str, map_index: int, name: str, session: S
     spec = require_validated(job.spec)
     check_served_paths(spec)
     return artifacts.respond(spec, name)
+
+
+@app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/files", dependencies=[CAN_READ_RUN])
+def get_output_files(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> dict[str, Any]:
+    """The job's output prefix, listed (training_console/output_files.py)."""
+    from training_console.output_files import list_files
+
+    spec = require_validated(_job(session, dag_id, run_id, map_index).spec)
+    check_served_paths(spec)
+    return list_files(spec)
+
+
+@app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/files/{path:path}", dependencies=[CAN_READ_RUN])
+def get_output_file(dag_id: str, run_id: str, map_index: int, path: str, session: SessionDep,
+                    preview: bool = False) -> Any:
+    """One file of the job's output: downloaded, or previewed (text and JSON, the first 64 KiB)."""
+    from training_console import output_files
+
+    spec = require_validated(_job(session, dag_id, run_id, map_index).spec)
+    check_served_paths(spec)
+    return output_files.preview(spec, path) if preview else output_files.download(spec, path)
 
 
 def _iso(value) -> str | None:

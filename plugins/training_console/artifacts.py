@@ -28,10 +28,12 @@ def output_uri(spec: Mapping[str, Any]) -> str | None:
     return f"{str(spec['output_path']).rstrip('/')}/{spec['job_name']}/output/"
 
 
-def _storage(spec: Mapping[str, Any]):
+def storage_of(spec: Mapping[str, Any]):
+    """The storage hook with the job's own connections (its validated spec's)."""
     from operators.storage.hook import ObjectStorageHook
 
     return ObjectStorageHook(connections=spec.get("connections") or {})
+
 
 
 def _job_root(spec: Mapping[str, Any]) -> str | None:
@@ -100,7 +102,7 @@ def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
             data = None
     if data is None and not live and output_uri(spec):
         try:
-            data = json.loads(_storage(spec).read_bytes(output_uri(spec) + "metrics.json"))
+            data = json.loads(storage_of(spec).read_bytes(output_uri(spec) + "metrics.json"))
         except Exception as err:  # noqa: BLE001 - no metrics is a normal state (failed early, no definitions)
             log.debug("no metrics.json for %s: %s", spec.get("job_name"), err)
     collector = MetricCollector()
@@ -110,7 +112,7 @@ def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
     return collector.to_json()
 
 
-def _stream_file(directory: str, rel: str, media_type: str | None, filename: str | None) -> Response | None:
+def stream_file(directory: str, rel: str, media_type: str | None, filename: str | None) -> Response | None:
     """The regular file `rel` below `directory`, streamed from the descriptor it was checked on (operators/fs: a
     link there is not followed); None when there is no such regular file."""
     from fastapi.responses import StreamingResponse
@@ -138,7 +140,6 @@ def _stream_file(directory: str, rel: str, media_type: str | None, filename: str
 
 def respond(spec: Mapping[str, Any], name: str) -> Response:
     """A local artifact is streamed; an object-storage one redirects (presigned URL or console)."""
-    from operators.settings import training_settings
 
     out = output_uri(spec)
     if not out:
@@ -146,19 +147,27 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
     uri = out + name
     if name == "metrics.json":  # metrics of a running job live in the job root
         root = _job_root(spec)
-        if root and _storage(spec).local_path(uri) is None:
-            response = _stream_file(root, "output/metrics.json", MEDIA[name], None)
+        if root and storage_of(spec).local_path(uri) is None:
+            response = stream_file(root, "output/metrics.json", MEDIA[name], None)
             if response is not None:
                 return response
-    local = _storage(spec).local_path(uri)  # the local store's file is streamed; a remote object is linked
+    local = storage_of(spec).local_path(uri)  # the local store's file is streamed; a remote object is linked
     if local is not None:
-        response = _stream_file(os.path.dirname(local), name, MEDIA.get(name),
+        response = stream_file(os.path.dirname(local), name, MEDIA.get(name),
                                 None if name in ("failure", "metrics.json") else f"{spec['job_name']}-{name}")
         if response is None:
             if name == "failure":
                 return PlainTextResponse("no failure recorded for this job\n", status_code=404)
             raise HTTPException(404, f"{uri} does not exist (yet)")
         return response
+    return remote_link(spec, uri, name)
+
+
+def remote_link(spec: Mapping[str, Any], uri: str, name: str) -> Response:
+    """An object in object storage: a redirect to the provider's console page or to a presigned URL, per
+    [training] artifact_links."""
+    from operators.settings import training_settings
+
     settings = training_settings()
     if settings.artifact_links == "console":
         from operators.stages.links import console_url
@@ -167,7 +176,7 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
         if target:
             return RedirectResponse(target, status_code=307)
     try:
-        target = _storage(spec).presigned_url(uri, settings.presigned_url_seconds)
+        target = storage_of(spec).presigned_url(uri, settings.presigned_url_seconds)
     except Exception as err:  # noqa: BLE001 - one line, no credentials
         raise HTTPException(502, f"could not sign a URL for {uri}: {err}") from None
     log.info("artifact %s of %s: redirect to a presigned URL valid %d s", name, spec.get("job_name"),

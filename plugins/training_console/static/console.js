@@ -69,7 +69,7 @@ window.addEventListener("hashchange", route);
 // ---------------------------------------------------------------------------------------------------------------
 // the list
 const COLUMNS = [
-  ["job_name", "Job"], ["dag_id", "DAG"], ["status", "Status"], ["created", "Created"],
+  [null, ""], ["job_name", "Job"], ["dag_id", "DAG"], ["status", "Status"], [null, "Tags"], ["created", "Created"],
   ["duration:staging", "Staging"], ["duration:training", "Training"], ["duration:upload", "Upload"],
   ["backend", "Backend"], ["layout", "Layout"], [null, "Hosts × resources"], ["image_uri", "Image"],
 ];
@@ -83,49 +83,90 @@ function resourcesText(row) {
 // a Kubernetes job waiting in a Kueue queue: which one, and on the job page its place (the trigger's latest line)
 const queuedIn = (row) => row.status === "queued" && row.queue ? ` <span class="muted queue" title="${esc(row.queue_line || "")}">in ${esc(row.queue)}</span>` : "";
 
-function jobCells(row, metricNames, opts = {}) {
+// tags are what the triggering user typed: shown escaped, as "name" or "name: value"
+const tagText = (name, value) => value ? `${name}: ${value}` : name;
+const tagChips = (tags) => Object.entries(tags || {}).map(([k, v]) => `<span class="tag" data-tag="${esc(k)}">${esc(tagText(k, v))}</span>`).join(" ");
+const jobKeyOf = (row) => [row.dag_id, row.run_id, row.map_index].map((p) => encodeURIComponent(p)).join("/");
+const hpText = (v) => v == null ? "" : typeof v === "number" ? fmtNum(v) : String(v);
+
+function jobCells(row, metricNames, hpNames = []) {
   const star = row.best ? `<span class="best" title="best trial">★</span> ` : "";
   const failed = row.status === "failed" && row.failed_stage ? ` <span class="muted">at ${esc(STAGE_LABELS[row.failed_stage] || row.failed_stage)}${row.failure_class ? " (" + esc(row.failure_class) + ")" : ""}</span>` : "";
   const cells = [
+    `<input type="checkbox" class="select-job" value="${esc(jobKeyOf(row))}" data-job="${esc(row.job_name)}" data-status="${esc(row.status)}" aria-label="select ${esc(row.job_name)}">`,
     `${star}<a href="${jobHref(row)}" class="job-link">${esc(row.job_name || row.run_id)}</a>`,
-    esc(row.dag_id), badge(row.status) + failed + queuedIn(row), esc(fmtTime(row.created)),
+    esc(row.dag_id), badge(row.status) + failed + queuedIn(row), tagChips(row.tags), esc(fmtTime(row.created)),
     fmtDur(row.durations?.staging), fmtDur(row.durations?.training), fmtDur(row.durations?.upload),
     esc(row.backend), esc(row.layout), esc(resourcesText(row)), esc(row.image_uri || (row.backend === "local" ? "—" : "default")),
+    ...hpNames.map((h) => esc(hpText(row.hyperparameters?.[h]))),
     ...metricNames.map((m) => fmtNum(row.metrics?.[m])),
   ];
   return cells.map((c, i) => `<td${i >= COLUMNS.length ? ' class="num"' : ""}>${c}</td>`).join("");
 }
 
+// the hyperparameter columns a user chose: in the page's URL (shareable), remembered in this browser for the next visit
+const HP_STORE = "training-jobs.hyperparameter-columns";
+function chosenHyperparameters(state, available) {
+  let names = state.hp != null ? state.hp.split(",") : null;
+  if (names == null) { try { names = JSON.parse(localStorage.getItem(HP_STORE) || "[]"); } catch (e) { names = []; } }
+  return names.filter((n) => available.includes(n));
+}
+const splitList = (text) => String(text || "").split(",").map((t) => t.trim()).filter(Boolean);
+
 async function listPage(params, fixed = {}) {
   document.getElementById("where").textContent = "";
-  const state = {status: "", dag_id: "", q: "", sort: "created", order: "desc", offset: "0", limit: "50",
-    ...Object.fromEntries(params), ...fixed};
-  const query = new URLSearchParams(Object.entries(state).filter(([, v]) => v !== ""));
-  const data = await api(`${BASE}/api/jobs?${query}`);
+  const state = {status: "", dag_id: "", q: "", tag: "", from: "", to: "", metric: "", sort: "created", order: "desc",
+    offset: "0", limit: "50", ...Object.fromEntries(params), ...fixed};
+  // tag and metric boxes take several, comma-separated: each is one filter of the API (all must hold)
+  const query = new URLSearchParams(Object.entries(state).filter(([k, v]) => v !== "" && !["tag", "metric", "hp"].includes(k)));
+  splitList(state.tag).forEach((t) => query.append("tag", t));
+  splitList(state.metric).forEach((m) => query.append("metric", m));
+  let data;
+  try { data = await api(`${BASE}/api/jobs?${query}`); } catch (err) {
+    if (!err.message.startsWith("400")) throw err;
+    data = {items: [], total: 0, metric_names: [], dag_ids: [], hyperparameter_names: [], tag_names: [], problem: err.message.replace(/^400: /, "")};
+  }
   const metricNames = data.metric_names;
-  const head = [...COLUMNS, ...metricNames.map((m) => ["metric:" + m, m])].map(([key, label]) =>
+  const hpNames = chosenHyperparameters(state, data.hyperparameter_names || []);
+  const head = [...COLUMNS, ...hpNames.map((h) => [null, h]), ...metricNames.map((m) => ["metric:" + m, m])].map(([key, label]) =>
     `<th${key ? ` class="sortable${state.sort === key ? " sorted" + (state.order === "asc" ? " asc" : "") : ""}" data-sort="${esc(key)}"` : ""}>${esc(label)}</th>`).join("");
   const rows = data.items.map((item) => {
-    if (item.kind !== "search") return `<tr class="job" data-job="${esc(item.job_name)}">${jobCells(item, metricNames)}</tr>`;
+    if (item.kind !== "search") return `<tr class="job" data-job="${esc(item.job_name)}">${jobCells(item, metricNames, hpNames)}</tr>`;
     const best = item.best_job_name ? ` · best <span class="best">★</span> ${esc(item.best_job_name)} (${esc(item.objective)} ${fmtNum(item.metrics?.[item.objective])})` : "";
-    return `<tr class="group" data-search="${esc(item.job_name)}"><td colspan="${COLUMNS.length + metricNames.length}">` +
+    const runKey = [item.dag_id, item.run_id].map((p) => encodeURIComponent(p)).join("/");
+    return `<tr class="group" data-search="${esc(item.job_name)}"><td><input type="checkbox" class="select-search" value="${esc(runKey)}" aria-label="select every trial of ${esc(item.job_name)}"></td><td colspan="${COLUMNS.length - 1 + hpNames.length + metricNames.length}">` +
       `Search ${esc(item.job_name)} · ${esc(item.dag_id)} · ${item.trials.length} trials · ${badge(item.status)}${best}</td></tr>` +
-      item.trials.map((t) => `<tr class="trial job" data-job="${esc(t.job_name)}">${jobCells(t, metricNames)}</tr>`).join("");
+      item.trials.map((t) => `<tr class="trial job" data-job="${esc(t.job_name)}">${jobCells(t, metricNames, hpNames)}</tr>`).join("");
   }).join("");
   const statusOptions = ["", "running", "queued", "succeeded", "failed", "stopped"].map((s) =>
     `<option value="${s}"${s === state.status ? " selected" : ""}>${s || "any status"}</option>`).join("");
   const dagOptions = ["", ...data.dag_ids].map((d) => `<option value="${esc(d)}"${d === state.dag_id ? " selected" : ""}>${esc(d || "any DAG")}</option>`).join("");
   const offset = Number(state.offset), limit = Number(state.limit);
+  const hpChoices = (data.hyperparameter_names || []).map((h) =>
+    `<label><input type="checkbox" class="hp-column" value="${esc(h)}"${hpNames.includes(h) ? " checked" : ""}> ${esc(h)}</label>`).join("");
+  const tagOptions = (data.tag_names || []).map((t) => `<option value="${esc(t)}">`).join("");
+  const anyFilter = ["status", "q", "tag", "from", "to", "metric"].some((k) => state[k]);
   main.innerHTML = `
     <div class="filters">
-      <input id="q" placeholder="job or base job name" value="${esc(state.q)}" size="28">
+      <input id="q" placeholder="job or base job name" value="${esc(state.q)}" size="24">
       <select id="status">${statusOptions}</select>
       <select id="dag">${dagOptions}</select>
+      <input id="tag" list="tag-names" placeholder="tag, or tag:value" value="${esc(state.tag)}" size="16" title="tags, comma-separated: every one must match">
+      <datalist id="tag-names">${tagOptions}</datalist>
+      <label class="muted">from <input id="from" type="date" value="${esc(state.from)}"></label>
+      <label class="muted">to <input id="to" type="date" value="${esc(state.to)}"></label>
+      <input id="metric" placeholder="metric range, e.g. accuracy>=0.9" value="${esc(state.metric)}" size="26" title="ranges, comma-separated: every one must hold">
+      <details class="columns"><summary>Hyperparameter columns</summary><div id="hp-columns">${hpChoices || '<span class="muted">no hyperparameters yet</span>'}</div></details>
       <span class="muted" id="count">${data.total} ${data.total === 1 ? "job" : "jobs"}</span>
       <a id="compare-link" href="compare.html">Compare jobs</a>
     </div>
+    ${data.problem ? `<p class="error" id="filter-error">${esc(data.problem)}</p>` : ""}
+    <div class="filters selection"><span class="muted" id="selected">0 selected</span>
+      <button id="compare-selected" disabled>Compare selected</button>
+      <button id="stop-selected" class="danger" disabled>Stop selected</button></div>
+    <div id="stop-confirm" class="confirm" hidden></div>
     <div style="overflow-x:auto"><table id="jobs"><thead><tr>${head}</tr></thead><tbody>${rows ||
-      `<tr><td colspan="${COLUMNS.length}" class="muted">No training jobs yet: trigger the training_job DAG.</td></tr>`}</tbody></table></div>
+      `<tr><td colspan="${COLUMNS.length}" class="muted">${anyFilter ? "No training job matches these filters." : "No training jobs yet: trigger the training_job DAG."}</td></tr>`}</tbody></table></div>
     <div class="pager"><button id="prev"${offset <= 0 ? " disabled" : ""}>‹ Previous</button>
       <span class="muted">${data.total ? offset + 1 : 0}–${Math.min(offset + limit, data.total)} of ${data.total}</span>
       <button id="next"${offset + limit >= data.total ? " disabled" : ""}>Next ›</button></div>`;
@@ -135,12 +176,67 @@ async function listPage(params, fixed = {}) {
   document.getElementById("q").addEventListener("input", (e) => { clearTimeout(typing); typing = setTimeout(() => go({q: e.target.value, offset: 0}), 350); });
   document.getElementById("status").addEventListener("change", (e) => go({status: e.target.value, offset: 0}));
   document.getElementById("dag").addEventListener("change", (e) => go({dag_id: e.target.value, offset: 0}));
+  for (const id of ["tag", "metric", "from", "to"]) {
+    document.getElementById(id).addEventListener("change", (e) => go({[id]: e.target.value.trim(), offset: 0}));
+  }
+  document.getElementById("hp-columns").addEventListener("change", () => {
+    const names = [...main.querySelectorAll(".hp-column:checked")].map((c) => c.value);
+    try { localStorage.setItem(HP_STORE, JSON.stringify(names)); } catch (e) { /* storage off: the URL keeps them */ }
+    go({hp: names.join(",")});
+  });
+  wireSelection(data);
   document.getElementById("prev").addEventListener("click", () => go({offset: Math.max(0, offset - limit)}));
   document.getElementById("next").addEventListener("click", () => go({offset: offset + limit}));
   main.querySelectorAll("th[data-sort]").forEach((th) => th.addEventListener("click", () =>
     go({sort: th.dataset.sort, order: state.sort === th.dataset.sort && state.order === "desc" ? "asc" : "desc", offset: 0})));
   if (state.q) { const q = document.getElementById("q"); q.focus(); q.setSelectionRange(q.value.length, q.value.length); }
-  if (data.items.some((i) => i.status === "running" || i.status === "queued")) poller = setTimeout(route, 5000);
+  // re-read while jobs run, unless rows are selected (a redraw would drop the selection)
+  const poll = () => { poller = setTimeout(() => main.querySelector(".select-job:checked, .select-search:checked") ? poll() : route(), 5000); };
+  if (data.items.some((i) => i.status === "running" || i.status === "queued")) poll();
+}
+
+// Selected rows: compare them (the compare page, a search's checkbox brings all its trials) or stop them (each
+// through the job's own stop endpoint, after an in-page confirmation: confirm() is ignored in Airflow's iframe).
+function wireSelection() {
+  const selected = () => ({jobs: [...main.querySelectorAll(".select-job:checked")], runs: [...main.querySelectorAll(".select-search:checked")]});
+  const compareButton = document.getElementById("compare-selected"), stopButton = document.getElementById("stop-selected");
+  const stoppable = (box) => ["running", "queued"].includes(box.dataset.status);
+  const update = () => {
+    const {jobs, runs} = selected();
+    document.getElementById("selected").textContent = `${jobs.length + runs.length} selected`;
+    compareButton.disabled = !(jobs.length >= 2 || runs.length >= 1);
+    stopButton.disabled = !jobs.some(stoppable);
+  };
+  main.querySelector("#jobs").addEventListener("change", (e) => { if (e.target.matches(".select-job, .select-search")) update(); });
+  compareButton.onclick = () => {
+    const {jobs, runs} = selected();
+    const params = new URLSearchParams();
+    runs.forEach((r) => params.append("run", r.value));
+    jobs.forEach((j) => params.append("job", j.value));
+    location.href = `compare.html?${params}`;
+  };
+  stopButton.onclick = () => {
+    const targets = selected().jobs.filter(stoppable);
+    const panel = document.getElementById("stop-confirm");
+    panel.innerHTML = `<p>Stop ${targets.length} training ${targets.length === 1 ? "job" : "jobs"}: <b>${targets.map((t) => esc(t.dataset.job)).join(", ")}</b>?
+      Their training ends now; what they wrote so far is still uploaded.</p><div class="actions" style="margin-left:0">
+      <button class="danger" id="stop-many-yes">Stop ${targets.length === 1 ? "it" : "them"}</button><button id="stop-many-no">Keep them running</button></div>
+      <ul id="stop-results"></ul>`;
+    panel.hidden = false;
+    document.getElementById("stop-many-no").onclick = () => { panel.hidden = true; panel.innerHTML = ""; };
+    document.getElementById("stop-many-yes").onclick = async () => {
+      document.getElementById("stop-many-yes").disabled = true;
+      const results = document.getElementById("stop-results");
+      for (const box of targets) {
+        const [dag_id, run_id, map_index] = box.value.split("/").map(decodeURIComponent);
+        let line;
+        try { await api(apiJob({dag_id, run_id, map_index}) + "/stop", {method: "POST", body: "{}"}); line = `${box.dataset.job}: stop requested`; }
+        catch (err) { line = `${box.dataset.job}: not stopped (${err.message})`; }
+        results.insertAdjacentHTML("beforeend", `<li class="stop-result">${esc(line)}</li>`);
+      }
+      setTimeout(route, 2500);
+    };
+  };
 }
 
 // the tab on a DAG run: its job (or the trials of its search)
@@ -170,6 +266,7 @@ function specRows(job) {
   const rows = [];
   const value = (v) => v == null || v === "" ? '<span class="muted">—</span>' : typeof v === "object" ? `<code>${esc(JSON.stringify(v))}</code>` : esc(v);
   for (const key of ["job_name", "base_job_name", "entry_point", "command"]) rows.push([key, value(spec[key])]);
+  rows.push(["tags", `<span id="job-tags">${tagChips(spec.tags) || '<span class="muted">—</span>'}</span>`]);
   // the SDK's upload is a content-addressed archive in the workspace: say what it is, keep the path in the tooltip
   const upload = /\/staging\/code\/([^/]+)\/([0-9a-f]{64})\.tar\.gz$/.exec(spec.source_dir || "");
   rows.splice(2, 0, ["source_dir", upload ? `<span id="sdk-upload" title="${esc(spec.source_dir)}">code uploaded by ${esc(upload[1])} with the SDK (sha256 ${upload[2].slice(0, 12)}…)</span>` : value(spec.source_dir)]);
@@ -263,10 +360,10 @@ function stopPanel(job) {
   };
 }
 
-async function showLog(job, host) {
+// The training's log of one host: Airflow's log of the launch task (its REST API), the lines of that host.
+async function hostLines(job, host) {
   const launch = job.stages.find((s) => s.stage === "launch_training");
-  const pre = document.getElementById("host-log");
-  if (!launch || !launch.try_number) { pre.textContent = "Training has not started."; return; }
+  if (!launch || !launch.try_number) return null;
   const mapped = job.map_index >= 0 ? `&map_index=${job.map_index}` : "";
   const body = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(job.dag_id)}/dagRuns/${encodeURIComponent(job.run_id)}/taskInstances/` +
     `${encodeURIComponent(launch.task_id)}/logs/${launch.try_number}?full_content=true${mapped}`);
@@ -277,8 +374,82 @@ async function showLog(job, host) {
   const lines = (training.length ? training : entries).map((m) => typeof m === "string" ? m : m.event || "")
     .filter((l) => l && !l.startsWith("::group::") && !l.startsWith("::endgroup::"));
   const multi = job.hosts.length > 1, prefix = `[${host}] `;
-  const mine = multi ? lines.filter((l) => l.startsWith(prefix)).map((l) => l.slice(prefix.length)) : lines;
-  pre.textContent = mine.join("\n") || "(no output from this host yet)";
+  return multi ? lines.filter((l) => l.startsWith(prefix)).map((l) => l.slice(prefix.length)) : lines;
+}
+
+// The log viewer: a tab per host, a search that keeps the matching lines (highlighted), follow (stay at the end
+// while the job writes) and download of the host's whole log. Lines are the training's output: escaped.
+function logViewer(job, running) {
+  const view = {host: job.hosts[0], lines: null};
+  const pre = document.getElementById("host-log"), search = document.getElementById("log-search");
+  const follow = document.getElementById("log-follow"), count = document.getElementById("log-count");
+  const render = () => {
+    if (view.lines == null) { pre.textContent = "Training has not started."; count.textContent = ""; return; }
+    const q = search.value.trim().toLowerCase();
+    const shown = q ? view.lines.filter((l) => l.toLowerCase().includes(q)) : view.lines;
+    const mark = (line) => {
+      if (!q) return esc(line);
+      let out = "", at = 0, lower = line.toLowerCase(), i;
+      while ((i = lower.indexOf(q, at)) >= 0) { out += esc(line.slice(at, i)) + `<mark>${esc(line.slice(i, i + q.length))}</mark>`; at = i + q.length; }
+      return out + esc(line.slice(at));
+    };
+    pre.innerHTML = shown.length ? shown.map((l) => `<span class="log-line">${mark(l)}</span>`).join("\n")
+      : `<span class="muted">${view.lines.length ? "no line matches" : "(no output from this host yet)"}</span>`;
+    count.textContent = q ? `${shown.length} of ${view.lines.length} lines` : `${view.lines.length} lines`;
+    if (follow.checked) pre.scrollTop = pre.scrollHeight;
+  };
+  const load = async () => {
+    try { view.lines = await hostLines(job, view.host); } catch (e) { pre.textContent = e.message; return; }
+    render();
+  };
+  document.querySelectorAll(".host-tab").forEach((tab) => tab.addEventListener("click", () => {
+    document.querySelectorAll(".host-tab").forEach((t) => t.setAttribute("aria-selected", String(t === tab)));
+    view.host = tab.dataset.host;
+    view.lines = null;
+    pre.textContent = "Loading…";
+    load();
+  }));
+  search.addEventListener("input", render);
+  follow.addEventListener("change", render);
+  follow.checked = running;
+  document.getElementById("log-download").addEventListener("click", () => {
+    const blob = new Blob([(view.lines || []).join("\n") + "\n"], {type: "text/plain"});
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = `${job.job_name || job.run_id}-${view.host}.log`;
+    document.body.appendChild(a);
+    a.click();
+    setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+  });
+  return load;
+}
+
+// The job's output prefix, every file: a download link (streamed or presigned, as the artifacts) and, for text
+// and JSON, an inline preview. File names are the job's: escaped, and sent back URL-encoded segment by segment.
+const TEXT_FILE = /(\.(txt|log|json|jsonl|csv|tsv|ya?ml|md|out|err|ini|cfg|toml|py|sh)|(^|\/)failure)$/i;
+const fmtSize = (n) => n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KiB` : `${(n / 1048576).toFixed(1)} MiB`;
+async function showFiles(job) {
+  const list = document.getElementById("file-list"), previewBox = document.getElementById("file-preview");
+  if (!job.validated) { list.innerHTML = '<p class="muted">The spec was not validated: no output.</p>'; return; }
+  let data;
+  try { data = await api(apiJob(job) + "/files"); } catch (err) { list.innerHTML = `<p class="error">${esc(err.message)}</p>`; return; }
+  const fileUrl = (path) => `${apiJob(job)}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+  const rows = data.files.map((f) => `<tr class="output-file" data-path="${esc(f.path)}"><td class="wrap">
+      <a href="${esc(fileUrl(f.path))}" class="file-download" download>${esc(f.path)}</a></td><td class="num">${fmtSize(f.size)}</td>
+      <td>${TEXT_FILE.test(f.path) ? `<button class="file-preview" data-path="${esc(f.path)}">Preview</button>` : ""}</td></tr>`).join("");
+  list.innerHTML = `<p class="muted">${esc(data.prefix)}</p>` + (rows ? `<table id="output-files"><tbody>${rows}</tbody></table>` :
+    `<p class="muted">No files under the output prefix ${job.status === "running" || job.status === "queued" ? "yet (they are uploaded when training ends)" : ""}</p>`) +
+    (data.truncated ? `<p class="muted">Only the first ${data.files.length} files are listed.</p>` : "");
+  list.querySelectorAll("button.file-preview").forEach((button) => button.addEventListener("click", async () => {
+    const path = button.dataset.path;
+    previewBox.innerHTML = `<p class="muted">Loading ${esc(path)}…</p>`;
+    try {
+      const file = await api(fileUrl(path) + "?preview=true");
+      let text = file.text;
+      if (file.kind === "json" && !file.truncated) { try { text = JSON.stringify(JSON.parse(text), null, 2); } catch (e) { /* shown as it is */ } }
+      previewBox.innerHTML = `<h3 class="muted">${esc(path)} · ${fmtSize(file.size)}${file.truncated ? ` · first ${fmtSize(file.text.length)} shown` : ""}</h3><pre id="file-preview-text">${esc(text)}</pre>`;
+    } catch (err) { previewBox.innerHTML = `<p class="error">${esc(err.message)}</p>`; }
+  }));
 }
 
 async function jobPage(key, section) {
@@ -320,14 +491,19 @@ async function jobPage(key, section) {
         <section><h2>Artifacts</h2><p class="muted">${esc(job.output_uri || "")}</p><table id="artifacts"><tbody>${artifactRows}</tbody></table></section>
       </div>
     </div>
-    <section id="logs"><h2>Logs <select id="host">${job.hosts.map((h) => `<option>${esc(h)}</option>`).join("")}</select></h2><pre id="host-log">Loading…</pre></section>`;
+    <section id="files"><h2>Output files</h2><div id="file-list"><p class="muted">Loading…</p></div><div id="file-preview"></div></section>
+    <section id="logs"><h2>Logs</h2>
+      <div class="filters"><span role="tablist">${job.hosts.map((h, i) => `<button class="host-tab" role="tab" data-host="${esc(h)}" aria-selected="${i === 0}">${esc(h)}</button>`).join("")}</span>
+        <input id="log-search" type="search" placeholder="search this host's log" size="28">
+        <label class="muted"><input type="checkbox" id="log-follow"> follow</label>
+        <button id="log-download">Download log</button><span class="muted" id="log-count"></span></div>
+      <pre id="host-log">Loading…</pre></section>`;
   document.getElementById("clone-btn").onclick = () => clonePanel(job, false);
   if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
   if (running) document.getElementById("stop").onclick = () => stopPanel(job);
-  const hostSelect = document.getElementById("host");
-  refreshLog = () => showLog(job, hostSelect.value).catch((e) => { document.getElementById("host-log").textContent = e.message; });
-  hostSelect.onchange = refreshLog;
+  refreshLog = logViewer(job, running);
   refreshLog();
+  showFiles(job);
   if (section) document.getElementById(section)?.scrollIntoView();
   await drawMetrics(job);
 }
