@@ -1,7 +1,9 @@
 // The compare page in a real browser (headless Debian chromium driven by playwright-core), run by
 // test_compare_browser.py against the real Airflow it started: log in, open "Training jobs" from Airflow's nav
-// and its "Compare jobs" link (the page inside Airflow's iframe), pick the two jobs, read the overlaid curves and the tables, zoom a chart,
-// switch log scale / smoothing / wall-clock axis, then open the shareable URL on its own. Results go to $UI_RESULT.
+// (the page inside Airflow's iframe), find the two jobs by tag and metric range, select them in the list and compare
+// them, read the overlaid curves and the tables, zoom a chart, switch log scale / smoothing / wall-clock axis, open
+// the shareable URL on its own; then on a job's page search its host log and download it, preview and download its
+// output files; last, compare a search's trials from its row in the list. Results go to $UI_RESULT.
 "use strict";
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
@@ -31,16 +33,39 @@ async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS,
     await page.waitForURL((u) => !u.pathname.startsWith("/auth"));
     step("logged in");
 
-    // Airflow's nav entry, then the view's "Compare jobs": the compare page inside the UI's iframe, the picker first.
+    // The API under the page: a filter it cannot read is one 400 line; a file name reaching out of the job's
+    // output prefix is never served.
+    const bad = await page.request.get(`${BASE}/training-jobs/api/jobs?metric=${encodeURIComponent("accuracy")}`);
+    assert.equal(bad.status(), 400);
+    result.bad_filter = (await bad.json()).detail;
+    const outside = await page.request.get(`${BASE}/training-jobs/api/jobs/training_job/${JOBS[0].job_name}/-1/files/` +
+      encodeURIComponent(`../../${JOBS[1].job_name}/output/model.tar.gz`));
+    result.outside_status = outside.status();
+
+    // Airflow's nav entry: the list inside the UI's iframe. The tag filter keeps the two jobs (not the search's
+    // trials); a metric range keeps the one whose final loss is under 0.4; then both are selected and compared.
     await page.goto(`${BASE}/`);
     await page.click("a[aria-label='Training jobs']");
     const frame = page.frameLocator("iframe[title='Training jobs']");
-    await frame.locator("#compare-link").click();
-    for (const job of JOBS) await frame.locator(`input.pick[data-job="${job.job_name}"]`).check();
-    await frame.locator("#compare").click();
+    const listed = () => frame.locator("tr.job").evaluateAll((rows) => rows.map((r) => r.dataset.job).sort());
+    await frame.locator("#tag").fill("suite:compare-browser");
+    await frame.locator("#tag").dispatchEvent("change");
+    await frame.locator("#count", { hasText: "2 jobs" }).waitFor();
+    assert.deepEqual(await listed(), JOBS.map((j) => j.job_name).sort());
+    assert.equal(await frame.locator(`tr.job[data-job="${JOBS[0].job_name}"] .tag[data-tag="suite"]`).textContent(), "suite: compare-browser");
+    await frame.locator("#metric").fill("loss<0.4");
+    await frame.locator("#metric").dispatchEvent("change");
+    await frame.locator("#count", { hasText: "1 job" }).waitFor();
+    assert.deepEqual(await listed(), [JOBS[1].job_name]);
+    await frame.locator("#metric").fill("");
+    await frame.locator("#metric").dispatchEvent("change");
+    await frame.locator("#count", { hasText: "2 jobs" }).waitFor();
+    await shot(page, "00-list-filtered");
+    for (const job of JOBS) await frame.locator(`input.select-job[data-job="${job.job_name}"]`).check();
+    await frame.locator("#compare-selected:not([disabled])").click();
     await frame.locator("#compare-title").waitFor();
     assert.equal(await frame.locator("#compare-title").textContent(), "Comparing 2 jobs");
-    step("picked two jobs in the nav entry's page");
+    step("found two jobs by tag and metric range in the nav entry's list, selected and compared them");
 
     // Each metric's curves overlaid: one trace per job in the loss chart, every epoch a point.
     const loss = frame.locator('.chart[data-metric="loss"]');
@@ -102,6 +127,45 @@ async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS,
     assert.deepEqual(labels.sort(), JOBS.map((j) => j.job_name).sort());
     await shot(page, "03-compare-shared-url");
     step("shareable URL opens the same comparison");
+
+    // A job's page: search its host log (matches kept and highlighted), download the log; its output files.
+    await page.goto(`${BASE}/`);
+    await page.click("a[aria-label='Training jobs']");
+    await frame.locator(`tr.job[data-job="${JOBS[0].job_name}"] a.job-link`).click();
+    await frame.locator(".host-tab[aria-selected=true]").waitFor();
+    await frame.locator("#host-log .log-line").first().waitFor();
+    await frame.locator("#log-search").fill("epoch=2");
+    await frame.locator("#host-log mark").first().waitFor();
+    result.log_matches = await frame.locator("#host-log .log-line").allTextContents();
+    await shot(page, "04-host-log-searched");
+    const [logDownload] = await Promise.all([page.waitForEvent("download"), frame.locator("#log-download").click()]);
+    const logFile = path.join(SHOTS, "downloaded-host.log");
+    await logDownload.saveAs(logFile);
+    result.log_download = fs.readFileSync(logFile, "utf8");
+    step(`searched the host log (${result.log_matches.length} line) and downloaded it`);
+    await frame.locator('#output-files tr[data-path="metrics.json"] button.file-preview').click();
+    await frame.locator("#file-preview-text").waitFor();
+    assert.ok(JSON.parse(await frame.locator("#file-preview-text").textContent()).series.loss, "metrics.json previewed");
+    const [modelDownload] = await Promise.all([page.waitForEvent("download"),
+      frame.locator('#output-files tr[data-path="model.tar.gz"] a.file-download').click()]);
+    const modelFile = path.join(SHOTS, "downloaded-model.tar.gz");
+    await modelDownload.saveAs(modelFile);
+    const bytes = fs.readFileSync(modelFile);
+    assert.ok(bytes[0] === 0x1f && bytes[1] === 0x8b, "model.tar.gz is a gzip file");
+    result.model_bytes = bytes.length;
+    await shot(page, "05-output-files");
+    step(`previewed metrics.json and downloaded model.tar.gz (${bytes.length} bytes) from the output files`);
+
+    // A search's row in the list selects all its trials: compared, with its objective against lr.
+    await page.goto(`${BASE}/`);
+    await page.click("a[aria-label='Training jobs']");
+    await frame.locator('tr.group[data-search="compare-search"] input.select-search').check();
+    await frame.locator("#compare-selected:not([disabled])").click();
+    await frame.locator("#compare-title").waitFor();
+    result.search_trials = Number((await frame.locator("#compare-title").textContent()).match(/\d+/)[0]);
+    await frame.locator('#objective-plots .chart[data-hyperparameter="lr"]').waitFor();
+    await shot(page, "06-search-compared");
+    step("a search's two trials compared from its row in the list");
   } catch (err) {
     await shot(page, "failure").catch(() => {});
     result.error = String(err.stack || err);
