@@ -166,6 +166,23 @@ async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS,
     await frame.locator('#objective-plots .chart[data-hyperparameter="lr"]').waitFor();
     await shot(page, "06-search-compared");
     step("a search's two trials compared from its row in the list");
+
+    // Stop from the list: the running job's row selected, the stop confirmed in the page (no confirm() in the
+    // iframe), each job stopped through its own stop endpoint; the row then shows it stopped.
+    await page.goto(`${BASE}/`);
+    await page.click("a[aria-label='Training jobs']");
+    await frame.locator("#tag").fill("suite:compare-browser-stop");
+    await frame.locator("#tag").dispatchEvent("change");
+    const slowRow = frame.locator('tr.job[data-job="compare-slow"]');
+    await slowRow.locator('.badge[data-status="running"]').waitFor();
+    await slowRow.locator("input.select-job").check();
+    await frame.locator("#stop-selected:not([disabled])").click();
+    await frame.locator("#stop-many-yes").click();
+    await frame.locator(".stop-result").first().waitFor();
+    result.stop_results = await frame.locator(".stop-result").allTextContents();
+    await shot(page, "07-stop-from-list");
+    await slowRow.locator('.badge[data-status="stopped"]').waitFor({ timeout: 180000 });
+    step("stopped a running job from the list");
   } catch (err) {
     await shot(page, "failure").catch(() => {});
     result.error = String(err.stack || err);

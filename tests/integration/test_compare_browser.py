@@ -3,7 +3,7 @@ npm's playwright-core, `make browser-deps`), through Airflow's nav entry, agains
 tests/integration/airflow_server.py: two training_job runs (REST-triggered, real scheduler and `train` processes) are
 found by tag and metric range in the list, selected and compared there, a chart zoomed, the shareable URL opened; a
 job's host log searched and downloaded, its output files previewed and downloaded; a two-trial hyperparameter
-search compared from its row in the list. Screenshots go to test-artifacts/ui-compare/ (git-ignored)."""
+search compared from its row in the list; a running job stopped from the list. Screenshots go to test-artifacts/ui-compare/ (git-ignored)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,11 @@ def test_two_jobs_compared_through_the_nav_entry_and_a_chart_zoomed(airflow_serv
                 "hyperparameters": {"lr": job["lr"], "epochs": 4}, "output_path": str(tmp_path / "models"),
                 "metric_definitions": metric, "tags": {"suite": "compare-browser"}}
         airflow_server.trigger("training_job", conf, run_id=job["job_name"])
+    # a job that trains until it is stopped from the list (max_run_seconds ends it if the walk-through fails first)
+    slow = {"job_name": "compare-slow", "source_dir": str(code), "entry_point": "train.py",
+            "hyperparameters": {"lr": 0.2, "epochs": 100000}, "output_path": str(tmp_path / "models"),
+            "metric_definitions": metric, "tags": {"suite": "compare-browser-stop"}, "max_run_seconds": 900}
+    airflow_server.trigger("training_job", slow, run_id=slow["job_name"])
     # a search of two trials (grid over lr), run alongside: the list compares all its trials from its row
     search = {"job_name": "compare-search", "source_dir": str(code), "entry_point": "train.py",
               "output_path": str(tmp_path / "models"), "metric_definitions": metric, "hyperparameters": {"epochs": 2},
@@ -68,7 +73,7 @@ def test_two_jobs_compared_through_the_nav_entry_and_a_chart_zoomed(airflow_serv
     result = json.loads((SHOTS / "result.json").read_text()) if (SHOTS / "result.json").is_file() else {}
     assert proc.returncode == 0, (f"compare walk-through failed after steps {result.get('steps')} "
                                   f"(screenshot {SHOTS / 'failure.png'}):\n{result.get('error') or proc.stderr[-3000:]}")
-    assert result["steps"][-1] == "a search's two trials compared from its row in the list"
+    assert result["steps"][-1] == "stopped a running job from the list"
     # |lr - 0.3| + 1/4 after 4 epochs
     assert sorted(float(v) for v in result["final_loss"]) == pytest.approx([0.35, 0.45])
     assert "compare-lr-" in result["hover"]  # the hover label names the curves and their values
@@ -80,4 +85,7 @@ def test_two_jobs_compared_through_the_nav_entry_and_a_chart_zoomed(airflow_serv
     assert result["model_bytes"] == (tmp_path / "models" / jobs[0]["job_name"] / "output" / "model.tar.gz").stat().st_size
     assert result["search_trials"] == 2
     assert result["bad_filter"].startswith("metric filter 'accuracy' is not a range")
+    assert result["stop_results"] == ["compare-slow: stop requested"]
+    stopped = airflow_server.wait_for_run("training_job", slow["job_name"], timeout=300)
+    assert stopped["state"] == "failed" and stopped["note"].startswith("Stopped by admin at "), stopped
     assert result["outside_status"] == 400  # another job's model, named through '..': refused before any listing

@@ -8,6 +8,7 @@ const STAGE_LABELS = {validate_spec: "validate", stage_code: "stage code", prefe
   write_configs: "write configs", restore: "restore", launch_training: "training", upload_artifacts: "upload",
   publish_model: "publish"};
 let poller = null;
+let refreshing = false;  // the route being drawn is the list's timed refresh
 let refreshLog = null;  // the open job's log, re-read while it trains
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -63,6 +64,7 @@ async function route() {
   } catch (err) {
     main.innerHTML = `<p class="error" id="error">${esc(err.message)}</p>`;
   }
+  refreshing = false;
 }
 window.addEventListener("hashchange", route);
 
@@ -126,6 +128,15 @@ async function listPage(params, fixed = {}) {
     if (!err.message.startsWith("400")) throw err;
     data = {items: [], total: 0, metric_names: [], dag_ids: [], hyperparameter_names: [], tag_names: [], problem: err.message.replace(/^400: /, "")};
   }
+  // a timed refresh never redraws under the user: not while rows are selected or a filter box holds an edit not
+  // applied yet (its value is not the one it was drawn with)
+  if (refreshing && (main.querySelector(".select-job:checked, .select-search:checked") ||
+      [...main.querySelectorAll(".filters input[id]")].some((el) => el.value !== el.defaultValue))) {
+    refreshing = false;
+    poller = setTimeout(refresh, 5000);
+    return;
+  }
+  refreshing = false;
   const metricNames = data.metric_names;
   const hpNames = chosenHyperparameters(state, data.hyperparameter_names || []);
   const head = [...COLUMNS, ...hpNames.map((h) => [null, h]), ...metricNames.map((m) => ["metric:" + m, m])].map(([key, label]) =>
@@ -190,10 +201,10 @@ async function listPage(params, fixed = {}) {
   main.querySelectorAll("th[data-sort]").forEach((th) => th.addEventListener("click", () =>
     go({sort: th.dataset.sort, order: state.sort === th.dataset.sort && state.order === "desc" ? "asc" : "desc", offset: 0})));
   if (state.q) { const q = document.getElementById("q"); q.focus(); q.setSelectionRange(q.value.length, q.value.length); }
-  // re-read while jobs run, unless rows are selected (a redraw would drop the selection)
-  const poll = () => { poller = setTimeout(() => main.querySelector(".select-job:checked, .select-search:checked") ? poll() : route(), 5000); };
-  if (data.items.some((i) => i.status === "running" || i.status === "queued")) poll();
+  if (data.items.some((i) => i.status === "running" || i.status === "queued")) poller = setTimeout(refresh, 5000);
 }
+// the list re-read while jobs run (see listPage: a refresh skips the redraw while the user is selecting or typing)
+function refresh() { refreshing = true; route(); }
 
 // Selected rows: compare them (the compare page, a search's checkbox brings all its trials) or stop them (each
 // through the job's own stop endpoint, after an in-page confirmation: confirm() is ignored in Airflow's iframe).
