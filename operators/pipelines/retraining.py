@@ -212,13 +212,18 @@ class PromoteModelOperator(BaseOperator):
         return model_uri
 
     def _register_in_mlflow(self, spec, model_uri: str, run_id: str) -> None:
-        """A version of the registered model named after the base job name, when [training] mlflow_tracking_uri is
+        """A version of the registered model named after the experiment, when [training] mlflow_tracking_uri is
         set (best effort: the pointer and the Asset event above are the promotion)."""
-        from operators.tracking.mlflow import configured_uri, experiment_name, register_model_version
+        from operators.tracking.mlflow import (
+            configured_uri,
+            experiment_name,
+            register_model_version,
+            registered_model_name,
+        )
 
         uri = configured_uri()
         if uri:
-            name = spec.base_job_name or self.dag_id
+            name = registered_model_name(spec.base_job_name, self.dag_id)
             register_model_version(uri, name=name, experiment=experiment_name(spec.base_job_name, self.dag_id),
                                    job_name=spec.job_name, model_uri=model_uri,
                                    run_id=run_id, logger=self.log)

@@ -61,6 +61,12 @@ def experiment_name(base_job_name: str | None, dag_id: str) -> str:
     return f"{prefix}{dag_id}/{base}" if prefix else base
 
 
+def registered_model_name(base_job_name: str | None, dag_id: str) -> str:
+    """The Model Registry's name for a retraining's promoted models: the experiment's name (so the admin's prefix
+    fences it the same way), with '/' and ':' as '.', which registered-model names may not contain."""
+    return experiment_name(base_job_name, dag_id).replace("/", ".").replace(":", ".")
+
+
 def shown_uri(uri: str) -> str:
     """The URI without its user:password part, for messages."""
     try:

@@ -14,7 +14,14 @@ import pytest
 
 from minio_server import free_port
 from mlflow_server import MlflowServer
-from operators.tracking.mlflow import JobRun, experiment_name, metric_key, register_model_version, shown_uri
+from operators.tracking.mlflow import (
+    JobRun,
+    experiment_name,
+    metric_key,
+    register_model_version,
+    registered_model_name,
+    shown_uri,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -49,6 +56,10 @@ def test_the_admins_prefix_puts_the_dag_id_before_the_experiment_the_user_named(
     # a user of training_job naming another team's experiment still writes under training_job's own
     assert experiment_name("team-b-churn", "training_job") == "airflow/training_job/team-b-churn"
     assert experiment_name(None, "nightly") == "airflow/nightly/nightly"
+    # the promoted models' registry name is fenced the same way ('/' is not allowed in a registered model's name)
+    assert registered_model_name("team-b-churn", "training_job") == "airflow.training_job.team-b-churn"
+    monkeypatch.delenv("AIRFLOW__TRAINING__MLFLOW_EXPERIMENT_PREFIX")
+    assert registered_model_name("churn", "retrain") == "churn"  # no prefix: today's name
 
 
 def test_credentials_in_the_uri_are_never_shown():
