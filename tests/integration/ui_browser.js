@@ -237,7 +237,8 @@ async function setMonaco(page, editor, text) {
     await view.locator("#stop-yes").waitFor();
     await shot(page, "07-stop-confirm", { fullPage: true });
     await view.locator("#stop-yes").click();
-    await view.locator("#stop-requested").waitFor();
+    // The note, or already the stopped job: a quick stop re-renders the page before the note can be seen (CI).
+    await view.locator("#stop-requested, #job-status[data-status=stopped]").first().waitFor();
     const stopped = await waitForRun(page, "training_job", slowRun.dag_run_id, 180000);
     assert.equal(stopped.state, "failed");
     await view.locator("#job-status[data-status=stopped]").waitFor({ timeout: 120000 });
