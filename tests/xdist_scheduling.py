@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,34 @@ def _real_node_modules() -> set[str]:
     return modules
 
 
+# Longest first: xdist hands out modules by their number of tests, so the long one-test modules (a served Airflow
+# and a browser, 20 runs of load) came last and one worker ran them alone for minutes at the end of the suite.
+# Seconds per module as measured in `make test` at load 5-10 (--durations); other modules count SECONDS_PER_TEST a
+# test. Only the order depends on these: a wrong figure costs time, never a test.
+SECONDS_PER_TEST = 20
+MEASURED_SECONDS = {
+    "real-node": 1200,
+    "tests/integration/test_production_deployment.py": 450,
+    "tests/integration/test_kubernetes_kueue.py": 400,
+    "tests/integration/test_ui_browser.py": 330,
+    "tests/integration/test_compare_browser.py": 300,
+    "tests/integration/test_load.py": 260,
+    "tests/integration/test_sdk.py": 360,
+    "tests/integration/test_triggering.py": 240,
+    "tests/integration/test_mlflow_tracking_dag.py": 150,
+}
+
+
+class LongestFirst(OrderedDict):
+    """xdist's work queue (scope -> its tests), popped heaviest first instead of in insertion order."""
+
+    def popitem(self, last: bool = True):
+        if last or not self:
+            return super().popitem(last)
+        scope = max(self, key=lambda s: MEASURED_SECONDS.get(s, SECONDS_PER_TEST * len(self[s])))
+        return scope, self.pop(scope)
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
@@ -33,6 +62,10 @@ def pytest_xdist_make_scheduler(config, log):
     real_node = _real_node_modules()
 
     class ModuleScheduling(LoadScopeScheduling):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.workqueue = LongestFirst()
+
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::")[0]
             return "real-node" if module in real_node else module
