@@ -79,6 +79,11 @@ TRAINING = {
                                    "training. Credentials go in MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN of "
                                    "the workers' environment, not in the URI. Empty = no tracking.", "",
                                    example="http://mlflow.internal:5000"),
+    "mlflow_experiment_prefix": _option("Admin fence for MLflow: when set, every experiment is <prefix><DAG id>/<base "
+                                        "job name> (and a retraining's registered model the same with '.' for '/'), "
+                                        "so a user who may trigger a DAG writes only under that DAG's experiments. "
+                                        "Empty = the spec's base_job_name alone, which the triggering user chooses.",
+                                        "", example="airflow/"),
 }
 
 KUBERNETES = {
