@@ -194,12 +194,12 @@ def main() -> None:
                 ObjectStorageHook(settings=settings).download(uri, paths["ours"])
 
             def ours_botocore() -> None:
-                # The same download on the botocore path: what storage.obstore_downloads.obstore_settings
+                # The same download on the botocore path: what storage.obstore_store.obstore_settings
                 # chooses for connections obstore cannot serve (and what every download used before).
                 from unittest import mock
 
                 forget_data_loader()
-                with mock.patch("operators.storage.obstore_downloads.obstore_settings", return_value=None):
+                with mock.patch("operators.storage.obstore_store.obstore_settings", return_value=None):
                     ObjectStorageHook(settings=settings).download(uri, paths["ours-botocore"])
 
             runs = [("ours: ObjectStorageHook.download", ours, lambda: remove(paths["ours"])),

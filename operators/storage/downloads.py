@@ -62,7 +62,8 @@ def download_objects(
 
     obstore moves the bytes wherever it can reach the bucket as botocore does (storage.obstore_downloads); the
     botocore path below is kept for the connections it cannot serve."""
-    from operators.storage.obstore_downloads import download_objects_obstore, obstore_settings
+    from operators.storage.obstore_downloads import download_objects_obstore
+    from operators.storage.obstore_store import obstore_settings
 
     settings = obstore_settings(remote, loc.bucket) if targets else None
     if settings is not None:

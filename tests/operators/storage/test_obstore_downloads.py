@@ -15,7 +15,7 @@ import pytest
 
 from operators.storage.client import make_remote
 from operators.storage.hook import StorageError, parse_uri
-from operators.storage.obstore_downloads import obstore_settings
+from operators.storage.obstore_store import obstore_settings
 from operators.settings import TrainingSettings
 from operators.storage.hook import ObjectStorageHook
 

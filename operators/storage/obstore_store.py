@@ -1,0 +1,85 @@
+"""The obstore (Rust `object_store`) S3Store of one bucket, built from an Airflow connection's settings: the one place
+both obstore engines (downloads, uploads) get their store from, and the one switch between obstore and botocore."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from operators.storage.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, EngineSettings, Remote
+
+log = logging.getLogger("operators.storage.hook")
+
+# object_store's `timeout` bounds a whole request, body included: long enough for a 64 MiB range on a slow link,
+# while `read_timeout` (no byte for that long) catches a stalled connection early.
+REQUEST_TIMEOUT = timedelta(minutes=5)
+
+
+def obstore_settings(remote: Remote, bucket: str) -> EngineSettings | None:
+    """The connection's settings when obstore can reach `bucket` exactly as botocore does, else None (and why, in
+    the task log): the one switch between the engines. botocore stays for what we do not carry over: a custom CA
+    bundle or disabled TLS verification, proxies, and anonymous (unsigned) access."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        reason = "obstore is not installed"
+    else:
+        settings = remote.engine_settings(bucket)
+        if settings.credentials is None:
+            reason = "the connection has no credentials (unsigned requests)"
+        elif not settings.endpoint.startswith("http://") and settings.verify not in (True, _default_ca_bundle()):
+            reason = "the connection sets its own TLS verification ('verify')"
+        elif settings.proxies:
+            reason = "the connection uses proxies"
+        else:
+            return settings
+    # In the task log: which engine moved the bytes matters when comparing a slow stage with a fast one.
+    log.info("downloads via connection '%s' go through botocore: %s", remote.conn_id, reason)
+    return None
+
+
+def _default_ca_bundle() -> str:
+    """The CA bundle botocore verifies with when the connection says nothing (obstore uses the system's roots)."""
+    from botocore.httpsession import get_cert_path
+
+    return get_cert_path(True)
+
+
+def make_store(settings: EngineSettings, bucket: str):
+    """An obstore S3Store for `bucket` with the connection's endpoint, region, credentials and addressing style."""
+    from obstore.store import S3Store
+
+    credentials = settings.credentials
+
+    def provide():
+        # botocore refreshes assumed-role / instance credentials here when they are about to expire; their expiry
+        # tells object_store when to ask again (static keys: never).
+        frozen = credentials.get_frozen_credentials()
+        expiry = getattr(credentials, "_expiry_time", None)
+        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+                "token": frozen.token, "expires_at": expiry - timedelta(minutes=5) if expiry else None}
+
+    config = {"region": settings.region or "us-east-1"}
+    if settings.endpoint:
+        config["endpoint"] = settings.endpoint
+    config["virtual_hosted_style_request"] = settings.virtual_hosted
+    return S3Store(
+        bucket,
+        config=config,
+        credential_provider=provide,
+        skip_signature=False,  # whatever AWS_SKIP_SIGNATURE says: the connection's credentials sign every request
+        client_options={
+            "allow_http": settings.endpoint.startswith("http://") if settings.endpoint else False,
+            "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT_S),
+            "read_timeout": timedelta(seconds=READ_TIMEOUT_S),
+            "timeout": REQUEST_TIMEOUT,
+        },
+        retry_config={
+            "max_retries": settings.max_retries,
+            "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=20), "base": 2},
+            "retry_timeout": timedelta(minutes=5),
+        },
+    )
+
+
+__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings"]
