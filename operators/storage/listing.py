@@ -37,6 +37,17 @@ def local_errors(action: str, path: str):
         raise translate_error(err, action, path, None) from None
 
 
+def _store(remote: Remote, bucket: str):
+    """obstore's store of `bucket` when the engine switch says obstore (storage.obstore_store), else None."""
+    from operators.storage.obstore_store import store_for
+
+    return store_for(remote, bucket)
+
+
+def remote_lists_through_obstore(remote: Remote, loc: StorageLocation) -> bool:
+    return _store(remote, loc.bucket) is not None
+
+
 def describe_remote(remote: Remote, concurrency: int, loc: StorageLocation, split_after: Sequence[str] = ()) -> ObjectListing:
     """What a bucket URI names (ObjectStorageHook.describe): a prefix, one object, or an empty prefix."""
     if not loc.key or loc.key.endswith("/"):
@@ -44,37 +55,66 @@ def describe_remote(remote: Remote, concurrency: int, loc: StorageLocation, spli
     objects = list_prefix(remote, concurrency, loc, loc.key + "/", split_after)
     if objects:
         return ObjectListing(loc, True, tuple(objects))
+    item = exact_object(remote, loc)
+    if item is not None:
+        info = ObjectInfo(
+            key=loc.key,
+            relative_path=loc.key.rsplit("/", 1)[-1],
+            size=int(item["Size"]),
+            etag=normalize_etag(item.get("ETag")),
+            last_modified=timestamp(item.get("LastModified")),
+        )
+        return ObjectListing(loc, False, (info,))
+    return ObjectListing(loc, True, ())
+
+
+def exact_object(remote: Remote, loc: StorageLocation) -> dict | None:
+    """The listed item of the object whose key is exactly `loc.key`, or None."""
+    store = _store(remote, loc.bucket)
+    if store is not None:
+        from operators.storage.obstore_listing import head_item
+
+        return head_item(store, loc.key)
     # The exact key sorts first among keys sharing its prefix, so one key is enough to find it.
     response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=loc.key, MaxKeys=1)
     for item in response.get("Contents", []) or []:
         if item["Key"] == loc.key:
-            info = ObjectInfo(
-                key=loc.key,
-                relative_path=loc.key.rsplit("/", 1)[-1],
-                size=int(item["Size"]),
-                etag=normalize_etag(item.get("ETag")),
-                last_modified=timestamp(item.get("LastModified")),
-            )
-            return ObjectListing(loc, False, (info,))
-    return ObjectListing(loc, True, ())
+            return item
+    return None
+
+
+def any_key_under(remote: Remote, loc: StorageLocation, prefix: str) -> bool:
+    """Whether some key (a directory marker included) of `loc`'s bucket starts with `prefix` (ending in '/')."""
+    store = _store(remote, loc.bucket) if prefix else None
+    if store is not None:
+        from operators.storage.obstore_listing import any_under
+
+        return any_under(store, prefix)
+    response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=prefix, MaxKeys=1)
+    return bool(response.get("KeyCount") or response.get("Contents"))
 
 
 def list_prefix(
     remote: Remote, concurrency: int, loc: StorageLocation, prefix: str, split_after: Sequence[str] = ()
 ) -> list[ObjectInfo]:
     """The objects under `prefix` of `loc`'s bucket (see ObjectStorageHook.describe for `split_after`), listing key
-    ranges on up to `concurrency` threads."""
+    ranges on up to `concurrency` threads (botocore) or requests (obstore)."""
     # Range i holds the keys in (bounds[i-1], bounds[i]]: disjoint, and together every key under the prefix.
     bounds = sorted({k for k in split_after if k.startswith(prefix) and k > prefix})
-    ranges = list(zip([None, *bounds], [*bounds, None]))
-    if len(ranges) == 1:
-        items = list_range(remote, loc.bucket, prefix, None, None)
+    # object_store matches whole path segments and drops a leading '/': only "folder/" prefixes go through it.
+    store = _store(remote, loc.bucket) if prefix.endswith("/") else None
+    if store is not None:
+        from operators.storage.obstore_listing import is_key_not_a_path, list_items
+
+        try:
+            items = list_items(store, prefix, bounds, concurrency)
+        except Exception as err:
+            if not is_key_not_a_path(err):
+                raise
+            log.info("a key under %s is no path for obstore; listing it through botocore to name it", loc.uri)
+            items = _list_botocore(remote, concurrency, loc, prefix, bounds)
     else:
-        # A LIST page is a round trip plus ~1 ms of XML parsing per 10 keys on our side: ranges in parallel
-        # overlap both (the keys of page n+1 of one sequential listing are unknown until page n is parsed).
-        with ThreadPoolExecutor(max_workers=min(len(ranges), concurrency), thread_name_prefix="list") as pool:
-            parts = list(pool.map(lambda r: list_range(remote, loc.bucket, prefix, *r), ranges))
-        items = [item for part in parts for item in part]
+        items = _list_botocore(remote, concurrency, loc, prefix, bounds)
     objects: list[ObjectInfo] = []
     for item in items:
         key = item["Key"]
@@ -94,6 +134,18 @@ def list_prefix(
     check_no_file_dir_clash(objects, loc.uri)
     return objects
 
+
+def _list_botocore(remote: Remote, concurrency: int, loc: StorageLocation, prefix: str, bounds: list[str]) -> list[dict]:
+    ranges = list(zip([None, *bounds], [*bounds, None]))
+    if len(ranges) == 1:
+        return list_range(remote, loc.bucket, prefix, None, None)
+    # A LIST page is a round trip plus ~1 ms of XML parsing per 10 keys on our side: ranges in parallel
+    # overlap both (the keys of page n+1 of one sequential listing are unknown until page n is parsed).
+    with ThreadPoolExecutor(max_workers=min(len(ranges), concurrency), thread_name_prefix="list") as pool:
+        parts = list(pool.map(lambda r: list_range(remote, loc.bucket, prefix, *r), ranges))
+    return [item for part in parts for item in part]
+
+
 def list_range(remote: Remote, bucket: str, prefix: str, start_after: str | None, last: str | None) -> list[dict]:
     """The listed items with start_after < key <= last (None: open end), in key order."""
     kwargs = {"Bucket": bucket, "Prefix": prefix}
@@ -107,6 +159,7 @@ def list_range(remote: Remote, bucket: str, prefix: str, start_after: str | None
             break  # the range is complete: do not ask for the next page
         items.extend(contents)
     return items
+
 
 def describe_local(loc: StorageLocation) -> ObjectListing:
     path = loc.local_path or ""
@@ -137,4 +190,5 @@ def describe_local(loc: StorageLocation) -> ObjectListing:
         return ObjectListing(loc, True, tuple(objects))
 
 
-__all__ = ["describe_local", "describe_remote", "list_prefix", "list_range"]
+__all__ = ["any_key_under", "describe_local", "describe_remote", "exact_object", "list_prefix", "list_range",
+           "remote_lists_through_obstore"]

@@ -18,7 +18,18 @@ REQUEST_TIMEOUT = timedelta(minutes=5)
 def obstore_settings(remote: Remote, bucket: str) -> EngineSettings | None:
     """The connection's settings when obstore can reach `bucket` exactly as botocore does, else None (and why, in
     the task log): the one switch between the engines. botocore stays for what we do not carry over: a custom CA
-    bundle or disabled TLS verification, proxies, and anonymous (unsigned) access."""
+    bundle or disabled TLS verification, proxies, and anonymous (unsigned) access. Decided once per bucket of a
+    connection (listing and downloads ask it in turn)."""
+    choices = getattr(remote, "engine_choice", None)
+    if choices is not None and bucket in choices:
+        return choices[bucket]
+    settings = _choose(remote, bucket)
+    if choices is not None:
+        choices[bucket] = settings
+    return settings
+
+
+def _choose(remote: Remote, bucket: str) -> EngineSettings | None:
     try:
         import obstore  # noqa: F401
     except ImportError:
@@ -34,7 +45,7 @@ def obstore_settings(remote: Remote, bucket: str) -> EngineSettings | None:
         else:
             return settings
     # In the task log: which engine moved the bytes matters when comparing a slow stage with a fast one.
-    log.info("downloads via connection '%s' go through botocore: %s", remote.conn_id, reason)
+    log.info("listing and downloads via connection '%s' go through botocore: %s", remote.conn_id, reason)
     return None
 
 
@@ -82,4 +93,16 @@ def make_store(settings: EngineSettings, bucket: str):
     )
 
 
-__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings"]
+
+def store_for(remote: Remote, bucket: str):
+    """The obstore S3Store of `bucket` when the switch says obstore (one per bucket of a connection), else None."""
+    settings = obstore_settings(remote, bucket)
+    if settings is None:
+        return None
+    stores = remote.__dict__.setdefault("_obstore_stores", {})
+    if bucket not in stores:
+        stores[bucket] = make_store(settings, bucket)
+    return stores[bucket]
+
+
+__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings", "store_for"]

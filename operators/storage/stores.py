@@ -16,7 +16,14 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
 from operators.storage.errors import StorageError, is_not_found, translate_error
-from operators.storage.listing import describe_local, describe_remote, list_prefix
+from operators.storage.listing import (
+    any_key_under,
+    describe_local,
+    describe_remote,
+    exact_object,
+    list_prefix,
+    remote_lists_through_obstore,
+)
 from operators.storage.location import LOCAL_SCHEME, ObjectInfo, ObjectListing, StorageLocation
 from operators.storage.progress import TransferProgress
 from operators.storage.small_objects import delete_keys, delete_local, put_object, read_object, write_local
@@ -212,25 +219,27 @@ class RemoteStore(Store):
             return True
         remote = self.remote
         with storage_errors("list", loc.uri, remote):
-            response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=loc.key + "/", MaxKeys=1)
-            return bool(response.get("KeyCount") or response.get("Contents"))
+            return any_key_under(remote, loc, loc.key + "/")
 
     def exists(self, loc: StorageLocation) -> bool:
         remote = self.remote
         if loc.key and not loc.key.endswith("/"):
             with storage_errors("check", loc.uri, remote):
-                try:
-                    remote.client.head_object(Bucket=loc.bucket, Key=loc.key)
-                    return True
-                except Exception as err:  # noqa: BLE001
-                    if not is_not_found(err):
-                        raise
+                if remote_lists_through_obstore(remote, loc):
+                    if exact_object(remote, loc) is not None:
+                        return True
+                else:
+                    try:
+                        remote.client.head_object(Bucket=loc.bucket, Key=loc.key)
+                        return True
+                    except Exception as err:  # noqa: BLE001
+                        if not is_not_found(err):
+                            raise
         if not self.is_prefix(loc):
             return False
         prefix = loc.key if (not loc.key or loc.key.endswith("/")) else loc.key + "/"
         with storage_errors("list", loc.uri, remote):
-            response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=prefix, MaxKeys=1)
-            return bool(response.get("Contents"))
+            return any_key_under(remote, loc, prefix)
 
     def download(self, loc: StorageLocation, targets: list[tuple[ObjectInfo, str]], progress: TransferProgress) -> None:
         from operators.storage.downloads import download_objects
