@@ -138,9 +138,38 @@ def list_items(store, prefix: str, bounds: Sequence[str], concurrency: int) -> l
     return run(_list(store, prefix, bounds, concurrency))
 
 
+def _just_before(key: str) -> str | None:
+    """A start-after for a listing whose first key is `key` when that object exists: the greatest string below
+    `key` that a key can have (its last character one lower, then U+10FFFF up to S3's 1,024 bytes). None where
+    that does not work as a path for object_store ('/', control characters, surrogates, a root key that sorts
+    among keys starting with '/')."""
+    lower = ord(key[-1]) - 1
+    if lower < 0x20 or lower == ord("/") or 0xD800 <= lower <= 0xDFFF or key[0] <= "/":
+        return None
+    head_part = key[:-1] + chr(lower)
+    return head_part + "\U0010ffff" * max(0, (1024 - len(head_part.encode())) // 4)
+
+
+async def _exact(store, key: str) -> dict | None:
+    import obstore
+
+    offset = _just_before(key)
+    if offset is None:
+        return await head(store, key)
+    parent = key.rsplit("/", 1)[0] + "/" if "/" in key else None
+    # One LIST request, as the botocore listing asks (Prefix=key, MaxKeys=1): a warm cache hit stays listings only.
+    async for chunk in obstore.list(store, prefix=parent, offset=offset, chunk_size=2):
+        if not chunk or chunk[0]["path"] != key:
+            return None
+        if chunk[0]["size"] == 0 or (len(chunk) > 1 and chunk[1]["path"] == key):
+            return await head(store, key)  # the file, or a marker "key/" that object_store lists as "key"?
+        return chunk[0]
+    return None
+
+
 def head_item(store, key: str) -> dict | None:
-    """The exact object `key` as a listed item, or None."""
-    meta = run(head(store, key))
+    """The object whose key is exactly `key` (found by one LIST) as a listed item, or None."""
+    meta = run(_exact(store, key))
     return _item(meta, key) if meta is not None else None
 
 
