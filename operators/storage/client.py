@@ -154,12 +154,15 @@ class _Connection:
         self.region = region
         self.config = config
         self._session = None
+        self._lock = threading.Lock()
 
     def session(self):
-        """The connection's boto3 session (AwsBaseHook: keys, profiles, assume-role; no S3 model is parsed)."""
-        if self._session is None:
-            self._session = self.hook.get_session(region_name=self.region)
-        return self._session
+        """The connection's boto3 session (AwsBaseHook: keys, profiles, assume-role; no S3 model is parsed), made
+        once (an assume-role connection calls STS for it)."""
+        with self._lock:
+            if self._session is None:
+                self._session = self.hook.get_session(region_name=self.region)
+            return self._session
 
     def build_client(self):
         try:

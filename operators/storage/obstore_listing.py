@@ -158,12 +158,16 @@ async def _exact(store, key: str) -> dict | None:
         return await head(store, key)
     parent = key.rsplit("/", 1)[0] + "/" if "/" in key else None
     # One LIST request, as the botocore listing asks (Prefix=key, MaxKeys=1): a warm cache hit stays listings only.
-    async for chunk in obstore.list(store, prefix=parent, offset=offset, chunk_size=2):
-        if not chunk or chunk[0]["path"] != key:
-            return None
-        if chunk[0]["size"] == 0 or (len(chunk) > 1 and chunk[1]["path"] == key):
-            return await head(store, key)  # the file, or a marker "key/" that object_store lists as "key"?
-        return chunk[0]
+    # The object sorts before every other key starting with it, so the first listed key at or after it decides.
+    async for chunk in obstore.list(store, prefix=parent, offset=offset, chunk_size=LIST_CHUNK):
+        for meta in chunk:
+            if meta["path"] < key:
+                continue  # only a key made of U+10FFFF characters sorts here
+            if meta["path"] > key:
+                return None
+            # "key" itself, or (only when no "key" exists) a directory marker "key/", which object_store lists as
+            # "key": markers are empty, so an empty one is asked for by its exact key.
+            return meta if meta["size"] > 0 else await head(store, key)
     return None
 
 
