@@ -1,4 +1,5 @@
-"""S3 clients for Airflow connections: one ready boto3 client per connection id, and what errors need to know.
+"""S3 endpoints of Airflow connections: per connection id, what errors need to know, the settings the obstore engine
+needs (read from the connection, no botocore client), and a boto3 client built on first use only.
 
 Credentials and the boto3 session come from the amazon provider's AwsBaseHook, so everything Airflow supports
 for AWS connections works (login/password, profiles, assume-role, AIRFLOW_CONN_<ID> variables, secrets
@@ -86,7 +87,7 @@ class Remote:
         """The endpoint, addressing style, region and credentials botocore uses for `bucket`.
 
         Read from the connection (storage.addressing has botocore's rules) without building a client; where those
-        rules do not cover the connection, or the client exists anyway, botocore's own presigned URL says."""
+        rules do not cover the connection, or the client exists anyway, the URL botocore builds for a GET says."""
         with self._lock:
             known = self._engine_settings.get(bucket)
         if known is None:

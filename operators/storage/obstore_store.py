@@ -93,7 +93,6 @@ def make_store(settings: EngineSettings, bucket: str):
     )
 
 
-
 def store_for(remote: Remote, bucket: str):
     """The obstore S3Store of `bucket` when the switch says obstore (one per bucket of a connection), else None."""
     settings = obstore_settings(remote, bucket)
