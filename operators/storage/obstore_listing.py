@@ -25,7 +25,7 @@ from collections.abc import Sequence
 log = logging.getLogger("operators.storage.hook")
 
 LIST_CHUNK = 1000  # one LIST page: object_store asks for 1,000 keys a request
-RANGE_ATTEMPTS = 3  # a listing whose body broke off after object_store's own retries is listed again (idempotent)
+RANGE_ATTEMPTS = 3  # a LIST or HEAD whose response broke off after object_store's own retries is asked again
 _PERMANENT = ("PermissionDeniedError", "UnauthenticatedError", "FileNotFoundError", "NotFoundError", "InvalidPathError")
 
 
@@ -64,36 +64,46 @@ def _is_permanent(err: BaseException) -> bool:
     return type(err).__name__ in _PERMANENT or "status code: " in str(err)
 
 
+async def _again(request, what: str):
+    """`request()` (a coroutine function), asked again when its response broke off after object_store's retries:
+    listings and HEADs are idempotent."""
+    for attempt in range(1, RANGE_ATTEMPTS + 1):
+        try:
+            return await request()
+        except Exception as err:
+            if attempt == RANGE_ATTEMPTS or _is_permanent(err):
+                raise
+            log.debug("%s broke off (attempt %d of %d), asking again", what, attempt, RANGE_ATTEMPTS)
+            await asyncio.sleep(0.2 * attempt)
+
+
 async def _list_range(store, prefix: str, start_after: str | None, last: str | None) -> list[dict]:
     """Objects with start_after < path <= last (None: open end) under `prefix`, in key order."""
     import obstore
 
-    for attempt in range(1, RANGE_ATTEMPTS + 1):
+    async def once() -> list[dict]:
         items: list[dict] = []
-        try:
-            stream = obstore.list(store, prefix=prefix, offset=start_after, chunk_size=LIST_CHUNK)
-            async for chunk in stream:
-                if last is not None and chunk and chunk[-1]["path"] >= last:
-                    items.extend(meta for meta in chunk if meta["path"] <= last)
-                    break  # the range is complete: do not ask for the next page
-                items.extend(chunk)
-            return items
-        except Exception as err:
-            if attempt == RANGE_ATTEMPTS or _is_permanent(err):
-                raise
-            log.debug("listing %s after %s broke off (attempt %d), listing it again", prefix, start_after, attempt)
-            await asyncio.sleep(0.2 * attempt)
-    return []
+        async for chunk in obstore.list(store, prefix=prefix, offset=start_after, chunk_size=LIST_CHUNK):
+            if last is not None and chunk and chunk[-1]["path"] >= last:
+                items.extend(meta for meta in chunk if meta["path"] <= last)
+                break  # the range is complete: do not ask for the next page
+            items.extend(chunk)
+        return items
+
+    return await _again(once, f"listing {prefix} after {start_after}")
 
 
 async def head(store, key: str) -> dict | None:
     """The object's metadata, or None when no object has exactly this key."""
     import obstore
 
-    try:
-        return await obstore.head_async(store, key)
-    except FileNotFoundError:
-        return None
+    async def once() -> dict | None:
+        try:
+            return await obstore.head_async(store, key)
+        except FileNotFoundError:
+            return None
+
+    return await _again(once, f"HEAD {key}")
 
 
 def _item(meta: dict, key: str | None = None) -> dict:
@@ -157,18 +167,26 @@ async def _exact(store, key: str) -> dict | None:
     if offset is None:
         return await head(store, key)
     parent = key.rsplit("/", 1)[0] + "/" if "/" in key else None
-    # One LIST request, as the botocore listing asks (Prefix=key, MaxKeys=1): a warm cache hit stays listings only.
-    # The object sorts before every other key starting with it, so the first listed key at or after it decides.
-    async for chunk in obstore.list(store, prefix=parent, offset=offset, chunk_size=LIST_CHUNK):
-        for meta in chunk:
-            if meta["path"] < key:
-                continue  # only a key made of U+10FFFF characters sorts here
-            if meta["path"] > key:
-                return None
-            # "key" itself, or (only when no "key" exists) a directory marker "key/", which object_store lists as
-            # "key": markers are empty, so an empty one is asked for by its exact key.
-            return meta if meta["size"] > 0 else await head(store, key)
-    return None
+
+    async def once() -> dict | None:
+        # One LIST request, as the botocore listing asks (Prefix=key, MaxKeys=1): a warm cache hit stays listings
+        # only. The object sorts before every other key starting with it, so the first listed key at or after it
+        # decides.
+        async for chunk in obstore.list(store, prefix=parent, offset=offset, chunk_size=LIST_CHUNK):
+            for meta in chunk:
+                if meta["path"] < key:
+                    continue  # only a key made of U+10FFFF characters sorts here
+                if meta["path"] > key:
+                    return None
+                # "key" itself, or (only when no "key" exists) a directory marker "key/", which object_store
+                # lists as "key": markers are empty, so an empty one is asked for by its exact key.
+                return meta if meta["size"] > 0 else {"ask": True}
+        return None
+
+    found = await _again(once, f"listing {key}")
+    if found is not None and found.get("ask"):
+        return await head(store, key)
+    return found
 
 
 def head_item(store, key: str) -> dict | None:
@@ -181,13 +199,13 @@ def any_under(store, prefix: str) -> bool:
     """Whether any key (a marker included) starts with `prefix` (ending in '/')."""
     import obstore
 
-    async def first() -> bool:
+    async def once() -> bool:
         async for chunk in obstore.list(store, prefix=prefix, chunk_size=1):
             if chunk:
                 return True
         return False
 
-    return run(first())
+    return run(_again(once, f"listing {prefix}"))
 
 
 __all__ = ["any_under", "head_item", "is_key_not_a_path", "list_items", "run"]

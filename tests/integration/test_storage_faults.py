@@ -348,3 +348,31 @@ def test_a_mixed_download_that_fails_reports_the_real_error(tmp_path, faults, ob
     assert faults.injected[kind] >= 1 and faults.injected["stall"] >= 1
     leftovers = [p for p in (tmp_path / "out").rglob("*") if p.is_file()] if (tmp_path / "out").exists() else []
     assert all(not p.name.startswith(".") for p in leftovers)  # no temp file is left behind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_listing_through_obstore_rides_out_each_fault_on_every_range(tmp_path, faults, object_store, kind):
+    # The listing (obstore, key ranges in parallel as a warm cache check lists them, and the exact-object check)
+    # meets `kind` on the first attempt of every LIST request: it must come back complete and identical.
+    bucket = object_store.bucket()
+    for i in range(24):
+        object_store.put(bucket, f"chan/f{i:02d}.bin", os.urandom(100 + i))
+    object_store.put(bucket, "single/model.bin", b"m" * 300)
+    hook = make_hook(tmp_path)
+    clean = [(o.key, o.size, o.etag) for o in hook.describe(f"s3://{bucket}/chan/").objects]
+    split_after = [key for key, _, _ in clean[5::6]]
+    failed: set = set()
+
+    def every_list_once(method: str, key: str, query: str):
+        if "list-type" in query and query not in failed:
+            failed.add(query)
+            return kind
+        return None
+
+    faults.set(choose=every_list_once)
+    listed = make_hook(tmp_path).describe(f"s3://{bucket}/chan/", split_after=split_after)
+    single = make_hook(tmp_path).describe(f"s3://{bucket}/single/model.bin")
+
+    assert [(o.key, o.size, o.etag) for o in listed.objects] == clean
+    assert (single.is_prefix, [(o.key, o.size) for o in single.objects]) == (False, [("single/model.bin", 300)])
+    assert faults.injected.get(kind, 0) >= len(split_after) + 1
