@@ -13,8 +13,9 @@ What stays ours, with the guarantees of the botocore path:
 - verification without an extra request where the PUT's own ETag proves it: a single-part object's ETag is the
   MD5 of its bytes, a multipart one's the MD5 of its parts' MD5s with "-<parts>"; an ETag that is neither (SSE-KMS
   or SSE-C, a store that computes multipart ETags its own way) falls back to a HEAD and a size check, as before;
-- object_store retries each request (5xx incl. 503 SlowDown, 429, resets, timeouts) with backoff; a whole single
-  PUT that still fails for a transient reason is tried again here (its bytes are in memory);
+- object_store retries each request (5xx incl. 503 SlowDown, 429, resets, timeouts) with backoff, but not the
+  POSTs of a multipart upload (create, complete) whose response was lost: a transient failure is tried again here,
+  a single PUT or a file's multipart upload from its start, a stream's while none of it was read;
 - multipart uploads that fail are aborted by obstore itself; `uploads.abort_leftover_uploads` (ListMultipartUploads)
   stays the safety net after every multipart upload (a lost CreateMultipartUpload response's upload);
 - a CompleteMultipartUpload whose response was lost and whose retry got NoSuchUpload (MinIO, Ceph forget a
@@ -88,6 +89,13 @@ class _Parts:
 
     size: int = 0
     digests: list[bytes] = field(default_factory=list)
+    started: bool = False  # object_store has asked for the first part
+    complete: bool = False  # ... and for everything (the parts are all of the object)
+
+    def forget(self, progress: TransferProgress) -> None:
+        """Before the same bytes are sent again (a retried upload of a file)."""
+        progress.add_bytes(-self.size)
+        self.size, self.digests, self.started, self.complete = 0, [], False, False
 
     @property
     def etag(self) -> str:
@@ -98,6 +106,7 @@ async def _cut_parts(read: Callable[[int], Awaitable[bytes]], first: bytes, part
                      progress: TransferProgress):
     """Yield exactly `part` bytes at a time (the last part shorter) from `first` and then `read(n)` until it returns
     b"": object_store makes each yielded buffer one part, so the parts' MD5s computed here make its ETag."""
+    parts.started = True
     buffer = bytearray(first)
     ended = False
     while not ended or buffer:
@@ -107,13 +116,14 @@ async def _cut_parts(read: Callable[[int], Awaitable[bytes]], first: bytes, part
                 ended = True
             buffer += data
         if not buffer:
-            return
+            break
         chunk = bytes(buffer[:part])
         del buffer[:part]
         parts.digests.append(await asyncio.to_thread(_md5, chunk))
         parts.size += len(chunk)
         progress.add_bytes(len(chunk))  # handed to object_store: at most the parts in flight ahead of the wire
         yield chunk
+    parts.complete = True
 
 
 def _md5(data) -> bytes:
@@ -135,10 +145,6 @@ def _parts_in_flight(tuning: TransferTuning, part: int) -> int:
 # -- puts -----------------------------------------------------------------------------------------------------------
 
 
-def _is_permanent(err: BaseException, uri: str, remote: Remote) -> bool:
-    return translate_error(err, "upload", uri, remote).permanent
-
-
 async def _put_single(store, remote: Remote, loc: StorageLocation, data: bytes) -> str:
     """One PUT of `data`; a transient failure after object_store's own retries is tried again. Returns the ETag."""
     import obstore
@@ -150,34 +156,47 @@ async def _put_single(store, remote: Remote, loc: StorageLocation, data: bytes) 
             result = await obstore.put_async(store, loc.key, data, use_multipart=False)
             return normalize_etag(result.get("e_tag"))
         except Exception as err:  # noqa: BLE001 - translated below
-            if attempt >= BODY_ATTEMPTS or _is_permanent(err, loc.uri, remote):
+            error = translate_error(err, "upload", loc.uri, remote)
+            if attempt >= BODY_ATTEMPTS or error.permanent:
                 log.debug("upload %s failed", loc.uri, exc_info=True)
-                raise translate_error(err, "upload", loc.uri, remote) from None
+                raise error from None
             log.debug("uploading %s failed (attempt %d): %s; retrying", loc.uri, attempt, err)
             await asyncio.sleep(backoff_seconds(attempt))
 
 
-async def _put_multipart(store, remote: Remote, loc: StorageLocation, chunks, parts: _Parts, part: int,
-                         in_flight: int) -> str | None:
-    """A multipart upload of what `chunks` yields; returns the ETag (None: the store completed it but the response
-    was lost, and the object's ETag is ours). Raises the failure as a StorageError otherwise."""
+async def _put_multipart(store, remote: Remote, loc: StorageLocation, make_chunks, parts: _Parts, part: int,
+                         in_flight: int, progress: TransferProgress, *, replayable: bool) -> str | None:
+    """A multipart upload of what `make_chunks()` yields; returns the ETag (None: the store completed it but the
+    response was lost, and the object's ETag is ours). Raises the failure as a StorageError otherwise.
+
+    object_store retries each part, but not CreateMultipartUpload nor CompleteMultipartUpload after a lost
+    response: a transient failure is tried again here, from the start, while nothing was read (a stream) or
+    whenever the bytes can be read again (`replayable`: a file)."""
     import obstore
 
-    try:
-        result = await obstore.put_async(store, loc.key, chunks, use_multipart=True, chunk_size=part,
-                                         max_concurrency=in_flight)
-        return normalize_etag(result.get("e_tag"))
-    except _StreamStopped:
-        raise
-    except Exception as err:  # noqa: BLE001 - translated below
-        if not _is_permanent(err, loc.uri, remote) and parts.digests and \
-                await asyncio.to_thread(_landed_etag, remote, loc) == parts.etag:
-            # CompleteMultipartUpload retried after a lost response: the store forgot the upload (NoSuchUpload)
-            # but the object is there, made of exactly our parts.
-            log.debug("completing %s was retried after a lost response; the object is complete", loc.uri)
-            return None
-        log.debug("upload %s failed", loc.uri, exc_info=True)
-        raise translate_error(err, "upload", loc.uri, remote) from None
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            result = await obstore.put_async(store, loc.key, make_chunks(), use_multipart=True, chunk_size=part,
+                                             max_concurrency=in_flight)
+            return normalize_etag(result.get("e_tag"))
+        except _StreamStopped:
+            raise
+        except Exception as err:  # noqa: BLE001 - translated below
+            error = translate_error(err, "upload", loc.uri, remote)
+            if not error.permanent and parts.complete and \
+                    await asyncio.to_thread(_landed_etag, remote, loc) == parts.etag:
+                # CompleteMultipartUpload retried after a lost response: the store forgot the upload
+                # (NoSuchUpload) but the object is there, made of exactly our parts.
+                log.debug("completing %s was retried after a lost response; the object is complete", loc.uri)
+                return None
+            if error.permanent or attempt >= BODY_ATTEMPTS or (parts.started and not replayable):
+                log.debug("upload %s failed", loc.uri, exc_info=True)
+                raise error from None
+            log.debug("uploading %s failed (attempt %d): %s; retrying", loc.uri, attempt, err)
+            parts.forget(progress)
+            await asyncio.sleep(backoff_seconds(attempt))
 
 
 def _landed_etag(remote: Remote, loc: StorageLocation) -> str:
@@ -278,16 +297,21 @@ async def _upload_large(store, remote: Remote, path: str, loc: StorageLocation, 
                         progress: TransferProgress, tuning: TransferTuning, in_flight: int) -> None:
     part = part_size(tuning, size)
     parts = _Parts()
-    with open(path, "rb", buffering=0) as fh:
-        async def read(amount: int) -> bytes:
-            return await asyncio.to_thread(fh.read, amount)
 
-        try:
-            etag = await _put_multipart(store, remote, loc, _cut_parts(read, b"", part, parts, progress), parts,
-                                        part, in_flight)
-        except BaseException:
-            progress.add_bytes(-parts.size)
-            raise
+    async def file_chunks():
+        with open(path, "rb", buffering=0) as fh:
+            async def read(amount: int) -> bytes:
+                return await asyncio.to_thread(fh.read, amount)
+
+            async for chunk in _cut_parts(read, b"", part, parts, progress):
+                yield chunk
+
+    try:
+        etag = await _put_multipart(store, remote, loc, file_chunks, parts, part, in_flight, progress,
+                                    replayable=True)
+    except BaseException:
+        progress.add_bytes(-parts.size)
+        raise
     if parts.size != size:
         raise StorageError(f"cannot upload {loc.uri}: {path} changed while it was being uploaded ({parts.size} "
                            f"bytes instead of {size}); retry the task")
@@ -363,8 +387,9 @@ async def _upload_stream(store, remote: Remote, loc: StorageLocation, read_file,
         return len(first), False
     part = part_size(tuning, None)
     parts = _Parts()
-    etag = await _put_multipart(store, remote, loc, _cut_parts(read, first, part, parts, progress), parts, part,
-                                _parts_in_flight(tuning, part))
+    chunks = _cut_parts(read, first, part, parts, progress)  # read once: retried only while nothing was read
+    etag = await _put_multipart(store, remote, loc, lambda: chunks, parts, part, _parts_in_flight(tuning, part),
+                                progress, replayable=False)
     await asyncio.to_thread(_verify, remote, loc, etag, parts.etag, parts.size, "what was written")
     return parts.size, True
 
