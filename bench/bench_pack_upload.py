@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=os.path.join(RESULTS_DIR, "work"))
+    parser.add_argument("--weight-mib", type=int, help="size of each of the 4 weight files (default: 16 with "
+                        "--quick, else 512)")
     parser.add_argument("--engine", choices=("obstore", "botocore"), default="obstore",
                         help="the engine of our uploads (botocore: as for connections obstore cannot serve)")
     args = parser.parse_args()
@@ -101,7 +103,7 @@ def main() -> None:
 
     workdir = os.path.abspath(args.workdir)
     setup_airflow_home(workdir)
-    weight_mib = 16 if args.quick else 512
+    weight_mib = args.weight_mib or (16 if args.quick else 512)
     model = make_model_dir(os.path.join(workdir, f"model-{weight_mib}"), weight_mib)
     content = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(model) for f in fs)
     out_dir = os.path.join(workdir, "archives")

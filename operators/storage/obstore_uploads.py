@@ -7,19 +7,22 @@ What stays ours, with the guarantees of the botocore path:
 
 - files below the multipart threshold are one PUT each, read and hashed (MD5) here, `concurrency` in flight;
   files at or above it are multipart uploads fed part by part from an async generator (exactly `part` bytes per
-  part, each part's MD5 computed on the way), so memory is bounded by the parts in flight (PART_BUDGET);
+  part), so memory is bounded by the parts in flight (PART_BUDGET);
 - a stream (an archive while it is packed) goes up the same way: the producer writes into a pipe, parts are cut
-  from it as they fill; a stream that ends below the threshold is one PUT, as s3transfer does;
-- verification without an extra request where the PUT's own ETag proves it: a single-part object's ETag is the
-  MD5 of its bytes, a multipart one's the MD5 of its parts' MD5s with "-<parts>"; an ETag that is neither (SSE-KMS
-  or SSE-C, a store that computes multipart ETags its own way) falls back to a HEAD and a size check, as before;
+  from it as they fill, each part's MD5 computed on the way (it is read once); a stream that ends below the
+  threshold is one PUT, as s3transfer does;
+- verification: a single PUT's own ETag is the MD5 of its bytes, so it is checked without another request; a
+  stream's multipart ETag is checked against the MD5 of its parts' MD5s ("-<parts>"); a file's multipart upload
+  gets a HEAD and a size check, as on the botocore path (its part MD5s would cost ~1.7 ms of CPU per MiB, more than
+  the rest of its upload; they are computed only after a lost completion, below); an ETag that is not what we
+  expect (SSE-KMS or SSE-C, a store that makes multipart ETags its own way) falls back to the HEAD and the size;
 - object_store retries each request (5xx incl. 503 SlowDown, 429, resets, timeouts) with backoff, but not the
   POSTs of a multipart upload (create, complete) whose response was lost: a transient failure is tried again here,
   a single PUT or a file's multipart upload from its start, a stream's while none of it was read;
 - multipart uploads that fail are aborted by obstore itself; `uploads.abort_leftover_uploads` (ListMultipartUploads)
   stays the safety net after every multipart upload (a lost CreateMultipartUpload response's upload);
 - a CompleteMultipartUpload whose response was lost and whose retry got NoSuchUpload (MinIO, Ceph forget a
-  completed upload) is a success when the object's ETag is the one our parts make;
+  completed upload) is a success when the object's ETag is the one our parts make (a file's read again for it);
 - no checksum headers: object_store sends x-amz-checksum-* only when its `checksum_algorithm` is configured, and
   obstore_store.make_store does not; what it adds besides the signature (x-amz-date, x-amz-content-sha256,
   x-amz-security-token) is what botocore's SigV4 sends too, so COS/OSS/OBS accept these PUTs as they accept botocore's.
@@ -46,8 +49,8 @@ from operators.storage.uploads import abort_leftover_uploads
 log = logging.getLogger("operators.storage.hook")
 
 # Bytes of multipart parts in flight (being sent, or read and waiting for a connection) across all large files:
-# with the default 8 MiB parts and 16 connections, 128 MiB; fewer parts in flight when parts are larger.
-PART_BUDGET = 128 * 1024 * 1024
+# 8 parts of the default 8 MiB: enough to keep a loopback MinIO busy (bench/README.md), fewer when parts are larger.
+PART_BUDGET = 64 * 1024 * 1024
 # S3's limit on the parts of one upload: a larger file gets larger parts (s3transfer does the same).
 MAX_PARTS = 10_000
 # Reading and hashing a buffer this large runs on a worker thread (hashlib and file reads release the GIL).
@@ -87,6 +90,7 @@ def run_coroutine(coroutine) -> object:
 class _Parts:
     """What went into a multipart upload: its size and each part's MD5 (so its ETag can be checked)."""
 
+    hash: bool = True  # MD5 each part on the way (a stream: read once); a file's are computed when needed
     size: int = 0
     digests: list[bytes] = field(default_factory=list)
     started: bool = False  # object_store has asked for the first part
@@ -105,21 +109,24 @@ class _Parts:
 async def _cut_parts(read: Callable[[int], Awaitable[bytes]], first: bytes, part: int, parts: _Parts,
                      progress: TransferProgress):
     """Yield exactly `part` bytes at a time (the last part shorter) from `first` and then `read(n)` until it returns
-    b"": object_store makes each yielded buffer one part, so the parts' MD5s computed here make its ETag."""
+    b"": object_store makes each yielded buffer one part, so part MD5s computed from them make its ETag.
+    A read of a whole part is handed on as it is (a copy only where a part straddles two reads: large buffers
+    cost page faults more than their bytes)."""
     parts.started = True
-    buffer = bytearray(first)
+    pending = first
     ended = False
-    while not ended or buffer:
-        while not ended and len(buffer) < part:
-            data = await read(part - len(buffer))
+    while True:
+        while not ended and len(pending) < part:
+            data = await read(part - len(pending))
             if not data:
                 ended = True
-            buffer += data
-        if not buffer:
+            else:
+                pending = pending + data if pending else data
+        if not pending:
             break
-        chunk = bytes(buffer[:part])
-        del buffer[:part]
-        parts.digests.append(await asyncio.to_thread(_md5, chunk))
+        chunk, pending = (pending[:part], pending[part:]) if len(pending) > part else (pending, b"")
+        if parts.hash:
+            parts.digests.append(await asyncio.to_thread(_md5, chunk))
         parts.size += len(chunk)
         progress.add_bytes(len(chunk))  # handed to object_store: at most the parts in flight ahead of the wire
         yield chunk
@@ -165,7 +172,8 @@ async def _put_single(store, remote: Remote, loc: StorageLocation, data: bytes) 
 
 
 async def _put_multipart(store, remote: Remote, loc: StorageLocation, make_chunks, parts: _Parts, part: int,
-                         in_flight: int, progress: TransferProgress, *, replayable: bool) -> str | None:
+                         in_flight: int, progress: TransferProgress, *, replayable: bool,
+                         our_etag: Callable[[], str]) -> str | None:
     """A multipart upload of what `make_chunks()` yields; returns the ETag (None: the store completed it but the
     response was lost, and the object's ETag is ours). Raises the failure as a StorageError otherwise.
 
@@ -186,7 +194,7 @@ async def _put_multipart(store, remote: Remote, loc: StorageLocation, make_chunk
         except Exception as err:  # noqa: BLE001 - translated below
             error = translate_error(err, "upload", loc.uri, remote)
             if not error.permanent and parts.complete and \
-                    await asyncio.to_thread(_landed_etag, remote, loc) == parts.etag:
+                    await asyncio.to_thread(_landed_etag, remote, loc) == await asyncio.to_thread(our_etag):
                 # CompleteMultipartUpload retried after a lost response: the store forgot the upload
                 # (NoSuchUpload) but the object is there, made of exactly our parts.
                 log.debug("completing %s was retried after a lost response; the object is complete", loc.uri)
@@ -206,11 +214,13 @@ def _landed_etag(remote: Remote, loc: StorageLocation) -> str:
         return ""
 
 
-def _verify(remote: Remote, loc: StorageLocation, etag: str | None, expected: str, size: int,
+def _verify(remote: Remote, loc: StorageLocation, etag: str | None, expected: str | None, size: int,
             what: str) -> None:
     """Check what landed: `etag` (the PUT's) against the `expected` one of the bytes we sent; where they differ,
-    a HEAD decides (SSE-KMS / SSE-C ETags are no MD5; some stores make multipart ETags their own way: size only)."""
-    if etag is None or etag == expected:
+    or nothing is expected (a file's multipart upload: its part MD5s cost more CPU than a HEAD), a HEAD decides:
+    the size always, the MD5 of a single-part object unless SSE-KMS / SSE-C made its ETag no MD5 (some stores
+    make multipart ETags their own way: size only)."""
+    if etag is None or (expected is not None and etag == expected):
         return
     try:
         head = remote.client.head_object(Bucket=loc.bucket, Key=loc.key)
@@ -221,7 +231,7 @@ def _verify(remote: Remote, loc: StorageLocation, etag: str | None, expected: st
     if landed != size:
         raise StorageError(f"uploaded {loc.uri} but it has {landed} bytes instead of {size}; retry the task")
     encrypted = head.get("ServerSideEncryption") == "aws:kms" or bool(head.get("SSECustomerAlgorithm"))
-    if "-" not in expected and is_md5_etag(etag) and not encrypted:
+    if expected is not None and "-" not in expected and is_md5_etag(etag) and not encrypted:
         raise StorageError(f"uploaded {loc.uri} has ETag {etag} but {what} has MD5 {expected}; retry the task")
 
 
@@ -296,7 +306,7 @@ def _read(path: str) -> bytes:
 async def _upload_large(store, remote: Remote, path: str, loc: StorageLocation, size: int,
                         progress: TransferProgress, tuning: TransferTuning, in_flight: int) -> None:
     part = part_size(tuning, size)
-    parts = _Parts()
+    parts = _Parts(hash=False)
 
     async def file_chunks():
         with open(path, "rb", buffering=0) as fh:
@@ -308,15 +318,24 @@ async def _upload_large(store, remote: Remote, path: str, loc: StorageLocation, 
 
     try:
         etag = await _put_multipart(store, remote, loc, file_chunks, parts, part, in_flight, progress,
-                                    replayable=True)
+                                    replayable=True, our_etag=lambda: _file_etag(path, part))
     except BaseException:
         progress.add_bytes(-parts.size)
         raise
     if parts.size != size:
         raise StorageError(f"cannot upload {loc.uri}: {path} changed while it was being uploaded ({parts.size} "
                            f"bytes instead of {size}); retry the task")
-    await asyncio.to_thread(_verify, remote, loc, etag, parts.etag, size, "the local file")
+    await asyncio.to_thread(_verify, remote, loc, etag, None, size, "the local file")
     progress.add_file()
+
+
+def _file_etag(path: str, part: int) -> str:
+    """The multipart ETag of `path` sent in parts of `part` bytes (read again: only after a lost response)."""
+    parts = _Parts()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(part):
+            parts.digests.append(_md5(chunk))
+    return parts.etag
 
 
 # -- streams --------------------------------------------------------------------------------------------------------
@@ -389,7 +408,7 @@ async def _upload_stream(store, remote: Remote, loc: StorageLocation, read_file,
     parts = _Parts()
     chunks = _cut_parts(read, first, part, parts, progress)  # read once: retried only while nothing was read
     etag = await _put_multipart(store, remote, loc, lambda: chunks, parts, part, _parts_in_flight(tuning, part),
-                                progress, replayable=False)
+                                progress, replayable=False, our_etag=lambda: parts.etag)
     await asyncio.to_thread(_verify, remote, loc, etag, parts.etag, parts.size, "what was written")
     return parts.size, True
 
