@@ -8,9 +8,10 @@ What stays ours, with the guarantees of the botocore path:
 - files below the multipart threshold are one PUT each, read and hashed (MD5) here, `concurrency` in flight;
   files at or above it are multipart uploads fed part by part from an async generator (exactly `part` bytes per
   part), so memory is bounded by the parts in flight (PART_BUDGET);
-- a stream (an archive while it is packed) goes up the same way: the producer writes into a pipe, parts are cut
-  from it as they fill, each part's MD5 computed on the way (it is read once); a stream that ends below the
-  threshold is one PUT, as s3transfer does;
+- a stream (an archive while it is packed) goes up the same way: the producer's writes are cut into parts that
+  queue up (storage.part_queue, STREAM_READ_AHEAD parts at most) while object_store sends the ones before, each
+  part's MD5 computed on the way (it is read once); a stream that ends below the threshold is one PUT, as
+  s3transfer does;
 - verification: a single PUT's own ETag is the MD5 of its bytes, so it is checked without another request; a
   stream's multipart ETag is checked against the MD5 of its parts' MD5s ("-<parts>"); a file's multipart upload
   gets a HEAD and a size check, as on the botocore path (its part MD5s would cost ~1.7 ms of CPU per MiB, more than
@@ -53,6 +54,8 @@ log = logging.getLogger("operators.storage.hook")
 PART_BUDGET = 64 * 1024 * 1024
 # S3's limit on the parts of one upload: a larger file gets larger parts (s3transfer does the same).
 MAX_PARTS = 10_000
+# Full parts of a stream waiting for object_store while the producer goes on (memory: this many parts more).
+STREAM_READ_AHEAD = 2
 # Reading and hashing a buffer this large runs on a worker thread (hashlib and file reads release the GIL).
 OFFLOAD_BYTES = 256 * 1024
 
@@ -352,35 +355,36 @@ def upload_stream_obstore(settings: EngineSettings, remote: Remote, loc: Storage
     """Upload to `loc` whatever `produce(write)` writes, while it writes (storage.stream's contract); returns the
     number of bytes. Raises the producer's own exception if it failed (nothing lands), a StorageError if the
     upload failed or what landed is not what was written."""
-    from operators.storage.stream import open_pipe
+    from operators.storage.part_queue import PartQueue
 
     store = make_store(settings, loc.bucket)
-    read_file, writer = open_pipe(progress=None)
+    part = part_size(tuning, None)
+    parts_queue = PartQueue(part, ahead=STREAM_READ_AHEAD)
     produced: list[BaseException] = []
 
     def run_producer() -> None:
         try:
-            produce(writer.write)
+            produce(parts_queue.write)
         except BaseException as err:  # noqa: BLE001 - handed to the caller
             produced.append(err)
-        finally:
-            writer.close()
+            parts_queue.close(_StreamStopped("the data being uploaded could not be produced"))
+        else:
+            parts_queue.close()
 
     producer = threading.Thread(target=run_producer, name="upload-producer", daemon=True)
     producer.start()
     try:
-        size, multipart = run_coroutine(_upload_stream(store, remote, loc, read_file, produced, progress, tuning))
+        size, multipart = run_coroutine(_upload_stream(store, remote, loc, parts_queue, part, progress, tuning))
     except BaseException as err:
-        read_file.close()  # the producer's next write fails: it stops instead of waiting for a reader
+        parts_queue.stop()  # the producer's next write fails: it stops instead of waiting for the upload
         producer.join()
-        if writer.size >= tuning.multipart_threshold:
+        if parts_queue.size >= tuning.multipart_threshold:
             abort_leftover_uploads(remote, loc.bucket, [loc.key])
         if produced and not isinstance(produced[0], BrokenPipeError):
             raise produced[0] from None
         if isinstance(err, _StreamStopped):
             raise StorageError(f"cannot upload {loc.uri}: the data being uploaded could not be produced") from None
         raise
-    read_file.close()
     producer.join()
     if multipart:
         abort_leftover_uploads(remote, loc.bucket, [loc.key])  # a lost CreateMultipartUpload response's upload
@@ -390,25 +394,34 @@ def upload_stream_obstore(settings: EngineSettings, remote: Remote, loc: Storage
     return size
 
 
-async def _upload_stream(store, remote: Remote, loc: StorageLocation, read_file, produced: list,
+async def _upload_stream(store, remote: Remote, loc: StorageLocation, parts_queue, part: int,
                          progress: TransferProgress, tuning: TransferTuning) -> tuple[int, bool]:
-    async def read(amount: int) -> bytes:
-        data = await asyncio.to_thread(read_file.read, amount)
-        if len(data) < amount and produced:
-            raise _StreamStopped("the data being uploaded could not be produced")
-        return data
-
-    first = await read(tuning.multipart_threshold)
-    if len(first) < tuning.multipart_threshold:  # the whole stream: one PUT, as s3transfer does below the threshold
-        digest = await asyncio.to_thread(_md5, first)
-        etag = await _put_single(store, remote, loc, first)
-        if etag != digest.hex():
-            await asyncio.to_thread(_verify, remote, loc, etag, digest.hex(), len(first), "what was written")
-        progress.add_bytes(len(first))
-        return len(first), False
-    part = part_size(tuning, None)
+    first: list[bytes] = []
+    while sum(map(len, first)) < tuning.multipart_threshold:
+        chunk = await parts_queue.get()
+        if chunk is None:  # the whole stream is below the threshold: one PUT, as s3transfer does
+            data = b"".join(first)
+            digest = (await asyncio.to_thread(_md5, data)).hex()
+            etag = await _put_single(store, remote, loc, data)
+            if etag != digest:
+                await asyncio.to_thread(_verify, remote, loc, etag, digest, len(data), "what was written")
+            progress.add_bytes(len(data))
+            return len(data), False
+        first.append(chunk)
     parts = _Parts()
-    chunks = _cut_parts(read, first, part, parts, progress)  # read once: retried only while nothing was read
+
+    async def stream_parts():
+        parts.started = True
+        chunk = first.pop(0) if first else await parts_queue.get()
+        while chunk is not None:
+            parts.digests.append(await asyncio.to_thread(_md5, chunk))
+            parts.size += len(chunk)
+            progress.add_bytes(len(chunk))  # handed to object_store: at most the parts in flight ahead of the wire
+            yield chunk
+            chunk = first.pop(0) if first else await parts_queue.get()
+        parts.complete = True
+
+    chunks = stream_parts()  # read once: retried only while nothing was read
     etag = await _put_multipart(store, remote, loc, lambda: chunks, parts, part, _parts_in_flight(tuning, part),
                                 progress, replayable=False, our_etag=lambda: parts.etag)
     await asyncio.to_thread(_verify, remote, loc, etag, parts.etag, parts.size, "what was written")

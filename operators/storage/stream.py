@@ -1,5 +1,4 @@
-"""Uploading bytes while they are being produced (an archive while it is packed), for ObjectStorageHook: the
-botocore engine's (storage.obstore_uploads has obstore's, which RemoteStore uses wherever obstore reaches the bucket).
+"""Uploading bytes while they are being produced (an archive while it is packed), for ObjectStorageHook.
 
 `upload_stream` runs the producer on a thread of its own, writing into a pipe that s3transfer reads as a
 non-seekable stream: s3transfer cuts it into parts and uploads each part as soon as it is full (a single PutObject
@@ -43,8 +42,8 @@ class _StreamReader:
     reading the whole stream, skipping every part, and the producer would pack everything for nothing.
     """
 
-    def __init__(self, file, failed: Callable[[], BaseException | None]) -> None:
-        self._file = file
+    def __init__(self, fd: int, failed: Callable[[], BaseException | None]) -> None:
+        self._file = os.fdopen(fd, "rb", buffering=_PIPE_SIZE)
         self._failed = failed
         self.future = None  # the s3transfer TransferFuture reading this stream
 
@@ -63,7 +62,7 @@ class _StreamReader:
 class _Writer:
     """What the producer writes to: the pipe, counting bytes (and the MD5 while the stream is one part long)."""
 
-    def __init__(self, fd: int, progress: TransferProgress | None, md5_limit: int) -> None:
+    def __init__(self, fd: int, progress: TransferProgress, md5_limit: int) -> None:
         self._fd = fd
         self._progress = progress
         self._md5_limit = md5_limit
@@ -78,24 +77,8 @@ class _Writer:
             written = os.write(self._fd, view)  # BrokenPipeError once the uploader has given up
             view = view[written:]
         self.size += len(data)
-        if self._progress is not None:
-            self._progress.add_bytes(len(data))
+        self._progress.add_bytes(len(data))
         return len(data)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-def open_pipe(progress: TransferProgress | None = None, md5_limit: int = 0):
-    """A pipe for a producer thread: (its read end as a buffered file, the _Writer of its write end).
-
-    Both engines read from it: s3transfer (upload_stream below) and obstore (obstore_uploads)."""
-    read_fd, write_fd = os.pipe()
-    try:
-        fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_SIZE)
-    except OSError:
-        pass  # a smaller pipe works, with more wake-ups
-    return os.fdopen(read_fd, "rb", buffering=_PIPE_SIZE), _Writer(write_fd, progress, md5_limit)
 
 
 def upload_stream(
@@ -112,9 +95,14 @@ def upload_stream(
     """
     from s3transfer.manager import TransferManager
 
-    read_file, writer = open_pipe(progress, transfer_config.multipart_threshold)
+    read_fd, write_fd = os.pipe()
+    try:
+        fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_SIZE)
+    except OSError:
+        pass  # a smaller pipe works, with more wake-ups
+    writer = _Writer(write_fd, progress, transfer_config.multipart_threshold)
     produced: list[BaseException] = []
-    reader = _StreamReader(read_file, lambda: produced[0] if produced else None)
+    reader = _StreamReader(read_fd, lambda: produced[0] if produced else None)
 
     def run_producer() -> None:
         try:
@@ -122,7 +110,7 @@ def upload_stream(
         except BaseException as err:  # noqa: BLE001 - handed to the caller
             produced.append(err)
         finally:
-            writer.close()
+            os.close(write_fd)
 
     producer = threading.Thread(target=run_producer, name="upload-producer", daemon=True)
     producer.start()
@@ -168,4 +156,4 @@ def _verify(remote: Remote, loc: StorageLocation, writer: _Writer) -> None:
             )
 
 
-__all__ = ["open_pipe", "upload_stream"]
+__all__ = ["upload_stream"]
