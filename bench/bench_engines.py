@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_engines.py --quick     # 300 x 16 KiB, 100 x 1 MiB, 1 x 64 MiB
     .venv/bin/python bench/bench_engines.py             # 3,000 x 16 KiB, 1,000 x 1 MiB, 1 x 512 MiB
+    .venv/bin/python bench/bench_engines.py --upload    # uploads: 1,000 x 16 KiB, 1,000 x 1 MiB, 1 x 256 MiB
+    .venv/bin/python bench/bench_engines.py --upload --quick   # 300 x 16 KiB, 100 x 1 MiB, 1 x 64 MiB
 
 Each engine downloads the same prefix (list, then every object to a file under a fresh directory) from one MinIO
 on loopback, round-robin, median of --repeats:
@@ -14,6 +16,10 @@ on loopback, round-robin, median of --repeats:
 - boto3 + CRT: s3transfer's CRTTransferManager on awscrt's S3 client (botocore serialises and signs, the CRT
   sends), one `download` per listed object;
 - s5cmd cp (the Go tool users pick), a child process.
+
+--upload measures the other direction, a local directory to a fresh prefix: ours (ObjectStorageHook.upload_dir:
+obstore behind RemoteStore, storage.obstore_uploads, with verification, progress lines and the multipart safety
+net), the same on its botocore/s3transfer path, and `s5cmd cp DIR/* s3://...`.
 
 The optional engines are skipped with a line saying why when their package is not importable (they are not
 project dependencies; install them into a scratch directory and put it on PYTHONPATH to measure them). Client CPU
@@ -54,6 +60,10 @@ DATASETS = {
     "full": [("3000 x 16 KiB", 3000, 16 * KiB), ("1000 x 1 MiB", 1000, MiB), ("1 x 512 MiB", 1, 512 * MiB)],
     "quick": [("300 x 16 KiB", 300, 16 * KiB), ("100 x 1 MiB", 100, MiB), ("1 x 64 MiB", 1, 64 * MiB)],
 }
+UPLOAD_DATASETS = {
+    "full": [("1000 x 16 KiB", 1000, 16 * KiB), ("1000 x 1 MiB", 1000, MiB), ("1 x 256 MiB", 1, 256 * MiB)],
+    "quick": DATASETS["quick"],
+}
 
 
 def slug(name: str) -> str:
@@ -62,6 +72,11 @@ def slug(name: str) -> str:
 
 def make_and_upload(server: S3Server, workdir: str, name: str, count: int, size: int) -> None:
     """count files of `size` random bytes (kept across invocations), uploaded under <slug>/ (setup, not timed)."""
+    server.put_tree(BUCKET, slug(name) + "/", make_source(workdir, name, count, size))
+
+
+def make_source(workdir: str, name: str, count: int, size: int) -> str:
+    """The local directory of `count` files of `size` random bytes (kept across invocations)."""
     src = os.path.join(workdir, "src-engines", slug(name))
     marker = src + ".complete"
     if not os.path.isfile(marker):
@@ -72,7 +87,7 @@ def make_and_upload(server: S3Server, workdir: str, name: str, count: int, size:
                 for _ in range(0, size, 64 * MiB):
                     fh.write(os.urandom(min(64 * MiB, size)))
         open(marker, "w").close()
-    server.put_tree(BUCKET, slug(name) + "/", src)
+    return src
 
 
 # -- engines --------------------------------------------------------------------------------------------------------
@@ -137,12 +152,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="requests in flight for obstore")
     parser.add_argument("--workdir", default=os.path.join(RESULTS_DIR, "work"))
     parser.add_argument("--only", nargs="*", help="dataset names to run (default: all)")
+    parser.add_argument("--upload", action="store_true", help="measure uploads (a directory to a prefix)")
     args = parser.parse_args()
 
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
     setup_airflow_home(workdir)
-    datasets = DATASETS["quick" if args.quick else "full"]
+    datasets = (UPLOAD_DATASETS if args.upload else DATASETS)["quick" if args.quick else "full"]
     if args.only:
         datasets = [d for d in datasets if d[0] in args.only or slug(d[0]) in args.only]
     server = S3Server(os.path.join(workdir, "minio-engines.log"))
@@ -174,6 +190,9 @@ def main() -> None:
         if not s5cmd:
             print("skipping s5cmd: not installed (requirements-dev.txt)", flush=True)
         freeze_imported_heap()
+        if args.upload:
+            upload_engines(args, server, workdir, datasets, settings, s5cmd, env)
+            return
         for name, count, size in datasets:
             make_and_upload(server, workdir, name, count, size)
 
@@ -241,6 +260,71 @@ def main() -> None:
         print("\n" + markdown)
     finally:
         server.stop()
+
+
+def upload_engines(args, server: S3Server, workdir: str, datasets, settings, s5cmd: str | None, env: dict) -> None:
+    """--upload: each engine uploads the same local directory to a fresh prefix, round-robin, median of --repeats."""
+    from unittest import mock
+
+    from operators.storage.client import forget_data_loader
+    from operators.storage.hook import ObjectStorageHook
+
+    sections, results = [], {"datasets": {}, "direction": "upload"}
+    runs_done = [0]
+
+    def fresh(engine: str, name: str) -> str:
+        runs_done[0] += 1
+        return f"up-{slug(name)}/{engine}-{runs_done[0]}/"
+
+    def landed(prefix: str) -> int:
+        client = server.client()
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        return sum(len(page.get("Contents", [])) for page in pages)
+
+    for name, count, size in datasets:
+        src = make_source(workdir, name, count, size)
+        print(f"== upload {name}; load {load_average()[0]:.2f}", flush=True)
+        prefixes: dict[str, list[str]] = {"ours": [], "ours-botocore": [], "s5cmd": []}
+
+        def ours() -> None:
+            forget_data_loader()  # as in a fresh task process: botocore's data parsed once per run
+            prefixes["ours"].append(fresh("ours", name))
+            ObjectStorageHook(settings=settings).upload_dir(src, f"s3://{BUCKET}/{prefixes['ours'][-1]}")
+
+        def ours_botocore() -> None:
+            forget_data_loader()
+            prefixes["ours-botocore"].append(fresh("botocore", name))
+            with mock.patch("operators.storage.obstore_store.obstore_settings", return_value=None):
+                ObjectStorageHook(settings=settings).upload_dir(src, f"s3://{BUCKET}/{prefixes['ours-botocore'][-1]}")
+
+        def s5() -> dict:
+            prefixes["s5cmd"].append(fresh("s5cmd", name))
+            return run_quiet([s5cmd, "--endpoint-url", server.url, "cp", src + "/*",
+                              f"s3://{BUCKET}/{prefixes['s5cmd'][-1]}"], env)
+
+        runs = [("ours: ObjectStorageHook.upload_dir", ours, None), ("ours, botocore path", ours_botocore, None)]
+        if s5cmd:
+            runs.append(("s5cmd cp", s5, None))
+        measured = measure_interleaved(runs, repeats=args.repeats, server_cpu=server.cpu_seconds)
+        for engine, done in prefixes.items():  # every engine put every file
+            for prefix in done:
+                if landed(prefix) != count:
+                    raise RuntimeError(f"{engine} uploaded {landed(prefix)} files of {count} to {prefix}")
+        s5 = next((r.wall for r in measured if r.name == "s5cmd cp"), 0)
+        s5_cpu = next((r.cpu for r in measured if r.name == "s5cmd cp"), 0)
+        rows = [[r.name, r.wall, count * size / r.wall / 1e6, r.cpu, 1000 * r.cpu / count,
+                 ratio(r.cpu, s5_cpu) if s5_cpu else "-", r.server_cpu, r.peak("peak_mb"), ratio(r.wall, s5)]
+                for r in measured]
+        sections.append(f"upload {name}, median of {args.repeats}:\n\n" + markdown_table(
+            ["engine", "wall s", "MB/s", "client CPU s", "client CPU ms/object", "CPU vs s5cmd", "server CPU s",
+             "peak MB", "speed vs s5cmd"], rows))
+        results["datasets"][name] = {"count": count, "size": size, "runs": [r.to_dict() for r in measured]}
+        print(sections[-1], flush=True)
+    markdown = (f"## Transfer engines (upload of one directory)\n\n`bench/bench_engines.py --upload"
+                f"{' --quick' if args.quick else ''}`, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
+                f"load average at the end {load_average()[0]:.2f}.\n\n" + "\n\n".join(sections))
+    save_results("engines_upload", results, markdown)
+    print("\n" + markdown)
 
 
 if __name__ == "__main__":

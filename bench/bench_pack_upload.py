@@ -2,10 +2,12 @@
 
     .venv/bin/python bench/bench_pack_upload.py            # 4 x 512 MiB weight-like files + 200 small files (2 GiB)
     .venv/bin/python bench/bench_pack_upload.py --quick    # 4 x 16 MiB + 200 small files
+    .venv/bin/python bench/bench_pack_upload.py --quick --engine botocore   # our uploads on the botocore path
 
 Ours is what the upload_artifacts stage runs: ObjectStorageHook.upload_packed_directory, i.e.
 operators.fs.safe_tar.pack_directory (isal's threaded pigz-style gzip writer, ISA-L deflate) with each
-multipart part uploaded as soon as it is packed (storage.stream). The same two steps one after the other
+multipart part uploaded as soon as it is packed (storage.obstore_uploads; `--engine botocore`: storage.stream,
+the s3transfer path kept for connections obstore cannot serve, and the engine before obstore). The same two steps one after the other
 (pack_directory, then upload_file) give "packing alone" and "uploading alone", which the overlapped total is judged
 against (goal: <= 1.1x the slower of the two). Against:
 `tar czf` + upload, `tar -I pigz` + upload, `tar -I 'pigz -1'` + upload (the CLI uploads use s5cmd, the fastest
@@ -89,11 +91,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=os.path.join(RESULTS_DIR, "work"))
+    parser.add_argument("--weight-mib", type=int, help="size of each of the 4 weight files (default: 16 with "
+                        "--quick, else 512)")
+    parser.add_argument("--engine", choices=("obstore", "botocore"), default="obstore",
+                        help="the engine of our uploads (botocore: as for connections obstore cannot serve)")
     args = parser.parse_args()
+    if args.engine == "botocore":
+        from unittest import mock
+
+        mock.patch("operators.storage.obstore_store.obstore_settings", return_value=None).start()
 
     workdir = os.path.abspath(args.workdir)
     setup_airflow_home(workdir)
-    weight_mib = 16 if args.quick else 512
+    weight_mib = args.weight_mib or (16 if args.quick else 512)
     model = make_model_dir(os.path.join(workdir, f"model-{weight_mib}"), weight_mib)
     content = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(model) for f in fs)
     out_dir = os.path.join(workdir, "archives")
@@ -162,7 +172,7 @@ def main() -> None:
 
         backend = "ISA-L (isal.igzip_threaded)"
         label = f"{backend}, level 1, {safe_tar.default_pack_threads()} threads"
-        print(f"== pack+upload {content / MiB:.0f} MiB; deflate backend {backend}; load {load_average()[0]:.2f}", flush=True)
+        print(f"== pack+upload {content / MiB:.0f} MiB; our uploads through {args.engine}; deflate backend {backend}; load {load_average()[0]:.2f}", flush=True)
         runs = [
             (f"ours: upload_packed_directory (pack {label}, parts uploaded as packed)", ours, None),
             ("ours, one after the other: pack_directory, then upload_file", ours_apart, None),
@@ -209,7 +219,8 @@ def main() -> None:
         markdown = (
             f"## Pack and upload a model directory (benchmark 3)\n\n`bench/bench_pack_upload.py{' --quick' if args.quick else ''}`, "
             f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average at the end {load_average()[0]:.2f}; "
-            f"{content / MiB:.0f} MiB in 4 weight files of {weight_mib} MiB + 200 small files; median of {args.repeats}. "
+            f"{content / MiB:.0f} MiB in 4 weight files of {weight_mib} MiB + 200 small files; median of {args.repeats}; "
+            f"our uploads through {args.engine}. "
             "Our archive passed `gzip -t` and `tar xzf`. Peak MB: the client's peak resident memory during the run "
             "(ours: this process, which has Airflow and boto3 imported; the tools: the child's).\n\n"
             + markdown_table(

@@ -44,7 +44,8 @@ class CountingProxy:
     bytes_out (response body bytes actually sent) and the request's headers (names lower-cased). `throttle_bytes_per_s` slows every response body
     down (per response) so a test can interrupt a transfer half-way or make it long enough to log
     progress. `corrupt_object_bodies` flips the first byte of every object GET response body (a
-    transfer corrupted on the way, which only an MD5 check notices). `fail_requests(status, code, count)` answers
+    transfer corrupted on the way, which only an MD5 check notices); `corrupt_put_etags` answers every PUT with an ETag
+that is no object's MD5 (a store that kept other bytes than it was sent). `fail_requests(status, code, count)` answers
     the next `count` requests (-1: all) itself with that S3 error (a store shedding load with 503 SlowDown, say:
     the real server cannot be made to do that on demand).
     """
@@ -55,6 +56,7 @@ class CountingProxy:
         self.requests: list[dict] = []
         self.throttle_bytes_per_s = 0
         self.corrupt_object_bodies = False
+        self.corrupt_put_etags = False
         self._failure: tuple[int, str, int] | None = None  # (status, code, how many more; -1 = all)
         self._lock = _threading.Lock()
         proxy = self
@@ -106,6 +108,8 @@ class CountingProxy:
                     proxy.requests.append(record)
                 self.send_response_only(response.status, response.reason)
                 headers = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_HEADERS]
+                if proxy.corrupt_put_etags and self.command == "PUT":
+                    headers = [(k, '"' + "0" * 32 + '"' if k.lower() == "etag" else v) for k, v in headers]
                 length = response.getheader("Content-Length")
                 if self.command == "HEAD" or response.status in (204, 304):
                     for key, value in headers:
@@ -183,6 +187,7 @@ class CountingProxy:
             self.requests.clear()
         self.throttle_bytes_per_s = 0
         self.corrupt_object_bodies = False
+        self.corrupt_put_etags = False
         self._failure = None
 
     def snapshot(self) -> list[dict]:

@@ -260,22 +260,39 @@ class RemoteStore(Store):
 
     def upload(self, items: list[UploadItem], base: StorageLocation, progress: TransferProgress, *,
                verify_listing: bool) -> None:
-        from operators.storage.uploads import upload_files
+        """obstore moves the bytes wherever it reaches the bucket as botocore does (storage.obstore_uploads: each
+        PUT's ETag verifies it, no listing needed); the botocore path (storage.uploads) serves the rest."""
+        from operators.storage.obstore_store import obstore_settings
 
         remote = self.remote
-        concurrency = self.tuning.concurrency
-        list_landed = (lambda: list_prefix(remote, concurrency, base, base.key)) if verify_listing else None
         with storage_errors("upload", base.uri, remote):
+            settings = obstore_settings(remote, base.bucket) if items else None
+            if settings is not None:
+                from operators.storage.obstore_uploads import upload_files_obstore
+
+                upload_files_obstore(settings, remote, base, items, progress, self.tuning)
+                return
+            from operators.storage.uploads import upload_files
+
+            concurrency = self.tuning.concurrency
+            list_landed = (lambda: list_prefix(remote, concurrency, base, base.key)) if verify_listing else None
             upload_files(remote, base, items, progress, self.tuning, list_landed)
 
     def can_stream_upload(self, loc: StorageLocation) -> bool:
         return bool(loc.key) and not loc.key.endswith("/")
 
     def upload_stream(self, loc: StorageLocation, produce, progress: TransferProgress) -> int:
-        from operators.storage.stream import upload_stream
+        from operators.storage.obstore_store import obstore_settings
 
         remote = self.remote
         with storage_errors("upload", loc.uri, remote):
+            settings = obstore_settings(remote, loc.bucket)
+            if settings is not None:
+                from operators.storage.obstore_uploads import upload_stream_obstore
+
+                return upload_stream_obstore(settings, remote, loc, produce, progress, self.tuning)
+            from operators.storage.stream import upload_stream
+
             return upload_stream(remote, loc, produce, progress, self.tuning.transfer_config())
 
     def read_bytes(self, loc: StorageLocation) -> bytes:

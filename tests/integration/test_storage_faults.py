@@ -186,7 +186,9 @@ def test_checkpoint_sync_survives_faults(tmp_path, faults, object_store, rate):
     hook = make_hook(tmp_path)
     clean = timed(lambda: CheckpointSync(hook, str(checkpoints), f"s3://{bucket}/clean/").sync_final())
     sync = CheckpointSync(hook, str(checkpoints), f"s3://{bucket}/ckpt/", interval_seconds=60)
-    faults.set(rate=rate, seed=SEEDS[rate])
+    # Its own seed at 10%: the sync is ~50 requests, and seed 11 drew a single fault among the ones obstore makes
+    # (no listing, no HEAD after the PUTs); any seed is as good, this one draws several.
+    faults.set(rate=rate, seed={0.1: 21}.get(rate, SEEDS[rate]))
     counts = []
 
     faulty = timed(lambda: counts.append(sync.sync_final()))
