@@ -52,6 +52,7 @@ class EngineSettings:
     verify: Any  # the connection's TLS verification: True, False or a CA bundle path
     proxies: Any
     max_retries: int  # retries per request: ours (REQUEST_RETRIES) or the connection's config_kwargs
+    signature_version: Any = None  # config_kwargs' signature_version (None: botocore's default, SigV4)
 
 
 class Remote:
@@ -120,6 +121,7 @@ class Remote:
             verify=getattr(session, "_verify", True),
             proxies=client.meta.config.proxies,
             max_retries=_max_retries(client.meta.config.retries),
+            signature_version=client.meta.config.signature_version,
         )
 
 
@@ -217,6 +219,7 @@ class _Connection:
             verify=verify,
             proxies=config.proxies,
             max_retries=_max_retries(config.retries),
+            signature_version=config.signature_version,
         )
 
 

@@ -42,10 +42,12 @@ def _choose(remote: Remote, bucket: str) -> EngineSettings | None:
             reason = "the connection sets its own TLS verification ('verify')"
         elif settings.proxies:
             reason = "the connection uses proxies"
+        elif isinstance(settings.signature_version, str) and settings.signature_version not in ("s3v4", "v4"):
+            reason = f"the connection signs with {settings.signature_version!r} (obstore signs with SigV4 only)"
         else:
             return settings
     # In the task log: which engine moved the bytes matters when comparing a slow stage with a fast one.
-    log.info("listing and downloads via connection '%s' go through botocore: %s", remote.conn_id, reason)
+    log.info("listing, uploads and downloads via connection '%s' go through botocore: %s", remote.conn_id, reason)
     return None
 
 

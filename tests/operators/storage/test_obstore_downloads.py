@@ -152,3 +152,16 @@ def test_a_store_shedding_load_for_a_while_is_ridden_out(tmp_path, s3_proxy, obj
 
     assert (tmp_path / "out" / "a.bin").read_bytes() == data
     assert len(object_gets(s3_proxy)) == 4  # three refused, the fourth served
+
+
+def test_a_connection_that_signs_with_sigv2_stays_on_botocore(set_aws_connection):
+    # config_kwargs signature_version "s3" (SigV2, which some older stores want): obstore signs with SigV4 only.
+    set_aws_connection("old_store", "AKIDEXAMPLE", "secret-example", "http://s3.example.test:9000",
+                       config_kwargs={"signature_version": "s3"})
+    remote = make_remote(parse_uri("s3://bkt-1/x"), "old_store", 4)
+
+    assert obstore_settings(remote, "bkt-1") is None
+
+    set_aws_connection("new_store", "AKIDEXAMPLE", "secret-example", "http://s3.example.test:9000",
+                       config_kwargs={"signature_version": "s3v4"})
+    assert obstore_settings(make_remote(parse_uri("s3://bkt-1/x"), "new_store", 4), "bkt-1") is not None
