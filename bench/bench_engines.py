@@ -206,7 +206,7 @@ def main() -> None:
             prefix = slug(name) + "/"
             uri = f"s3://{BUCKET}/{prefix}"
             dst = os.path.join(workdir, "engines-dst", slug(name))
-            paths = {e: os.path.join(dst, e) for e in ("ours", "ours-botocore", "obstore", "crt", "s5cmd")}
+            paths = {e: os.path.join(dst, e) for e in ("ours", "ours-botocore", "ours-no-md5", "obstore", "crt", "s5cmd")}
             print(f"== {name}; load {load_average()[0]:.2f}", flush=True)
             def ours() -> None:
                 forget_data_loader()  # as in a fresh task process: botocore's data parsed once per run
@@ -221,8 +221,20 @@ def main() -> None:
                 with mock.patch("operators.storage.obstore_store.obstore_settings", return_value=None):
                     ObjectStorageHook(settings=settings).download(uri, paths["ours-botocore"])
 
+            def ours_unverified() -> None:
+                # Diagnostic, not a mode of the platform: the same download without the MD5 of each body (the
+                # check of a corrupted transfer that s5cmd and aws do not make), to show what that check costs.
+                from unittest import mock
+
+                forget_data_loader()
+                with mock.patch("operators.storage.obstore_downloads.is_md5_etag", return_value=False):
+                    ObjectStorageHook(settings=settings).download(uri, paths["ours-no-md5"])
+
             runs = [("ours: ObjectStorageHook.download", ours, lambda: remove(paths["ours"])),
                     ("ours, botocore path", ours_botocore, lambda: remove(paths["ours-botocore"]))]
+            if count > 1:  # a large object has a multipart ETag: no MD5 to skip
+                runs.append(("ours without the MD5 check (diagnostic)", ours_unverified,
+                             lambda: remove(paths["ours-no-md5"])))
             if available["obstore"]:
                 runs.append((f"obstore {results['versions']['obstore']}",
                              lambda: obstore_download(server.url, prefix, paths["obstore"], args.concurrency),
