@@ -11,6 +11,7 @@ on loopback, round-robin, median of --repeats:
 - ours: ObjectStorageHook.download (what the stages use: obstore behind RemoteStore, storage.obstore_downloads,
   with retries, verification and progress lines), and the same on its botocore/s3transfer path (kept for the
   connections obstore cannot serve; the engine of every download before obstore was adopted);
+- ours without the MD5 check (a diagnostic, not a mode of the platform: what verifying each body costs);
 - obstore: the Rust `object_store` crate through PyPI's `obstore` (list, then `get_async` of every object, at most
   --concurrency in flight, streamed to files), naive: no verification, no progress, no range split;
 - boto3 + CRT: s3transfer's CRTTransferManager on awscrt's S3 client (botocore serialises and signs, the CRT
