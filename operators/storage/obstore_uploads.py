@@ -50,8 +50,9 @@ from operators.storage.uploads import abort_leftover_uploads
 log = logging.getLogger("operators.storage.hook")
 
 # Bytes of multipart parts in flight (being sent, or read and waiting for a connection) across all large files:
-# 8 parts of the default 8 MiB: enough to keep a loopback MinIO busy (bench/README.md), fewer when parts are larger.
-PART_BUDGET = 64 * 1024 * 1024
+# 4 parts of the default 8 MiB, fewer when parts are larger. 64 MiB was no faster against MinIO and peaked ~70 MB
+# higher (1 x 256 MiB: 389 -> 316 MB; bench/README.md, "Uploads through obstore").
+PART_BUDGET = 32 * 1024 * 1024
 # S3's limit on the parts of one upload: a larger file gets larger parts (s3transfer does the same).
 MAX_PARTS = 10_000
 # Full parts of a stream waiting for object_store while the producer goes on (memory: this many parts more).
