@@ -35,6 +35,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
@@ -59,6 +60,9 @@ MAX_PARTS = 10_000
 STREAM_READ_AHEAD = 2
 # Reading and hashing a buffer this large runs on a worker thread (hashlib and file reads release the GIL).
 OFFLOAD_BYTES = 256 * 1024
+# Bytes of small files held in memory at once (each is read whole, then PUT): `concurrency` files just under the
+# multipart threshold would be 16 x 8 MiB; a checkpoint of many 4-7 MiB shards stays within this instead.
+SMALL_FILE_BUDGET = 32 * 1024 * 1024
 
 UploadItem = tuple[str, StorageLocation, int]
 
@@ -264,9 +268,12 @@ async def _upload_all(store, remote: Remote, items: list[UploadItem], progress: 
     large_workers = max(1, min(len(large), budget // 2))
     per_file = max(1, budget // large_workers)
 
+    memory = _ByteBudget(SMALL_FILE_BUDGET)
+
     async def send_small(queue) -> None:
         for path, loc, size in queue:
-            await _upload_small(store, remote, path, loc, size, progress)
+            async with memory.holding(size):
+                await _upload_small(store, remote, path, loc, size, progress)
 
     async def send_large(queue) -> None:
         for path, loc, size in queue:
@@ -287,6 +294,27 @@ async def _upload_all(store, remote: Remote, items: list[UploadItem], progress: 
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+
+
+class _ByteBudget:
+    """At most `limit` bytes held at once; one holder larger than the limit waits until it is alone."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = self.free = limit
+        self._changed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def holding(self, size: int):
+        size = min(size, self.limit)
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.free >= size)
+            self.free -= size
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self.free += size
+                self._changed.notify_all()
 
 
 async def _upload_small(store, remote: Remote, path: str, loc: StorageLocation, size: int,

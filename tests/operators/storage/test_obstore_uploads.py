@@ -136,3 +136,40 @@ def test_a_large_upload_logs_progress_while_its_parts_go_up(tmp_path, storage_co
     lines = [r.getMessage()[len(prefix):] for r in caplog.records if r.getMessage().startswith(prefix)]
     assert [line for line in lines if "% " in line.replace("%)", "% ") and not line.startswith(("starting", "done"))], \
         f"no progress line between start and end: {lines}"
+
+
+def test_small_files_held_in_memory_at_once_stay_within_the_budget(tmp_path, storage_connections, object_store,
+                                                                   monkeypatch):
+    # Each file below the multipart threshold is read whole and PUT: 16 workers on shards just under 8 MiB would
+    # hold ~128 MiB. What the uploads hold at once stays within SMALL_FILE_BUDGET; every byte still lands.
+    from operators.storage import obstore_uploads
+
+    held, peak = [0], [0]
+    real_read, real_put = obstore_uploads._read_and_hash, obstore_uploads._put_single
+
+    def read(path):
+        data, digest = real_read(path)
+        held[0] += len(data)
+        peak[0] = max(peak[0], held[0])
+        return data, digest
+
+    async def put(store, remote, loc, data):
+        try:
+            return await real_put(store, remote, loc, data)
+        finally:
+            held[0] -= len(data)
+
+    monkeypatch.setattr(obstore_uploads, "_read_and_hash", read)
+    monkeypatch.setattr(obstore_uploads, "_put_single", put)
+    bucket = object_store.bucket()
+    src = tmp_path / "shards"
+    src.mkdir()
+    sent = {f"shard-{i:02d}.bin": os.urandom(7 * MiB + i) for i in range(10)}
+    for name, data in sent.items():
+        (src / name).write_bytes(data)
+    hook = make_hook(tmp_path, multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB, transfer_concurrency=16)
+
+    hook.upload_dir(str(src), f"s3://{bucket}/ckpt/")
+
+    assert {key[len("ckpt/"):]: object_store.get(bucket, key) for key in object_store.keys(bucket, "ckpt/")} == sent
+    assert 0 < peak[0] <= obstore_uploads.SMALL_FILE_BUDGET, f"{peak[0] / MiB:.0f} MiB held at once"
