@@ -139,6 +139,11 @@ class AirflowServer:
         })
         if self.db_url:  # the production switch docs/operations.md describes: one environment variable
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.db_url
+        else:
+            # SQLite's single writer: sqlite3 waits 5 s for the lock by default, and on a loaded CI machine a task's
+            # PATCH held it that long, so a trigger's POST failed with "Database error" (database is locked).
+            # SQLAlchemy passes `timeout` on to sqlite3 (and aiosqlite); 60 s rides out such a stall.
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home / 'airflow.db'}?timeout=60"
         env.update(self.extra_env)
         self.env = env
         migrate = subprocess.run([*AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
