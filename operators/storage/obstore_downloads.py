@@ -24,11 +24,10 @@ import asyncio
 import hashlib
 import logging
 import os
-import threading
 from dataclasses import dataclass
 
 from operators.storage.client import EngineSettings, Remote
-from operators.storage.obstore_store import make_store
+from operators.storage.obstore_store import make_store, run_coroutine
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
 from operators.storage.progress import TransferProgress
@@ -74,26 +73,7 @@ def download_objects_obstore(
     """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError."""
     make_parent_dirs(final for _, final in targets)
     store = make_store(settings, loc.bucket)
-    coroutine = _download_all(store, remote, loc, targets, progress, tuning)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(coroutine)
-        return
-    # Called from inside an event loop (a deferrable's trigger, a notebook): run ours on a thread of its own.
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(coroutine)
-        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
-            outcome.append(err)
-
-    thread = threading.Thread(target=run, name="obstore-download")
-    thread.start()
-    thread.join()
-    if outcome:
-        raise outcome[0]
+    run_coroutine(_download_all(store, remote, loc, targets, progress, tuning))
 
 
 async def _download_all(store, remote, loc, targets, progress, tuning) -> None:

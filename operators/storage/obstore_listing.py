@@ -19,37 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Sequence
+
+from operators.storage.obstore_store import run_coroutine
 
 log = logging.getLogger("operators.storage.hook")
 
 LIST_CHUNK = 1000  # one LIST page: object_store asks for 1,000 keys a request
 RANGE_ATTEMPTS = 3  # a LIST or HEAD whose response broke off after object_store's own retries is asked again
 _PERMANENT = ("PermissionDeniedError", "UnauthenticatedError", "FileNotFoundError", "NotFoundError", "InvalidPathError")
-
-
-def run(coroutine):
-    """Run `coroutine` to its end from synchronous code, also when the caller is inside an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    outcome: list = []
-
-    def target() -> None:
-        try:
-            outcome.append((True, asyncio.run(coroutine)))
-        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
-            outcome.append((False, err))
-
-    thread = threading.Thread(target=target, name="obstore-list")
-    thread.start()
-    thread.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
 
 
 def is_key_not_a_path(err: BaseException) -> bool:
@@ -145,7 +123,7 @@ async def _list(store, prefix: str, bounds: Sequence[str], concurrency: int) -> 
 
 def list_items(store, prefix: str, bounds: Sequence[str], concurrency: int) -> list[dict]:
     """The listed objects under `prefix` (ending in '/'), key ranges split after `bounds` listed in parallel."""
-    return run(_list(store, prefix, bounds, concurrency))
+    return run_coroutine(_list(store, prefix, bounds, concurrency))
 
 
 def _just_before(key: str) -> str | None:
@@ -191,7 +169,7 @@ async def _exact(store, key: str) -> dict | None:
 
 def head_item(store, key: str) -> dict | None:
     """The object whose key is exactly `key` (found by one LIST) as a listed item, or None."""
-    meta = run(_exact(store, key))
+    meta = run_coroutine(_exact(store, key))
     return _item(meta, key) if meta is not None else None
 
 
@@ -205,7 +183,7 @@ def any_under(store, prefix: str) -> bool:
                 return True
         return False
 
-    return run(_again(once, f"listing {prefix}"))
+    return run_coroutine(_again(once, f"listing {prefix}"))
 
 
-__all__ = ["any_under", "head_item", "is_key_not_a_path", "list_items", "run"]
+__all__ = ["any_under", "head_item", "is_key_not_a_path", "list_items"]

@@ -3,7 +3,9 @@ both obstore engines (downloads, uploads) get their store from, and the one swit
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from datetime import timedelta
 
 from operators.storage.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, EngineSettings, Remote
@@ -106,4 +108,28 @@ def store_for(remote: Remote, bucket: str):
     return stores[bucket]
 
 
-__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings", "store_for"]
+def run_coroutine(coroutine):
+    """Run one of the obstore engines' coroutines to its end from synchronous code: here, or on a thread of its own
+    when the caller is inside an event loop (a deferrable's trigger, a notebook). Returns its result."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, asyncio.run(coroutine)))
+        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
+            outcome.append((False, err))
+
+    thread = threading.Thread(target=run, name="obstore")
+    thread.start()
+    thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings", "run_coroutine", "store_for"]

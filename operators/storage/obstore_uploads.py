@@ -42,7 +42,7 @@ from typing import Awaitable, Callable
 from operators.storage.client import EngineSettings, Remote
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
-from operators.storage.obstore_store import make_store
+from operators.storage.obstore_store import make_store, run_coroutine
 from operators.storage.progress import TransferProgress
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import IO_CHUNK, TransferTuning
@@ -65,30 +65,6 @@ OFFLOAD_BYTES = 256 * 1024
 SMALL_FILE_BUDGET = 32 * 1024 * 1024
 
 UploadItem = tuple[str, StorageLocation, int]
-
-
-def run_coroutine(coroutine) -> object:
-    """Run `coroutine` to its end: here, or on a thread of its own when the caller is inside an event loop (a
-    deferrable's trigger, a notebook)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, asyncio.run(coroutine)))
-        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
-            outcome.append((False, err))
-
-    thread = threading.Thread(target=run, name="obstore-upload")
-    thread.start()
-    thread.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
 
 
 # -- parts ----------------------------------------------------------------------------------------------------------
@@ -457,4 +433,4 @@ async def _upload_stream(store, remote: Remote, loc: StorageLocation, parts_queu
     return parts.size, True
 
 
-__all__ = ["part_size", "run_coroutine", "upload_files_obstore", "upload_stream_obstore"]
+__all__ = ["part_size", "upload_files_obstore", "upload_stream_obstore"]
