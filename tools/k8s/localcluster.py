@@ -55,6 +55,14 @@ def log(message: str) -> None:
     print(f"[cluster] {message}", flush=True)
 
 
+class ClusterError(RuntimeError):
+    """The control plane could not start: the message names the part, what it waited for and where its log is.
+
+    An Exception, not SystemExit: a test fixture that starts the cluster records it as the reason of every test that
+    needs the cluster (pytest does not cache a fixture that raised SystemExit and reported an internal assertion for
+    every later test instead). `main` turns it into the command's one-line error."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,7 +101,7 @@ class LocalCluster:
     def binary(self, name: str) -> str:
         path = self.bin_dir / name
         if not path.exists():
-            raise SystemExit(f"{path} is missing: build the control plane first (make k8s-tools)")
+            raise ClusterError(f"{path} is missing: build the control plane first (make k8s-tools)")
         return str(path)
 
     # -- lifecycle
@@ -108,12 +116,23 @@ class LocalCluster:
 
     def up(self) -> "LocalCluster":
         started = time.monotonic()
-        if self.running():
-            log(f"already running ({self.kubeconfig})")
-        else:
-            self.down(quiet=True)
-            self._start()
-        self._ensure_objects()
+        # Each part's port is chosen free, then bound seconds later (Kueue's only after the CRDs are served): on a
+        # busy machine another process can take it in between. That part exits at once; one more start, on other
+        # ports, is what a person would do.
+        for attempt in (1, 2):
+            try:
+                if self.running():
+                    log(f"already running ({self.kubeconfig})")
+                else:
+                    self.down(quiet=True)
+                    self._start()
+                self._ensure_objects()
+                break
+            except ClusterError as error:
+                if attempt == 2 or "address already in use" not in str(error):
+                    raise
+                log(f"{error}\nstarting again on other ports")
+                self.down(quiet=True)
         log(f"ready in {time.monotonic() - started:.1f}s: KUBECONFIG={self.kubeconfig} namespace={self.namespace}")
         return self
 
@@ -166,7 +185,7 @@ class LocalCluster:
             f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
             "--allow-privileged=false", "--profiling=false", "--v=1"])
         self.state_file.write_text(json.dumps(state))
-        self._wait("the API server", lambda: self._get("/readyz", state) == b"ok", 60)
+        self._wait("the API server", lambda: self._get("/readyz", state) == b"ok", 120)
         kubeconfigs = self.dir / "kubeconfigs"
         self._spawn(state, "kube-controller-manager", [
             f"--kubeconfig={kubeconfigs / 'controller-manager'}", "--bind-address=127.0.0.1", "--secure-port=0",
@@ -332,13 +351,13 @@ class LocalCluster:
             except Exception as err:  # not up yet: connection refused, 503, missing objects
                 last = err
             time.sleep(0.2)
-        raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({last!r}); logs in {self.dir / 'logs'}")
+        raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what} ({last!r}); logs in {self.dir / 'logs'}")
 
     def _check_processes(self) -> None:
         for name, pid in self.state().get("pids", {}).items():
             if not _alive(pid):
                 tail = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")[-3000:]
-                raise SystemExit(f"{name} exited during start-up; end of {self.dir / 'logs' / name}.log:\n{tail}")
+                raise ClusterError(f"{name} exited during start-up; end of {self.dir / 'logs' / name}.log:\n{tail}")
 
 
 def _capacity() -> dict:
@@ -393,7 +412,10 @@ def main(argv=None) -> int:
     cluster = LocalCluster(args.dir, args.bin_dir, args.workspace, args.namespace,
                            None if args.no_kueue else args.kueue_dir)
     if args.command == "up":
-        cluster.up()
+        try:
+            cluster.up()
+        except (ClusterError, TimeoutError) as error:
+            raise SystemExit(f"[cluster] {error}") from None
     elif args.command == "down":
         cluster.down()
     else:

@@ -88,7 +88,7 @@ def install_crds(api: Any, kueue_dir: Path = DEFAULT_KUEUE_DIR, timeout: float =
             if conditions.get("Established") == "True":
                 break
             if time.monotonic() > deadline:
-                raise SystemExit(f"CRD {name} not established within {timeout:.0f}s")
+                raise TimeoutError(f"CRD {name} not established within {timeout:.0f}s")
             time.sleep(0.2)
 
 

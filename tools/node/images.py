@@ -48,7 +48,7 @@ def import_images(ctr: Callable[..., subprocess.CompletedProcess], socket: Path,
                                 stdin=save.stdout, capture_output=True, text=True)
         save.stdout.close()
         if save.wait() != 0 or result.returncode != 0:
-            raise SystemExit(f"importing {image} into containerd failed: {result.stderr.strip()}")
+            raise RuntimeError(f"importing {image} into containerd failed: {result.stderr.strip()}")
         log(f"imported {image} in {time.monotonic() - started:.1f}s")
 
 

@@ -50,6 +50,11 @@ def log(message: str) -> None:
     print(f"[node] {message}", flush=True)
 
 
+class NodeError(RuntimeError):
+    """The node could not start; the message says which part and where its log is. Not SystemExit, for the reason
+    tools/k8s/localcluster.py's ClusterError gives (slots.py and images.py raise RuntimeError for theirs)."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,7 +120,7 @@ class RealNode:
     def up(self, images: list[str]) -> "RealNode":
         reason = cannot_run_reason()
         if reason:
-            raise SystemExit(f"cannot run a real node here: {reason}")
+            raise NodeError(f"cannot run a real node here: {reason}")
         if self.running():
             log(f"already running: node {self.name}")
             self.import_images(images)
@@ -345,14 +350,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             for name, pid in self.state().get("pids", {}).items():
                 if not _alive(pid):
                     tail = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")[-3000:]
-                    raise SystemExit(f"{name} exited while waiting for {what}; end of its log:\n{tail}")
+                    raise NodeError(f"{name} exited while waiting for {what}; end of its log:\n{tail}")
             try:
                 if check():
                     return
             except Exception as err:  # not up yet
                 last = err
             time.sleep(0.5)
-        raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({last!r}); logs in {self.dir / 'logs'}")
+        raise NodeError(f"timed out after {timeout:.0f}s waiting for {what} ({last!r}); logs in {self.dir / 'logs'}")
 
 
 def _http_ok(url: str) -> bool:
@@ -404,7 +409,10 @@ def main() -> None:
         raise SystemExit(1 if reason else 0)
     node = RealNode(args.dir, args.kubeconfig, args.pki, k8s_bin=args.k8s_bin)
     if args.action == "up":
-        node.up(args.image)
+        try:
+            node.up(args.image)
+        except RuntimeError as error:
+            raise SystemExit(f"[node] {error}") from None
     else:
         node.down()
 

@@ -100,4 +100,4 @@ def free_index(log) -> int:
         if leftovers and not store_locked(index) and not cgroup_busy(index):
             reclaim(index, log)
             return index
-    raise SystemExit(f"no free pod subnet 10.213.N.0/24 (nodes trn1..trn{MAX_INDEX - 1} all in use)")
+    raise RuntimeError(f"no free pod subnet 10.213.N.0/24 (nodes trn1..trn{MAX_INDEX - 1} all in use)")
