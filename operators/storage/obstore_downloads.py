@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 
 from operators.storage.client import EngineSettings, Remote
-from operators.storage.obstore_store import make_store, run_coroutine
+from operators.storage.obstore_store import make_store, run_coroutine, run_workers
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
 from operators.storage.progress import TransferProgress
@@ -93,29 +93,14 @@ async def _download_all(store, remote, loc, targets, progress, tuning) -> None:
         # Small objects and ranges each get `concurrency` workers, as the botocore path's thread pool and
         # s3transfer do: a channel of one huge file and many small ones keeps both going, and a small object that
         # fails stops a large one in flight instead of waiting behind its ranges.
-        small_jobs = [job for job in jobs if job[0] == "object"]
-        range_jobs = [job for job in jobs if job[0] == "range"]
+        async def get_object(job) -> None:
+            await _get_object(store, remote, loc, job[1], job[2], progress)
 
-        async def worker(queue) -> None:
-            for job in queue:
-                if job[0] == "object":
-                    await _get_object(store, remote, loc, job[1], job[2], progress)
-                else:
-                    await _get_range(store, remote, loc, *job[1:], progress)
+        async def get_range(job) -> None:
+            await _get_range(store, remote, loc, *job[1:], progress)
 
-        workers: list[asyncio.Task] = []
-        for group in (small_jobs, range_jobs):
-            queue = iter(group)
-            workers += [asyncio.create_task(worker(queue)) for _ in range(min(tuning.concurrency, len(group)))]
-        try:
-            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                if task.exception() is not None:
-                    raise task.exception()
-        finally:
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+        await run_workers((get_object, [job for job in jobs if job[0] == "object"], tuning.concurrency),
+                          (get_range, [job for job in jobs if job[0] == "range"], tuning.concurrency))
     finally:
         for large in larges:
             if large.fd is not None:

@@ -132,4 +132,27 @@ def run_coroutine(coroutine):
     return value
 
 
-__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings", "run_coroutine", "store_for"]
+async def run_workers(*pools: tuple) -> None:
+    """For each (work, items, count): `count` tasks (at most one per item) that await `work(item)` for the items of
+    one shared iterator in turn. The first failure cancels every task and is raised as it is."""
+    workers: list[asyncio.Task] = []
+    for work, items, count in pools:
+        async def worker(work=work, queue=iter(items)) -> None:
+            for item in queue:
+                await work(item)
+
+        workers += [asyncio.create_task(worker()) for _ in range(min(count, len(items)))]
+    if not workers:
+        return
+    try:
+        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if task.exception() is not None:
+                raise task.exception()
+    finally:
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings", "run_coroutine", "run_workers", "store_for"]

@@ -42,7 +42,7 @@ from typing import Awaitable, Callable
 from operators.storage.client import EngineSettings, Remote
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
-from operators.storage.obstore_store import make_store, run_coroutine
+from operators.storage.obstore_store import make_store, run_coroutine, run_workers
 from operators.storage.progress import TransferProgress
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import IO_CHUNK, TransferTuning
@@ -246,30 +246,16 @@ async def _upload_all(store, remote: Remote, items: list[UploadItem], progress: 
 
     memory = _ByteBudget(SMALL_FILE_BUDGET)
 
-    async def send_small(queue) -> None:
-        for path, loc, size in queue:
-            async with memory.holding(size):
-                await _upload_small(store, remote, path, loc, size, progress)
+    async def send_small(item: UploadItem) -> None:
+        path, loc, size = item
+        async with memory.holding(size):
+            await _upload_small(store, remote, path, loc, size, progress)
 
-    async def send_large(queue) -> None:
-        for path, loc, size in queue:
-            await _upload_large(store, remote, path, loc, size, progress, tuning, per_file)
+    async def send_large(item: UploadItem) -> None:
+        path, loc, size = item
+        await _upload_large(store, remote, path, loc, size, progress, tuning, per_file)
 
-    workers: list[asyncio.Task] = []
-    small_queue, large_queue = iter(small), iter(large)
-    workers += [asyncio.create_task(send_small(small_queue)) for _ in range(min(tuning.concurrency, len(small)))]
-    workers += [asyncio.create_task(send_large(large_queue)) for _ in range(large_workers if large else 0)]
-    if not workers:
-        return
-    try:
-        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            if task.exception() is not None:
-                raise task.exception()
-    finally:
-        for task in workers:
-            task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+    await run_workers((send_small, small, tuning.concurrency), (send_large, large, large_workers))
 
 
 class _ByteBudget:
