@@ -149,6 +149,9 @@ class LocalCluster:
                 time.sleep(0.1)
             if _alive(pid) and _is_ours(pid, self.dir):
                 os.killpg(pid, signal.SIGKILL)
+                gone = time.monotonic() + 10  # a Go process takes a moment to end even so
+                while _alive(pid) and time.monotonic() < gone:
+                    time.sleep(0.05)
         if state and not quiet:
             log(f"stopped ({self.dir})")
         self.state_file.unlink(missing_ok=True)
@@ -317,12 +320,12 @@ class LocalCluster:
             accounts = core.list_namespaced_service_account(self.namespace).items
             return conditions.get("Ready") == "True" and claim.status.phase == "Bound" and bool(accounts)
 
-        self._wait("the node, the workspace claim and the default service account", ready, 60)
+        self._wait("the node, the workspace claim and the default service account", ready, 120)
         # The TaintNodesByCondition admission gave the new node the not-ready taint; the node-lifecycle controller
         # that would lift it is not run (it would taint the node again whenever kwok renews a lease late).
         core.patch_node(NODE, {"spec": {"taints": None}})
         if self.kueue_dir:
-            self._wait("Kueue's serving certificate", lambda: kueue.mount_certs(api, self.dir / "kueue-certs"), 60)
+            self._wait("Kueue's serving certificate", lambda: kueue.mount_certs(api, self.dir / "kueue-certs"), 120)
             self._wait("Kueue", self.kueue_ready, 180)
             kueue.ensure_queues(api, self.namespace, self.namespace, DEFAULT_QUOTA)
         api.close()
