@@ -80,6 +80,9 @@ def test_jobs_wait_in_the_queue_while_the_quota_is_used_with_their_position_and_
     second = Launch(make_request("kq-second", hosts=2, annotations={PLAY + "run": "8s"}, queue="team-a"))
     second.start()
     wait_for("the second job queued", lambda: second.said(r"queued in team-a \(position 1, waiting for cpu"), 60)
+    # Kueue orders Workloads of one priority by their creation time, in whole seconds, then by UID: the third must
+    # be created in a later second than the second's Workload (which exists now) to queue behind it.
+    time.sleep(1.0)
     third = Launch(make_request("kq-third", hosts=2, annotations={PLAY + "run": "1s"}, queue="team-a"))
     third.start()
     wait_for("the third job queued behind it", lambda: third.said(r"queued in team-a \(position 2, "), 60)
@@ -87,7 +90,7 @@ def test_jobs_wait_in_the_queue_while_the_quota_is_used_with_their_position_and_
     for launch in (first, second, third):
         result = launch.outcome()
         assert result.succeeded, (launch.request.job_name, result, launch.lines[-20:])
-    assert third.said(r"position 1, ")  # moved up when the second was admitted
+    assert third.said(r"position 1, "), third.lines  # moved up when the second was admitted
     print("\n".join(third.said(r"queued|admitted")))
     print(f"three jobs through one quota: {time.monotonic() - started:.1f}s")
 

@@ -5,7 +5,7 @@ A Job created with the queue label (operators/launch/kubernetes/manifests.py) st
 Workload: every host's pods at once (the Workload has one pod set of `parallelism` pods) or none. While it waits
 the watch (operators/launch/kubernetes/watch.py) reports `queued in <queue> (position N, waiting for ...)`:
 - position: among the Workloads of the same LocalQueue in the namespace that have no quota yet, in Kueue's order
-  (higher priority first, then older first); the launcher's Role can list Workloads in its namespace only, so
+  (higher priority first, then older first, then by UID); the launcher's Role can list Workloads in its namespace only, so
   Workloads of other namespaces sharing the ClusterQueue are not counted;
 - waiting for: Kueue's reason on the QuotaReserved condition (which resource, how much more is needed).
 A Workload that can never fit (it asks more than the ClusterQueue's whole quota) fails at once, naming the quota.
@@ -23,6 +23,7 @@ GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+PRIORITY_BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 _FLAVOR_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]+: ")
@@ -58,9 +59,20 @@ def has_quota(workload: Mapping[str, Any]) -> bool:
 
 
 def _order(workload: Mapping[str, Any]) -> tuple[int, str, str]:
+    """Kueue's queue order (v0.17 pkg/cache/queue baseCompareFunc): higher effective priority (the priority-boost
+    annotation added), then the earlier queue-order timestamp (creation, or the eviction by an admission check),
+    then the smaller UID. Timestamps have whole seconds: jobs created within one second are ordered by UID, not
+    by name (the position a watch said was wrong half the time for two jobs submitted together)."""
     meta = workload.get("metadata") or {}
-    return (-int((workload.get("spec") or {}).get("priority") or 0), meta.get("creationTimestamp") or "",
-            meta.get("name") or "")
+    try:
+        boost = int((meta.get("annotations") or {}).get(PRIORITY_BOOST_ANNOTATION) or 0)
+    except ValueError:  # Kueue ignores a boost it cannot parse, too
+        boost = 0
+    priority = int((workload.get("spec") or {}).get("priority") or 0) + boost
+    evicted = _true(workload, "Evicted")
+    since = (evicted.get("lastTransitionTime") if evicted is not None and evicted.get("reason") == "AdmissionCheck"
+             else meta.get("creationTimestamp"))
+    return (-priority, since or "", meta.get("uid") or "")
 
 
 def position(workload: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from operators.launch.kubernetes.workload import position, queue_status, waiting_for, workload_of
 
 
-def workload(name, created, *, priority=0, queue="team-a", conditions=(), admission=None, uid=None):
-    return {"metadata": {"name": name, "creationTimestamp": created, "labels": {"kueue.x-k8s.io/job-uid": uid or name}},
+def workload(name, created, *, priority=0, queue="team-a", conditions=(), admission=None, uid=None,
+             annotations=None):
+    return {"metadata": {"name": name, "creationTimestamp": created, "uid": f"uid-{uid or name}",
+                         "labels": {"kueue.x-k8s.io/job-uid": uid or name}, "annotations": annotations or {}},
             "spec": {"queueName": queue, "priority": priority},
             "status": {"conditions": [dict(c) for c in conditions], **({"admission": admission} if admission else {})}}
 
@@ -32,6 +34,21 @@ def test_a_pending_workload_shows_its_position_and_what_it_waits_for():
                               "default-flavor)")
     assert position(urgent, everything) == 1  # higher priority goes first
     assert workload_of("c", everything) is mine
+
+
+def test_the_position_follows_kueues_order_within_one_second_boosts_and_admission_check_evictions():
+    # Two jobs submitted within one second share a creation timestamp: Kueue takes the smaller UID first, whatever
+    # the names say (a watch that ordered them by name showed the later one at the wrong place half the time).
+    second = workload("job-kq-second", "2026-01-01T00:00:10Z", uid="b", conditions=[pending(UNUSED)])
+    third = workload("job-kq-third", "2026-01-01T00:00:10Z", uid="a", conditions=[pending(UNUSED)])
+    assert (position(third, [second, third]), position(second, [second, third])) == (1, 2)
+    boosted = workload("z", "2026-01-01T00:00:20Z", conditions=[pending(UNUSED)],
+                       annotations={"kueue.x-k8s.io/priority-boost": "5"})
+    assert position(boosted, [second, third, boosted]) == 1
+    # An admission check that evicted a Workload puts it back at the time of the eviction, behind the later ones.
+    checked = workload("old", "2026-01-01T00:00:00Z", conditions=[pending(UNUSED), {
+        "type": "Evicted", "status": "True", "reason": "AdmissionCheck", "lastTransitionTime": "2026-01-01T00:01:00Z"}])
+    assert position(checked, [second, third, checked]) == 3
 
 
 def test_a_workload_that_can_never_fit_is_refused_naming_the_quota():
