@@ -199,6 +199,22 @@ async function setMonaco(page, editor, text) {
     await shot(page, "04-jobs-list", { fullPage: true });
     step("jobs list");
 
+    // 7a. a page the user left while it loaded never draws over the one they went back to (CI once saw a finished
+    // job's redraw, still reading, replace the list). The job's data is held back 3 s; the user goes back meanwhile.
+    const jobApi = (url) => url.pathname.includes(`/training-jobs/api/jobs/training_job/${encodeURIComponent(run.dag_run_id)}/`) &&
+      /\/-?\d+$/.test(url.pathname);
+    await page.route(jobApi, async (route) => { await new Promise((done) => setTimeout(done, 3000)); await route.continue(); });
+    const held = page.waitForResponse((response) => jobApi(new URL(response.url())));
+    await view.locator(`tr.job[data-job='${jobName}'] a.job-link`).click();
+    await frame.evaluate(() => history.back());
+    await frame.waitForFunction(() => location.hash.startsWith("#/?") && document.querySelectorAll("tr.job").length >= 2);
+    await held;
+    await page.waitForTimeout(1500);  // the left page would draw as soon as its data arrives
+    assert.equal(await view.locator("#job-name").count(), 0, "the job page the user left drew over the list");
+    assert.ok(await view.locator("tr.job").count() >= 2);
+    await page.unroute(jobApi);
+    step("a page left while loading does not draw over the list");
+
     // 7b. a job refused by its first stage says why on its page (not "no reason recorded")
     const refusedRun = await (await page.request.post(`${BASE}/api/v2/dags/training_job/dagRuns`,
       { data: { logical_date: null, conf: { ...DEMO, base_job_name: "typo", entry_point: "trian.py" } } })).json();

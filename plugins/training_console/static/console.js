@@ -8,6 +8,7 @@ const STAGE_LABELS = {validate_spec: "validate", stage_code: "stage code", prefe
   write_configs: "write configs", restore: "restore", launch_training: "training", upload_artifacts: "upload",
   publish_model: "publish"};
 let poller = null;
+let routeSeq = 0;  // counts routes: a page whose data arrives after a newer route began draws nothing
 let refreshing = false;  // the route being drawn is the list's timed refresh
 let refreshLog = null;  // the open job's log, re-read while it trains
 
@@ -23,6 +24,16 @@ const fmtTime = (iso) => iso ? new Date(iso).toLocaleString() : "";
 const jobHref = (k, section) => `#/job/${encodeURIComponent(k.dag_id)}/${encodeURIComponent(k.run_id)}/${k.map_index}` + (section ? "/" + section : "");
 const apiJob = (k) => `${BASE}/api/jobs/${encodeURIComponent(k.dag_id)}/${encodeURIComponent(k.run_id)}/${k.map_index}`;
 const badge = (status) => `<span class="badge s-${esc(status)}" data-status="${esc(status)}">${esc(status)}</span>`;
+
+// A page's data. The user may have gone elsewhere while it was read (or a finished job's redraw raced their click):
+// then the older page stops here instead of drawing over the page they went to.
+class Superseded extends Error {}
+async function pageData(path) {
+  const seq = routeSeq;
+  const data = await api(path);
+  if (seq !== routeSeq) throw new Superseded("superseded by a newer page");
+  return data;
+}
 
 async function api(path, options = {}) {
   const response = await fetch(path, {credentials: "same-origin", headers: {"Content-Type": "application/json", Accept: "application/json"}, ...options});
@@ -55,6 +66,7 @@ function parseHash() {
 }
 
 async function route() {
+  routeSeq += 1;
   if (poller) { clearTimeout(poller); poller = null; }
   const {parts, params} = parseHash();
   try {
@@ -62,6 +74,7 @@ async function route() {
     else if (parts[0] === "run" && parts.length >= 3) await runPage(parts[1], parts[2]);
     else await listPage(params);
   } catch (err) {
+    if (err instanceof Superseded) return;  // the newer route draws
     main.innerHTML = `<p class="error" id="error">${esc(err.message)}</p>`;
   }
   refreshing = false;
@@ -124,7 +137,7 @@ async function listPage(params, fixed = {}) {
   splitList(state.tag).forEach((t) => query.append("tag", t));
   splitList(state.metric).forEach((m) => query.append("metric", m));
   let data;
-  try { data = await api(`${BASE}/api/jobs?${query}`); } catch (err) {
+  try { data = await pageData(`${BASE}/api/jobs?${query}`); } catch (err) {
     if (!err.message.startsWith("400")) throw err;
     data = {items: [], total: 0, metric_names: [], dag_ids: [], hyperparameter_names: [], tag_names: [], problem: err.message.replace(/^400: /, "")};
   }
@@ -252,7 +265,7 @@ function wireSelection() {
 
 // the tab on a DAG run: its job (or the trials of its search)
 async function runPage(dagId, runId) {
-  const data = await api(`${BASE}/api/jobs?dag_id=${encodeURIComponent(dagId)}&run_id=${encodeURIComponent(runId)}`);
+  const data = await pageData(`${BASE}/api/jobs?dag_id=${encodeURIComponent(dagId)}&run_id=${encodeURIComponent(runId)}`);
   const items = data.items;
   if (items.length === 1 && items[0].kind === "job") return jobPage(items[0]);
   if (!items.length) { main.innerHTML = `<p class="muted">This DAG run has no training job (yet).</p>`; return; }
@@ -295,11 +308,11 @@ function specRows(job) {
 }
 
 async function drawMetrics(key) {
-  const data = await api(apiJob(key) + "/metrics");
+  const data = await pageData(apiJob(key) + "/metrics");
   const el = document.getElementById("charts");
   if (!el) return;
   await TrainingCharts.draw(el, [{label: key.job_name || "", series: data.series || {}}]);  // static/charts.js
-  if (document.getElementById("job-status")?.dataset.status !== data.status) route();  // started or finished: redraw
+  if (document.getElementById("job-status")?.dataset.status !== data.status) { route(); return; }  // started or finished: redraw (it polls on)
   const queueLine = document.getElementById("queue-line");
   if (queueLine && data.queue_line) queueLine.textContent = data.queue_line;  // its place moves while it waits
   else if (data.status === "running" || data.status === "queued") {
@@ -464,7 +477,7 @@ async function showFiles(job) {
 }
 
 async function jobPage(key, section) {
-  const job = await api(apiJob(key));
+  const job = await pageData(apiJob(key));
   document.getElementById("where").innerHTML = `<span class="muted">/</span> <a href="#/?dag_id=${encodeURIComponent(job.dag_id)}">${esc(job.dag_id)}</a> <span class="muted">/</span> ${esc(job.job_name || job.run_id)}`;
   const ended = job.status === "failed" || job.status === "stopped";
   const running = job.status === "running" || job.status === "queued";
