@@ -136,7 +136,7 @@ INTEGRATION_LIMIT ?= 3600
 test: install lint peers mlflow-server images browser-deps node-tools minio k8s-tools kueue postgres
 	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --ignore=tests/integration tests
 	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
-	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (23 min is usual): interrupted; the tests it was running are named above"; exit $$rc; }
+	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (about 38 min on 2 busy cores): interrupted; the tests it was running are named above"; exit $$rc; }
 
 test-fast: install peers minio mlflow-server
 	$(PY) -m pytest -q -m "not slow"

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 import kueue
 from kube_cluster import PLAY, make_queues
@@ -216,17 +217,30 @@ def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_
                         "kubernetes": {"profile": namespace, "queue": "team-a", "annotations": {PLAY + "run": run}}}
 
             server.trigger("training_job", conf("kq-page-first", "40s"), run_id="kq-page-first")
-            wait_for("the first job admitted", lambda: server.api.call(
-                "GET", "/training-jobs/api/jobs/training_job/kq-page-first/-1")[1].get("status") == "running", 300)
+
+            def first_admitted() -> bool:
+                """Kueue let the first Job's pods start (a job page says "running" from its first stage on: CI
+                triggered the second while the first was still staging, and the second's Job was created first)."""
+                try:
+                    return kube_admin["batch"].read_namespaced_job("kq-page-first", namespace).spec.suspend is False
+                except ApiException as err:
+                    if err.status == 404:  # not created yet
+                        return False
+                    raise
+
+            wait_for("the first job admitted", first_admitted, 300, interval=1)
             server.trigger("training_job", conf("kq-page-second", "1s"), run_id="kq-page-second")
+            last_seen = {}
 
-            def page() -> dict:
-                return server.api.call("GET", "/training-jobs/api/jobs/training_job/kq-page-second/-1")[1]
+            def placed() -> dict | None:
+                job = server.api.call("GET", "/training-jobs/api/jobs/training_job/kq-page-second/-1")[1]
+                last_seen.update(status=job.get("status"), queue_line=job.get("queue_line"))
+                return job if re.search(r"queued in team-a \(position 1, waiting for cpu", job.get("queue_line") or "") else None
 
-            queued = wait_for("the second job's page to show its place in team-a",
-                              lambda: (lambda job: job if re.search(r"queued in team-a \(position 1, waiting for cpu",
-                                                                    job.get("queue_line") or "") else None)(page()),
-                              300, interval=1)
+            try:
+                queued = wait_for("the second job's page to show its place in team-a", placed, 300, interval=1)
+            except AssertionError as err:
+                raise AssertionError(f"{err}; its page said last {last_seen}") from None
             assert (queued["status"], queued["queue"]) == ("queued", "team-a"), queued
             launch = next(s for s in queued["stages"] if s["stage"] == "launch_training")
             assert launch["state"] == "deferred", queued["stages"]
@@ -235,7 +249,7 @@ def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_
             print(f"queued job's page: {queued['queue_line']}")
             for run_id in ("kq-page-first", "kq-page-second"):
                 assert server.wait_for_run("training_job", run_id, timeout=300)["state"] == "success"
-            done = page()  # ended: no longer said to wait anywhere
+            done = server.api.call("GET", "/training-jobs/api/jobs/training_job/kq-page-second/-1")[1]  # ended: no longer said to wait anywhere
             assert done["status"] != "queued" and (done["queue"], done["queue_line"]) == (None, None), done
             print(f"ended as {done['status']}: {[(s['stage'], s['state']) for s in done['stages']]}")
         finally:

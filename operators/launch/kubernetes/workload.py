@@ -5,8 +5,8 @@ A Job created with the queue label (operators/launch/kubernetes/manifests.py) st
 Workload: every host's pods at once (the Workload has one pod set of `parallelism` pods) or none. While it waits
 the watch (operators/launch/kubernetes/watch.py) reports `queued in <queue> (position N, waiting for ...)`:
 - position: among the Workloads of the same LocalQueue in the namespace that have no quota yet, in Kueue's order
-  (higher priority first, then older first, then by UID); the launcher's Role can list Workloads in its namespace only, so
-  Workloads of other namespaces sharing the ClusterQueue are not counted;
+  (higher priority first, then older first, then by UID); the launcher's Role can list Workloads in its namespace
+  only, so Workloads of other namespaces sharing the ClusterQueue are not counted;
 - waiting for: Kueue's reason on the QuotaReserved condition (which resource, how much more is needed).
 A Workload that can never fit (it asks more than the ClusterQueue's whole quota) fails at once, naming the quota.
 An eviction by a higher-priority Workload is `preempted`: Kueue suspends the Job (its pods are deleted), queues it
