@@ -73,7 +73,9 @@ def test_a_two_host_job_is_admitted_whole_and_runs_through_the_trigger(kueue_que
 
 def test_jobs_wait_in_the_queue_while_the_quota_is_used_with_their_position_and_run_when_it_frees(kueue_queues):
     started = time.monotonic()
-    first = Launch(make_request("kq-first", hosts=2, annotations={PLAY + "run": "8s"}, queue="team-a"))
+    # The first holds the quota for 30 s: long enough for the second and the third to be created and seen waiting
+    # behind it on a machine at load 8 (each launch creates its Job and polls Kueue's Workloads, seconds apiece).
+    first = Launch(make_request("kq-first", hosts=2, annotations={PLAY + "run": "30s"}, queue="team-a"))
     first.start()
     wait_for("the first job admitted", lambda: first.said(r"admitted by Kueue in team-a"), 60)
     # The second runs long enough for the watch to see the third at position 1 meanwhile (one poll at load 8 can take
@@ -103,7 +105,8 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_afterwards(kue
     low.start()
     wait_for("the low-priority job running", lambda: low.said(r"kq-low-1 \(pod .*\): Running"), 60)
     first_pods = {p.metadata.uid for p in job_pods(kube_admin["core"], kueue_queues, "kq-low")}
-    high = Launch(make_request("kq-high", hosts=2, annotations={PLAY + "run": "2s"}, queue="team-b",
+    # the high one runs 6 s: the preempted job's watch sees it queued again meanwhile, even when a poll takes seconds
+    high = Launch(make_request("kq-high", hosts=2, annotations={PLAY + "run": "6s"}, queue="team-b",
                                queue_priority="high"))
     high.start()
     assert high.outcome().succeeded, high.lines[-20:]
