@@ -91,7 +91,7 @@ def test_a_backend_that_is_not_there_fails_the_first_task_at_once_with_nothing_s
         seconds = (ti.end_date - ti.start_date).total_seconds()
         assert ti.try_number == 1, "retried"  # AirflowFailException: a configuration mistake is not retried
     # The check itself answers in well under a second (a refused connection); the task's imports (Airflow, the docker
-    # SDK, the Kubernetes client) take the rest, up to half a minute when the shared machine is loaded. The bug this
+    # SDK, the Kubernetes client) take the rest, up to a minute when the shared machine is loaded. The bug this
     # guards against cost 612 s (staging, then two retries 5 minutes apart).
-    assert seconds < 60, f"validate_spec took {seconds:.1f}s"
+    assert seconds < 180, f"validate_spec took {seconds:.1f}s"
     print(f"\n{backend} not there: validate_spec failed in {seconds:.1f}s")

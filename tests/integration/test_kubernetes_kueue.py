@@ -129,7 +129,7 @@ def test_a_job_larger_than_the_quota_fails_at_once_naming_the_quota(kueue_queues
     result = launch.outcome(60)
     assert not result.succeeded and result.failure_class == USER_ERROR, result
     assert re.search(r"asks for 3 cpu but queue team-a's quota .* is 2 cpu", result.failure_reason), result
-    wait_for("the refused Job deleted", lambda: gone(kube_admin, kueue_queues, "kq-huge"), 30)
+    wait_for("the refused Job deleted", lambda: gone(kube_admin, kueue_queues, "kq-huge"), 120)
     print(f"over quota refused: {time.monotonic() - started:.1f}s")
 
 
