@@ -20,6 +20,12 @@ import time
 
 from operators.state.job_state import KUBERNETES_JOB
 
+# The success marker's time is the file system's (a coarse clock, milliseconds behind time.time(); on a shared file
+# system, another machine's clock), the launch time this process's: a marker this much older than the launch still
+# counts. An earlier run's marker is older by a whole re-run (CI: a marker written right after the launch record
+# read 4 ms older).
+CLOCK_SLACK_SECONDS = 2.0
+
 
 def workspace_group(job_root: str) -> int | None:
     """The group the pods write through: the job root's (what the Airflow worker created it with)."""
@@ -64,6 +70,6 @@ def succeeded_since_launch(job_root: str, state: str) -> bool:
     try:
         with open(os.path.join(state, KUBERNETES_JOB)) as handle:
             created = float(json.load(handle)["created"])
-        return os.stat(os.path.join(job_root, "output", "success")).st_mtime >= created
+        return os.stat(os.path.join(job_root, "output", "success")).st_mtime >= created - CLOCK_SLACK_SECONDS
     except (OSError, ValueError, KeyError, TypeError):
         return False

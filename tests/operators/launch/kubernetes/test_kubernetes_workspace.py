@@ -3,9 +3,11 @@ launch record that tells a retry after the TTL whether the removed Job succeeded
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
+from pathlib import Path
 
 from operators.launch.kubernetes.workspace import (
     prepare_job_root,
@@ -13,6 +15,7 @@ from operators.launch.kubernetes.workspace import (
     workspace_group,
     write_launch_record,
 )
+from operators.state.job_state import KUBERNETES_JOB
 
 
 def test_job_root_becomes_group_writable_with_mount_points_and_links_untouched(tmp_path):
@@ -48,6 +51,11 @@ def test_success_after_the_ttl_counts_only_when_newer_than_the_launch(tmp_path):
     write_launch_record(state, "uid-1")
     assert not succeeded_since_launch(str(root), state)  # an earlier run's marker
     (root / "output" / "success").write_text("")
+    assert succeeded_since_launch(str(root), state)
+    # the file system's clock lags this process's (coarse, or another machine's): a marker stamped a moment before
+    # the recorded launch is this launch's
+    just_before = json.loads((Path(state) / KUBERNETES_JOB).read_text())["created"] - 0.5
+    os.utime(root / "output" / "success", (just_before, just_before))
     assert succeeded_since_launch(str(root), state)
 
 
