@@ -9,7 +9,6 @@ const STAGE_LABELS = {validate_spec: "validate", stage_code: "stage code", prefe
   publish_model: "publish"};
 let poller = null;
 let routeSeq = 0;  // counts routes: a page whose data arrives after a newer route began draws nothing
-let refreshing = false;  // the route being drawn is the list's timed refresh
 let refreshLog = null;  // the open job's log, re-read while it trains
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -65,21 +64,20 @@ function parseHash() {
   return {parts, params: new URLSearchParams(query || "")};
 }
 
-async function route() {
+async function route(timed = false) {  // timed: the list's timed refresh, not the user's navigation
   routeSeq += 1;
   if (poller) { clearTimeout(poller); poller = null; }
   const {parts, params} = parseHash();
   try {
     if (parts[0] === "job" && parts.length >= 4) await jobPage({dag_id: parts[1], run_id: parts[2], map_index: Number(parts[3])}, parts[4]);
     else if (parts[0] === "run" && parts.length >= 3) await runPage(parts[1], parts[2]);
-    else await listPage(params);
+    else await listPage(params, {}, timed);
   } catch (err) {
     if (err instanceof Superseded) return;  // the newer route draws
     main.innerHTML = `<p class="error" id="error">${esc(err.message)}</p>`;
   }
-  refreshing = false;
 }
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => route());
 
 // ---------------------------------------------------------------------------------------------------------------
 // the list
@@ -128,7 +126,7 @@ function chosenHyperparameters(state, available) {
 }
 const splitList = (text) => String(text || "").split(",").map((t) => t.trim()).filter(Boolean);
 
-async function listPage(params, fixed = {}) {
+async function listPage(params, fixed = {}, timed = false) {
   document.getElementById("where").textContent = "";
   const state = {status: "", dag_id: "", q: "", tag: "", from: "", to: "", metric: "", sort: "created", order: "desc",
     offset: "0", limit: "50", ...Object.fromEntries(params), ...fixed};
@@ -143,13 +141,11 @@ async function listPage(params, fixed = {}) {
   }
   // a timed refresh never redraws under the user: not while rows are selected or a filter box holds an edit not
   // applied yet (its value is not the one it was drawn with)
-  if (refreshing && (main.querySelector(".select-job:checked, .select-search:checked") ||
+  if (timed && (main.querySelector(".select-job:checked, .select-search:checked") ||
       [...main.querySelectorAll(".filters input[id]")].some((el) => el.value !== el.defaultValue))) {
-    refreshing = false;
     poller = setTimeout(refresh, 5000);
     return;
   }
-  refreshing = false;
   const metricNames = data.metric_names;
   const hpNames = chosenHyperparameters(state, data.hyperparameter_names || []);
   const head = [...COLUMNS, ...hpNames.map((h) => [null, h]), ...metricNames.map((m) => ["metric:" + m, m])].map(([key, label]) =>
@@ -217,7 +213,7 @@ async function listPage(params, fixed = {}) {
   if (data.items.some((i) => i.status === "running" || i.status === "queued")) poller = setTimeout(refresh, 5000);
 }
 // the list re-read while jobs run (see listPage: a refresh skips the redraw while the user is selecting or typing)
-function refresh() { refreshing = true; route(); }
+function refresh() { route(true); }
 
 // Selected rows: compare them (the compare page, a search's checkbox brings all its trials) or stop them (each
 // through the job's own stop endpoint, after an in-page confirmation: confirm() is ignored in Airflow's iframe).
