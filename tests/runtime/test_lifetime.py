@@ -36,11 +36,17 @@ def _wait_for(path: Path, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # it may exit between the lookup and the read of its status
+        return False
+
+
 def _gone(pids, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        if not alive:
+        if not any(_running(p) for p in pids):
             return True
         time.sleep(0.1)
     return False
