@@ -68,6 +68,19 @@ TRAINING = {
                                    "the task's retry to reattach to it, before it stops itself; above [scheduler] "
                                    "task_instance_heartbeat_timeout plus the launch task's retry delay.", "900",
                                    "float"),
+    "local_uid_range": _option("FIRST-LAST: the uids local user code runs as when the worker is root, one per "
+                               "running job (its job root is given to it); a range no account of the machine uses. "
+                               "A non-root worker runs user code as its own uid.", "1200000000-1200009999"),
+    "local_default_memory": _option("Memory per host of a local job whose spec gives no resources.memory (its "
+                                    "cgroup's limit; over it the job ends oom_killed).", "8Gi"),
+    "local_max_memory": _option("Most memory per host a local job may ask for (resources.memory above it is refused "
+                                "in validate_spec); empty = no maximum.", "", example="64Gi"),
+    "local_default_cpu": _option("CPUs per host of a local job whose spec gives no resources.cpu (a CFS quota).", "2"),
+    "local_max_cpu": _option("Most CPUs per host a local job may ask for; empty = no maximum.", "", example="16"),
+    "local_pids_limit": _option("Tasks (processes and threads) per host of a local job; a fork bomb stops there; "
+                                "0 = no limit.", "4096", "integer"),
+    "local_gpu_devices": _option("The GPU device nodes the local backend hands out, one job at a time each (a glob); "
+                                 "a job sees only its own, numbered 0..n-1.", "/dev/nvidia[0-9]*"),
     "retention_days": _option("Job roots and cache entries unused for this many days are removed; dead jobs' "
                               "cache pins released (0 = keep them).", "0", "float"),
     "max_active_runs": _option("training_job runs that run at once (the DAG's max_active_runs; more wait queued). "
@@ -129,6 +142,8 @@ DOCKER = {
     "host_workspace": _option("The workspace's path on the Docker engine's host, when the worker sees it elsewhere "
                               "(a worker in a container); empty = the same path. An admin setting: a job cannot "
                               "choose what the engine bind-mounts.", ""),
+    "pids_limit": _option("Processes and threads each training container may hold (Docker PidsLimit: a fork bomb "
+                          "stops there); 0 = no limit.", "4096", "integer"),
 }
 
 

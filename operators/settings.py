@@ -65,6 +65,26 @@ def _choice(section: str, key: str, fallback: str, choices: tuple[str, ...]) -> 
     return value
 
 
+def _uid_range(section: str, key: str, fallback: tuple[int, int]) -> tuple[int, int]:
+    raw = _get(section, key, "").strip()
+    if not raw:
+        return fallback
+    first, _, last = raw.partition("-")
+    if not (first.strip().isdigit() and last.strip().isdigit()) or not 0 < int(first) <= int(last) < 2**31 - 1:
+        raise ValueError(f"airflow.cfg [{section}] {key} must be FIRST-LAST, two uids > 0 (e.g. 1200000000-1200009999),"
+                         f" got {raw!r}; fix the setting")
+    return int(first), int(last)
+
+
+def _quantity_setting(section: str, key: str, fallback: str) -> str:
+    from operators.spec.quantities import is_quantity
+
+    raw = _get(section, key, fallback).strip()
+    if raw and not is_quantity(raw):
+        raise ValueError(f"airflow.cfg [{section}] {key} must be a quantity like 8Gi or 2, got {raw!r}; fix the setting")
+    return raw
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     workspace: str
@@ -86,6 +106,16 @@ class TrainingSettings:
     # The local sandbox's network (operators/launch/local/network.py): none = loopback only (the job's own),
     # slirp4netns = outbound too, never the worker's loopback; host = the worker's network (weakens isolation).
     local_network: str = "none"
+    # Who user code runs as on a root worker, and what it may take (operators/launch/local/limits.py): a uid of this
+    # range per running job; per host a cgroup with these defaults for a spec that gives none, these maxima for one
+    # that gives more (refused in validate_spec), and this many tasks; the GPU device nodes to hand out.
+    local_uid_range: tuple[int, int] = (1_200_000_000, 1_200_009_999)
+    local_default_memory: str = "8Gi"
+    local_max_memory: str = ""  # "" = no maximum
+    local_default_cpu: str = "2"
+    local_max_cpu: str = ""
+    local_pids_limit: int = 4096
+    local_gpu_devices: str = "/dev/nvidia[0-9]*"
     retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
     artifact_links: str = "presigned"  # the UI's object-storage artifact links: presigned | console
     presigned_url_seconds: int = 900
@@ -165,6 +195,7 @@ class DockerSettings:
     docker_url: str = "unix://var/run/docker.sock"
     docker_conn_id: str = ""  # a docker connection (registry login); "" = none
     host_workspace: str = ""  # the workspace's path on the engine's host when the worker sees it elsewhere
+    pids_limit: int = 4096  # processes and threads per training container (a fork bomb stops there); 0 = no limit
 
 
 def training_settings() -> TrainingSettings:
@@ -188,6 +219,13 @@ def training_settings() -> TrainingSettings:
         local_environment=_get_list(s, "local_environment"),
         local_lease_seconds=_get_float(s, "local_lease_seconds", 900.0),
         local_network=_choice(s, "local_network", "none", ("none", "slirp4netns", "host")),
+        local_uid_range=_uid_range(s, "local_uid_range", TrainingSettings.local_uid_range),
+        local_default_memory=_quantity_setting(s, "local_default_memory", TrainingSettings.local_default_memory),
+        local_max_memory=_quantity_setting(s, "local_max_memory", ""),
+        local_default_cpu=_quantity_setting(s, "local_default_cpu", TrainingSettings.local_default_cpu),
+        local_max_cpu=_quantity_setting(s, "local_max_cpu", ""),
+        local_pids_limit=_get_int(s, "local_pids_limit", 4096, minimum=0),
+        local_gpu_devices=_get(s, "local_gpu_devices", TrainingSettings.local_gpu_devices).strip(),
         retention_days=_get_float(s, "retention_days", 0.0),
         artifact_links=_choice(s, "artifact_links", "presigned", ("presigned", "console")),
         presigned_url_seconds=_get_int(s, "presigned_url_seconds", 900, minimum=1),
@@ -226,6 +264,7 @@ def docker_settings() -> DockerSettings:
         docker_url=_get(s, "docker_url", "unix://var/run/docker.sock") or "unix://var/run/docker.sock",
         docker_conn_id=_get(s, "docker_conn_id", "").strip(),
         host_workspace=_host_workspace(_get(s, "host_workspace", "").strip()),
+        pids_limit=_get_int(s, "pids_limit", 4096, minimum=0),
     )
 
 

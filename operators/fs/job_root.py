@@ -345,6 +345,23 @@ class JobRoot:
         log.warning("Skipped %s in job root %s: it is %s; only regular files and directories are read or published",
                     rel, self.root, what)
 
+    def give_to(self, uid: int, gid: int) -> int:
+        """Make every entry of the job root uid:gid's (links themselves, never their targets), so the job's own user
+        can write it; returns how many entries changed hands (entries already theirs are skipped: a retry is cheap).
+        os.fwalk works from directory descriptors and does not descend into links, so a name swapped for a link
+        during the walk is changed itself, never what it points to."""
+        changed = 0
+        for _, dirs, files, dir_fd in os.fwalk(self.root, follow_symlinks=False):
+            for name in [".", *dirs, *files]:
+                try:
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    if (st.st_uid, st.st_gid) != (uid, gid):
+                        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+                        changed += 1
+                except FileNotFoundError:
+                    continue
+        return changed
+
     def remove_links(self, rel: str) -> int:
         """Remove every link and special file below the directory `rel` (a link at `rel` itself too), each with a
         warning; returns how many. For directories the platform is about to write into (restored checkpoints)."""

@@ -11,8 +11,9 @@ import os
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def _memory_cgroup_dirs(cgroup_root=CGROUP_ROOT, proc_cgroup="/proc/self/cgroup"):
-    """Candidate directories of our memory cgroup, most specific first."""
+def _cgroup_dirs(controller, cgroup_root=CGROUP_ROOT, proc_cgroup="/proc/self/cgroup"):
+    """Candidate directories of our cgroup for `controller` (v1 hierarchy name, e.g. memory or cpuacct), most
+    specific first: the v2 group, the mount itself (a container's cgroup namespace hides the path), the v1 group."""
     v2, v1 = [], []
     try:
         with open(proc_cgroup) as f:
@@ -27,10 +28,13 @@ def _memory_cgroup_dirs(cgroup_root=CGROUP_ROOT, proc_cgroup="/proc/self/cgroup"
         path = path.lstrip("/")
         if controllers == "":
             v2.append(os.path.join(cgroup_root, path))
-        elif "memory" in controllers.split(","):
-            v1.append(os.path.join(cgroup_root, "memory", path))
-    # Inside a container the cgroup namespace may hide the path: the mount is our cgroup.
-    return v2 + [cgroup_root] + v1 + [os.path.join(cgroup_root, "memory")]
+        elif controller in controllers.split(","):
+            v1.append(os.path.join(cgroup_root, controllers, path))
+    return v2 + [cgroup_root] + v1 + [os.path.join(cgroup_root, controller)]
+
+
+def _memory_cgroup_dirs(cgroup_root=CGROUP_ROOT, proc_cgroup="/proc/self/cgroup"):
+    return _cgroup_dirs("memory", cgroup_root, proc_cgroup)
 
 
 def oom_kill_count(cgroup_root=CGROUP_ROOT, proc_cgroup="/proc/self/cgroup"):

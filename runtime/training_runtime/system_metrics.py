@@ -8,8 +8,8 @@ Names are ``system/<host>/<what>``: cpu_percent (100 = one core busy), memory_by
 cgroup's limit, when it has one), gpu<i>_utilization_percent, gpu<i>_memory_bytes, gpu<i>_memory_percent. The worker
 reads the file like any script-written point (operators/tracking/metrics.py), so the job page and MLflow get them too.
 
-In a container (docker, kubernetes) the cgroup is the host's container; on the local backend, every host shares
-the Airflow worker's cgroup, so the figures there are the worker's. ``TRAINING_SYSTEM_METRICS_SECONDS`` sets the
+In a container (docker, kubernetes) the cgroup is the host's container; on the local backend each host has a cgroup
+of its own (operators/launch/local/limits.py), so the figures are the host's, not the worker's. ``TRAINING_SYSTEM_METRICS_SECONDS`` sets the
 interval (default 5; 0 turns sampling off). Nothing here may fail a training: a sample that cannot be read is
 skipped.
 
@@ -53,7 +53,8 @@ def cpu_usage_seconds(cgroup_root=memory.CGROUP_ROOT, proc_cgroup="/proc/self/cg
         usec = memory._field(os.path.join(directory, "cpu.stat"), "usage_usec")
         if usec is not None:
             return usec / 1e6
-    for directory in (os.path.join(cgroup_root, "cpuacct"), os.path.join(cgroup_root, "cpu,cpuacct")):
+    v1 = memory._cgroup_dirs("cpuacct", cgroup_root, proc_cgroup)[len(v2) + 1:]  # our own group, then the mount
+    for directory in v1 + [os.path.join(cgroup_root, "cpu,cpuacct")]:
         try:
             with open(os.path.join(directory, "cpuacct.usage")) as f:
                 return int(f.read().strip()) / 1e9

@@ -3,13 +3,15 @@
 Each test runs the training image through DockerLauncherHook.run: containers as the image's non-root user with
 all capabilities dropped and no new privileges, hosts resolving each other on the job's network, failure
 classes read from what really happened (a failing script, the kernel's OOM killer under a memory limit,
-max_run_seconds), nothing left behind after a kill, and a retry reattaching to a running job.
+max_run_seconds), a task bomb stopped at the pids limit, an image whose USER has group root refused before any
+container, nothing left behind after a kill, and a retry reattaching to a running job.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -49,6 +51,19 @@ SCRIPT = textwrap.dedent('''
         hog = []
         while True:
             hog.append(bytearray(16 * 2**20))  # the memory limit is far below what this asks for
+    if mode == "fork":
+        import subprocess
+        children = []
+        try:
+            while len(children) < 200:  # without a pids limit: stop anyway, far above the test's limit
+                children.append(subprocess.Popen(["sleep", "30"]))
+        except OSError as err:  # fork refused: the container's pids limit
+            print(f"fork failed: {err}", flush=True)
+        print(f"spawned {len(children)}", flush=True)
+        for child in children:
+            child.kill()
+            child.wait()
+        sys.exit(0)
     if mode == "sleep":
         for i in range(int(os.environ.get("SM_HP_SECONDS", "600"))):
             print(f"{me} tick {i}", flush=True)
@@ -176,11 +191,48 @@ def test_the_container_gets_the_limits_and_security_options(tmp_path):
         host = config["HostConfig"]
         assert host["Memory"] == 300 * 2**20 and host["NanoCpus"] == 500_000_000
         assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"] and host["Init"]
+        assert host["PidsLimit"] == 4096  # [training.docker] pids_limit's default
         assert config["Config"]["User"] == "1000:1000"  # the image's own non-root user
     finally:
         hook.stop(request)
         thread.join(timeout=60)
     assert leftovers(request) == NOTHING
+
+
+def test_a_task_bomb_stops_at_the_pids_limit(tmp_path):
+    from operators.launch.docker.launcher import DockerLauncherHook
+
+    _, request = make_request(tmp_path, mode="fork")
+    hook = DockerLauncherHook(docker_url=DOCKER_URL, docker_conn_id="", pids_limit=64)
+    lines: list[str] = []
+    result = hook.run(request, lines.append)
+    assert result.succeeded, (result.failure_reason, lines[-10:])
+    spawned = [int(match.group(1)) for line in lines if (match := re.fullmatch(r"spawned (\d+)", line.strip()))]
+    assert spawned and 0 < spawned[0] < 64, lines[-10:]  # the limit counts tini, train and the script too
+    assert any("fork failed" in line for line in lines), lines[-10:]
+    assert leftovers(request) == NOTHING
+
+
+@pytest.fixture
+def image_with_group_root(tmp_path):
+    """The training image run as uid 1000 with group root (gid 0)."""
+    require_image(engine(), TRAINING_IMAGE)
+    image = "training-group-root-test:latest"
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {TRAINING_IMAGE}\nUSER 1000:0\n")
+    subprocess.run(["docker", "build", "-q", "-t", image, str(tmp_path / "ctx")], check=True,
+                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=300)
+    return image
+
+
+def test_an_image_whose_user_has_group_root_is_refused_before_any_container(tmp_path, image_with_group_root):
+    hook, request = make_request(tmp_path, image=image_with_group_root)
+    result = hook.run(request, lambda line: None)
+    assert (result.failure_class, result.retryable) == ("user_error", False), result
+    assert result.failure_reason.startswith(
+        f"image {image_with_group_root} runs as USER '1000:0' (group root): training containers never run")
+    assert leftovers(request) == NOTHING
+    assert engine().containers(all=True, filters={"ancestor": image_with_group_root}) == []
 
 
 def test_a_failing_host_is_a_user_error_with_its_message_and_exit_code_and_stops_the_others(tmp_path):

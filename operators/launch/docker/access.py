@@ -3,7 +3,8 @@
 The user (never root): the job's docker option `user` (uid[:gid] or a name in the image); else, when the worker runs
 as root, the image's own USER, or DEFAULT_USER when the image's is root or unset, and the job root is given to that
 user (chown) so `train` can write output/, the model and a requirements venv there; else (a non-root worker) the
-worker's uid:gid, so the job root's files stay the worker's and nothing needs changing hands.
+worker's uid:gid, so the job root's files stay the worker's and nothing needs changing hands. A user with group root
+("1000:0"), or whose uid or primary group is 0 in the image, is refused at launch, from the option or the image alike.
 
 Credentials (`secret_variables`: environment variable -> Airflow Variable key): read through the Task SDK's
 Variable (any secrets backend; Airflow masks the values in task logs), written as JSON to

@@ -71,12 +71,14 @@ def container_configs(
     host_workspace: str | None = None,
     addresses: Sequence[str] | None = None,
     secrets_file: str | None = None,
+    pids_limit: int = 0,
 ) -> list[dict[str, Any]]:
     """The Engine API body (POST /containers/create) of each host's container, in host order.
 
     addresses: each host's fixed address on the job's network (see :func:`job_addresses`); every container's
     /etc/hosts then lists all hosts. secrets_file: the job's credentials file on the worker, mounted read-only
-    and loaded by :data:`ENV_FILE_WRAPPER` before `train` starts.
+    and loaded by :data:`ENV_FILE_WRAPPER` before `train` starts. pids_limit: the most processes and threads a
+    container may hold (`[training.docker] pids_limit`); 0: no limit.
     """
     if not image:
         raise ValueError("image_uri is empty; set the spec's image_uri or [training] default_image")
@@ -117,6 +119,8 @@ def container_configs(
         "SecurityOpt": ["no-new-privileges"],  # (the "name:value" form is deprecated)
         "Init": True,  # reaps the training's zombie processes and forwards SIGTERM
     }
+    if pids_limit:  # a fork bomb in the job's code stops there instead of exhausting the host's process table
+        host_config["PidsLimit"] = int(pids_limit)
     if resources.get("cpu"):
         host_config["NanoCpus"] = int(quantity(resources["cpu"], "cpu") * 10**9)
     if resources.get("memory"):

@@ -37,10 +37,23 @@ from operators.launch.docker import access
 from operators.launch.docker import engine
 from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name
 from operators.launch.docker.logs import LogFollower
-from operators.launch.base import DEFAULT_MASTER_PORT, Capabilities, LaunchRequest, LaunchResult, LineCallback
+from operators.launch.base import (
+    DEFAULT_MASTER_PORT,
+    USER_ERROR,
+    Capabilities,
+    LaunchRequest,
+    LaunchResult,
+    LineCallback,
+)
 from operators.launch.outcome import clear_outcome_markers
 from operators.launch.names import JOB_LABEL
 from operators.launch.names import resource_name as kube_name
+
+
+def _root_image_user(image: str, user: str, why: str) -> str:
+    return (f"image {image} runs as USER {user!r} ({why}): training containers never run with uid 0 or gid 0; "
+            "set USER to a non-root uid:gid in the image or give the docker option user")
+
 
 class DockerLauncherHook(BaseHook):
     """Runs a LaunchRequest as containers on a Docker engine; see the module docstring."""
@@ -51,12 +64,14 @@ class DockerLauncherHook(BaseHook):
     capabilities = Capabilities(deferrable=False, mounts_channels=True)
 
     def __init__(
-        self, docker_url: str | None = None, docker_conn_id: str | None = None, default_image: str | None = None
+        self, docker_url: str | None = None, docker_conn_id: str | None = None, default_image: str | None = None,
+        pids_limit: int | None = None,
     ):
         super().__init__()
         self._docker_url = docker_url
         self._docker_conn_id = docker_conn_id
         self._default_image = default_image
+        self._pids_limit = pids_limit
 
     # ---- configuration --------------------------------------------------------------------------------
     @cached_property
@@ -71,6 +86,15 @@ class DockerLauncherHook(BaseHook):
             url = url or settings.docker_url
             conn_id = conn_id if conn_id is not None else settings.docker_conn_id
         return DockerHook(docker_conn_id=conn_id or None, base_url=url, version="auto").get_conn()
+
+    @property
+    def pids_limit(self) -> int:
+        """The most processes a training container may hold: as given, else `[training.docker] pids_limit`."""
+        if self._pids_limit is not None:
+            return self._pids_limit
+        from operators.settings import docker_settings
+
+        return docker_settings().pids_limit
 
     def _options(self, request: LaunchRequest) -> dict[str, Any]:
         options = dict(request.options or {})
@@ -119,6 +143,7 @@ class DockerLauncherHook(BaseHook):
             host_workspace=options["host_workspace"],
             addresses=addresses,
             secrets_file=secrets_file,
+            pids_limit=self.pids_limit,
         )
 
     # ---- the protocol ---------------------------------------------------------------------------------
@@ -195,7 +220,10 @@ class DockerLauncherHook(BaseHook):
         failure = engine.ensure_image(self.client, image, options["image_pull_grace_seconds"], on_line)
         if failure is not None:
             return failure
-        user, ids = self._run_as(request, options, image, on_line)
+        try:
+            user, ids = self._run_as(request, options, image, on_line)
+        except ValueError as err:  # a root or unknown user: the job's (or its image's) to fix, no retry can help
+            return LaunchResult(succeeded=False, failure_class=USER_ERROR, failure_reason=str(err))
         secrets_file = None
         if secrets:
             directory = access.secrets_dir(request.workspace, request.job_name)
@@ -217,25 +245,42 @@ class DockerLauncherHook(BaseHook):
     def _run_as(
         self, request: LaunchRequest, options: Mapping[str, Any], image: str, on_line: LineCallback
     ) -> tuple[str, tuple[int, int | None] | None]:
-        """The container's user (see docker_access) and its numeric ids; gives it the job root when we are root."""
+        """The container's user (see docker_access) and its numeric ids; gives it the job root when we are root.
+        ValueError (one line naming the user and the image) when that user would run with uid 0 or gid 0."""
         user = options["user"]
         if not user and not access.worker_is_root():
             return f"{os.getuid()}:{os.getgid()}", (os.getuid(), os.getgid())
-        if not user:
-            user = (self.client.inspect_image(image).get("Config") or {}).get("User") or ""
-            if access.is_root(user):
-                on_line(f"[docker] image {image} runs as root; running as {access.DEFAULT_USER} instead "
-                        "(set the docker option user to choose)")
-                user = access.DEFAULT_USER
-        ids = access.numeric_ids(user) or engine.ids_in_image(self.client, image, user)
-        if ids[0] == 0:  # a name of the image (or its USER) that is uid 0 by another name
-            raise ValueError(f"docker option user {user!r} is uid 0 in image {image}: training containers never run "
-                             "as root; give a non-root uid:gid")
+        from_image = not user
+        if from_image:
+            user = self._image_user(image, on_line)
+        ids = access.numeric_ids(user)
+        if ids is None or ids[1] is None:  # a name, or a uid alone: the image's passwd says which ids (gid 0 if none)
+            ids = engine.ids_in_image(self.client, image, user)
+        # Root by another name: a user of the image whose uid or primary group is 0.
+        root = "uid 0" if ids[0] == 0 else "gid 0" if ids[1] == 0 else None
+        if root and from_image:
+            raise ValueError(_root_image_user(image, user, f"{root} in the image"))
+        if root:
+            raise ValueError(f"docker option user {user!r} is {root} in image {image}: training containers never run "
+                             "as root (uid 0 or gid 0); give a non-root uid:gid")
         if access.worker_is_root():
             changed = access.give_job_root(request.job_root, *ids)
             if changed:
                 self.log.info("Gave %d entries of the job root %s to %s", changed, request.job_root, user)
         return user, ids
+
+    def _image_user(self, image: str, on_line: LineCallback) -> str:
+        """The image's USER, judged like the docker option user. Root or unset (most images set none) runs as
+        DEFAULT_USER instead; a non-root uid with group root is refused (ValueError): running it as another user
+        than it names could break the image, and running it as named gives the job group root."""
+        user = (self.client.inspect_image(image).get("Config") or {}).get("User") or ""
+        if access.is_root(user):
+            on_line(f"[docker] image {image} runs as root; running as {access.DEFAULT_USER} instead "
+                    "(set the docker option user to choose)")
+            return access.DEFAULT_USER
+        if root_part(user):  # "1000:0", "1000:root", "1000:00", "1000:"
+            raise ValueError(_root_image_user(image, user, "group root"))
+        return user
 
     def _create(self, name: str, body: dict, options: Mapping[str, Any], on_line: LineCallback) -> LaunchResult | None:
         from docker.errors import APIError, ImageNotFound

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from operators.launch.base import (
+    OOM,
     PLATFORM_ERROR,
     TIMEOUT,
     USER_ERROR,
@@ -54,6 +55,9 @@ from operators.launch.local.sandbox import (
     runtime_path,
     user_environment,
 )
+from operators.launch.local.isolation import JobIsolation
+from operators.launch.local.limits import LimitError
+from operators.launch.local.slots import NotEnoughGpus
 from operators.launch.outcome import read_failure_reason
 from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, LEASE, ensure_state_dir, state_path
 
@@ -115,20 +119,23 @@ class LocalLauncherHook:
 
     def __init__(self, python: str | None = None, sandbox: str | None = None,
                  environment_names: tuple[str, ...] | None = None, lease_seconds: float | None = None,
-                 network: str | None = None):
-        if sandbox is None or environment_names is None or lease_seconds is None or network is None:
+                 network: str | None = None, settings=None):
+        """settings: the TrainingSettings to read the rest from (uid range, limits, GPUs); airflow.cfg's when None."""
+        if settings is None:
             from operators.settings import training_settings
 
             settings = training_settings()
-            sandbox = settings.local_sandbox if sandbox is None else sandbox
-            environment_names = settings.local_environment if environment_names is None else environment_names
-            lease_seconds = settings.local_lease_seconds if lease_seconds is None else lease_seconds
-            network = settings.local_network if network is None else network
+        sandbox = settings.local_sandbox if sandbox is None else sandbox
+        environment_names = settings.local_environment if environment_names is None else environment_names
+        lease_seconds = settings.local_lease_seconds if lease_seconds is None else lease_seconds
+        network = settings.local_network if network is None else network
         self.python = python or sys.executable
         self.sandbox = sandbox
         self.environment_names = tuple(environment_names)
         self.lease_seconds = float(lease_seconds)
         self.network = network
+        self.settings = settings
+        self._isolation = JobIsolation(settings, sandboxed=sandbox == "bubblewrap")
         self._procs: list[subprocess.Popen] = []
         self._hosts: list[_Host] = []
         self._network_proc: subprocess.Popen | None = None
@@ -165,6 +172,7 @@ class LocalLauncherHook:
         if recorded and len(recorded) == len(request.hosts) and all(
                 h.running() or h.recorded_exit() is not None for h in earlier):
             self._hosts = earlier
+            self._isolation.prepare(request, launch_dir, start=False)
             log.warning("Reattached to the training of %s that an earlier attempt started (pids %s, %d still "
                         "running): it is not started again; its output follows from the start", request.job_name,
                         [h.pid for h in earlier], len(alive_ones))
@@ -176,12 +184,15 @@ class LocalLauncherHook:
                 if self.sandbox == "bubblewrap":
                     check_available(unshare_net=self.network != "host")
                     check_network(self.network)
+                self._isolation.prepare(request, launch_dir)
                 self._start(request, launch_dir)
-            except (SandboxUnavailable, NetworkUnavailable) as err:
+            except (SandboxUnavailable, NetworkUnavailable, NotEnoughGpus, LimitError) as err:
                 if self._procs:
                     kill_trees([], children=self._procs)
                     self._forget_pids(request)
-                return LaunchResult(False, None, str(err), PLATFORM_ERROR)
+                self._isolation.release(request)
+                spec_problem = isinstance(err, (NotEnoughGpus, LimitError))
+                return LaunchResult(False, None, str(err), USER_ERROR if spec_problem else PLATFORM_ERROR)
         supervisor = os.getppid()  # the task SDK's supervisor: it reports our result and heartbeats the try
         lines: queue.Queue = queue.Queue()
         done = threading.Event()
@@ -203,6 +214,7 @@ class LocalLauncherHook:
                     kill_trees([], children=self._procs)
                 self._forget_pids(request)
                 self._remove_logs()
+                self._isolation.release(request)
             if self._network_proc is not None:
                 try:
                     self._network_proc.wait(10)  # exits with the last sandbox (its --exit-fd)
@@ -214,12 +226,12 @@ class LocalLauncherHook:
         # HOME is private: the worker's home (its ~/.aws, ~/.netrc, ...) is not the training's.
         home = "/tmp" if self.sandbox == "bubblewrap" else os.path.join(request.job_root, ".home")
         os.makedirs(home, exist_ok=True)
-        return {**user_environment(os.environ, self.environment_names), "HOME": home, **request.env,
-                **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1", "TRAINING_ROOT": request.job_root,
+        return {**user_environment(os.environ, self.environment_names), **self._isolation.environment(), "HOME": home,
+                **request.env, **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1", "TRAINING_ROOT": request.job_root,
                 "TRAINING_JOB_VENV": "1"}
 
     def _command(self, request: LaunchRequest, host: _Host, lease: str, status_fd: int | None = None,
-                 block_fd: int | None = None, own_network: bool = True) -> list[str]:
+                 block_fd: int | None = None, own_network: bool = True, seccomp_fd: int | None = None) -> list[str]:
         sandboxed = self.sandbox == "bubblewrap"
         cmd = [self.python, "-m", "training_runtime", "--root", request.job_root, "--current-host", host.name]
         if not sandboxed:
@@ -230,10 +242,13 @@ class LocalLauncherHook:
             cmd += ["--max-run-seconds", str(request.max_run_seconds)]
         if not sandboxed:
             return cmd
+        isolation = self._isolation
         return bwrap_command(cmd, request.job_root, readonly=sorted(set(request.channel_entries.values())),
                              hide=os.environ.get("AIRFLOW_HOME"), die_with_parent=False,
                              unshare_net=own_network and self.network != "host",
-                             files_readonly={lease: LEASE_IN_SANDBOX}, status_fd=status_fd, block_fd=block_fd)
+                             files_readonly={lease: LEASE_IN_SANDBOX, **isolation.accounts}, status_fd=status_fd,
+                             block_fd=block_fd, run_as=isolation.run_as(), seccomp_fd=seccomp_fd,
+                             gpus=isolation.slots.gpus)
 
     def _start(self, request: LaunchRequest, launch_dir: str) -> None:
         env = self._environment(request)
@@ -252,12 +267,14 @@ class LocalLauncherHook:
                     Path(stale).unlink(missing_ok=True)
                 status_fd = os.open(host.status_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600) \
                     if sandboxed else None
+                seccomp_fd = os.open(self._isolation.seccomp_path, os.O_RDONLY | os.O_CLOEXEC) \
+                    if sandboxed and self._isolation.seccomp_path else None
                 first = index == 0
                 cmd = self._command(request, host, lease, status_fd, block_r if first else None,
-                                    own_network=first)
+                                    own_network=first, seccomp_fd=seccomp_fd)
                 if not first and net_fd is not None:
                     cmd = join_command(cmd, net_fd, user_fd)
-                fds = tuple(fd for fd in (status_fd, block_r if first else None, exit_w, net_fd, user_fd)
+                fds = tuple(fd for fd in (status_fd, seccomp_fd, block_r if first else None, exit_w, net_fd, user_fd)
                             if fd is not None)
                 try:
                     with open(host.log_path, "wb") as out:  # the process keeps its own descriptor
@@ -270,10 +287,12 @@ class LocalLauncherHook:
                             stderr=subprocess.STDOUT,
                             pass_fds=fds,
                             start_new_session=True,  # its own process group: killed as a tree, not by our signals
+                            preexec_fn=self._isolation.preexec(name),  # into the host's cgroup before anything runs
                         )
                 finally:
-                    if status_fd is not None:
-                        os.close(status_fd)
+                    for fd in (status_fd, seccomp_fd):
+                        if fd is not None:
+                            os.close(fd)
                 self._procs.append(host.proc)
                 self._hosts.append(host)
                 if first and shared:
@@ -362,15 +381,25 @@ class LocalLauncherHook:
                 break
             if line is not None:
                 on_line(line)
-        return self._result(request, [h.returncode() for h in self._hosts], timed_out)
+        return self._result(request, [h.returncode() for h in self._hosts], timed_out, self._out_of_memory())
 
     @staticmethod
     def _kill(hosts: list[_Host]) -> None:
         kill_trees([h.process for h in hosts if not h.proc and h.process is not None],
                    children=[h.proc for h in hosts if h.proc])
 
+    def _out_of_memory(self) -> str | None:
+        """Why the kernel's OOM killer struck in the job's cgroups (the limit it hit), else None."""
+        if not self._isolation.oom_killed():
+            return None
+        limit = self._isolation.limits
+        return (f"the training ran out of memory: the kernel's OOM killer ended it at its memory limit of "
+                f"{limit.memory_bytes / 2**20:.0f} MiB per host (resources.memory); give it more memory or make it use "
+                "less") if limit and limit.memory_bytes else "the training ran out of memory (the OOM killer ended it)"
+
     @staticmethod
-    def _result(request: LaunchRequest, codes: list[int], timed_out: bool) -> LaunchResult:
+    def _result(request: LaunchRequest, codes: list[int], timed_out: bool, out_of_memory: str | None = None
+                ) -> LaunchResult:
         reason = read_failure_reason(request.job_root)
         if timed_out:
             return LaunchResult(False, None, f"training exceeded max_run_seconds={request.max_run_seconds} and was "
@@ -378,6 +407,9 @@ class LocalLauncherHook:
         bad = [c for c in codes if c != 0]
         if not bad:
             return LaunchResult(True, 0)
+        if out_of_memory:
+            code = next((c for c in bad if c > 0), bad[0])
+            return LaunchResult(False, code, reason if reason and "memory" in reason else out_of_memory, OOM)
         code = next((c for c in bad if c > 0), bad[0])
         failure_class = exit_failure_class(code)
         if failure_class == USER_ERROR:

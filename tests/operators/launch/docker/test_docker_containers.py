@@ -75,6 +75,12 @@ def test_one_container_per_host_with_the_job_root_read_only_channels_and_no_priv
         assert "TRAINING_ROOT=" + root in config["Env"]
 
 
+@pytest.mark.parametrize(("pids_limit", "expected"), [(64, 64), (4096, 4096), (0, None)])
+def test_the_pids_limit_is_in_every_host_config_and_0_means_none(tmp_path, pids_limit, expected):
+    configs = container_configs(make_request(tmp_path, hosts=2), image=IMAGE, user="1000:1000", pids_limit=pids_limit)
+    assert [config["HostConfig"].get("PidsLimit") for config in configs] == [expected, expected]
+
+
 def test_a_literal_credential_is_refused_without_echoing_it_and_host_paths_are_translated(tmp_path):
     request = make_request(tmp_path, env={"AWS_SECRET_ACCESS_KEY": "abc/def+ghi"})
     with pytest.raises(ValueError, match="AWS_SECRET_ACCESS_KEY looks like a credential.*secret_variables") as err:

@@ -1,6 +1,7 @@
 """The Docker launcher's options, and the one thing the real engine cannot show here: a registry that answers
 "rate limited". Everything else the launcher does is tested on the real engine (tests/integration/
-test_docker_engine.py, test_docker_backend_dag.py).
+test_docker_engine.py, test_docker_backend_dag.py); who a container runs as is judged here for every spelling of a
+user, against an engine that answers only what a launch asks before it creates anything.
 
 No registry is reachable from this machine, so a registry's 429 "toomanyrequests" answer to a pull cannot be
 produced by the real engine; for that alone, a small fake of the Engine API's image endpoints on loopback answers
@@ -20,7 +21,7 @@ import pytest
 
 from operators.launch.docker import engine as docker_engine
 from operators.launch.docker.launcher import DockerLauncherHook
-from operators.launch.base import IMAGE_ERROR, LaunchRequest
+from operators.launch.base import IMAGE_ERROR, USER_ERROR, LaunchRequest
 
 IMAGE = "registry.example.com/training-runtime:1.0"
 
@@ -49,13 +50,102 @@ def test_kubernetes_options_in_the_same_spec_are_ignored_unknown_ones_and_root_r
             hook.run(make_request(tmp_path, options={"user": root}), lambda line: None)
 
 
-def test_a_user_name_that_is_uid_0_in_the_image_is_refused(tmp_path, monkeypatch):
+class ImageEngine:
+    """The engine as a launch sees it before it creates anything: the image's config (its USER), and no containers or
+    network of the job. Creating anything is an AttributeError, so a refused launch shows it created nothing."""
+
+    def __init__(self, user: str):
+        self.user = user
+
+    def inspect_image(self, image):
+        return {"Id": "sha256:0", "Config": {"User": self.user}}
+
+    def containers(self, **filters):
+        return []
+
+    def networks(self, **filters):
+        return []
+
+
+def image_hook(monkeypatch, image_user: str, ids: tuple[int, int] | None = None) -> DockerLauncherHook:
+    """A launcher on ImageEngine, as a root worker (the image's USER applies then); `ids` is what the image's passwd
+    says of a name (None: looking one up fails the test, since it takes a container)."""
+    from operators.launch.docker import access
+
+    def ids_in_image(client, image, user):
+        assert ids is not None, f"{user!r} was looked up in the image"
+        return ids
+
+    monkeypatch.setattr(access, "worker_is_root", lambda: True)
+    monkeypatch.setattr(docker_engine, "ids_in_image", ids_in_image)
     hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
-    monkeypatch.setattr(docker_engine, "ids_in_image", lambda client, image, user: (0, 0))
-    hook.__dict__["client"] = object()  # no engine: the image's answer is the patched ids_in_image
-    request = make_request(tmp_path, options={"user": "toor"})
-    with pytest.raises(ValueError, match="docker option user 'toor' is uid 0 in image .*never run as root"):
-        hook._run_as(request, hook._options(request), IMAGE, lambda line: None)
+    hook.__dict__["client"] = ImageEngine(image_user)
+    return hook
+
+
+def refusal(hook: DockerLauncherHook, request: LaunchRequest) -> str:
+    """The launch's failure reason, checked to be a user error (no retry)."""
+    result = hook.run(request, lambda line: None)
+    assert (result.succeeded, result.failure_class, result.retryable) == (False, USER_ERROR, False), result
+    return result.failure_reason
+
+
+@pytest.mark.parametrize(("user", "ids", "why"), [("toor", (0, 0), "uid 0"), ("daemon", (1, 0), "gid 0"),
+                                                  ("1000", (1000, 0), "gid 0")])
+def test_a_user_option_that_is_uid_0_or_gid_0_in_the_image_is_refused(tmp_path, monkeypatch, user, ids, why):
+    hook = image_hook(monkeypatch, "1000:1000", ids)
+    assert refusal(hook, make_request(tmp_path, options={"user": user})) == (
+        f"docker option user {user!r} is {why} in image {IMAGE}: training containers never run as root (uid 0 or "
+        "gid 0); give a non-root uid:gid")
+
+
+@pytest.mark.parametrize("user", ["1000:0", "1000:00", "1000:+0", "1000:root", "1000:ROOT", "1000:", "ml:root"])
+def test_an_image_user_with_group_root_is_refused_without_a_container(tmp_path, monkeypatch, user):
+    hook = image_hook(monkeypatch, user)
+    assert refusal(hook, make_request(tmp_path)) == (
+        f"image {IMAGE} runs as USER {user!r} (group root): training containers never run with uid 0 or gid 0; set "
+        "USER to a non-root uid:gid in the image or give the docker option user")
+
+
+@pytest.mark.parametrize(("user", "ids", "why"), [("toor", (0, 0), "uid 0"), ("ml", (1000, 0), "gid 0"),
+                                                  ("1000", (1000, 0), "gid 0")])  # a uid without a passwd entry
+def test_an_image_user_that_is_uid_0_or_gid_0_in_the_image_is_refused(tmp_path, monkeypatch, user, ids, why):
+    hook = image_hook(monkeypatch, user, ids)
+    assert refusal(hook, make_request(tmp_path)) == (
+        f"image {IMAGE} runs as USER {user!r} ({why} in the image): training containers never run with uid 0 or "
+        "gid 0; set USER to a non-root uid:gid in the image or give the docker option user")
+
+
+@pytest.mark.parametrize("user", ["", "0", "00", "root", "0:0", "root:1000"])
+def test_an_image_without_a_user_or_with_root_runs_as_the_default_user(tmp_path, monkeypatch, user):
+    hook = image_hook(monkeypatch, user)
+    request = make_request(tmp_path)
+    lines: list[str] = []
+    assert hook._run_as(request, hook._options(request), IMAGE, lines.append) == ("1000:1000", (1000, 1000))
+    assert lines == [f"[docker] image {IMAGE} runs as root; running as 1000:1000 instead (set the docker option "
+                     "user to choose)"]
+
+
+@pytest.mark.parametrize(("user", "ids"), [("1000:1000", None), ("ml", (1000, 1000)), ("1000", (1000, 1000))])
+def test_a_non_root_image_user_runs_as_itself(tmp_path, monkeypatch, user, ids):
+    hook = image_hook(monkeypatch, user, ids)
+    request = make_request(tmp_path)
+    assert hook._run_as(request, hook._options(request), IMAGE, lambda line: None) == (user, (1000, 1000))
+
+
+def test_every_container_gets_the_pids_limit_of_the_setting_or_the_constructor(tmp_path, monkeypatch):
+    from operators.settings import docker_settings
+
+    def pids_limit(hook: DockerLauncherHook):
+        return hook.configs(make_request(tmp_path))[0]["HostConfig"].get("PidsLimit")
+
+    assert docker_settings().pids_limit == 4096 and pids_limit(DockerLauncherHook()) == 4096
+    assert pids_limit(DockerLauncherHook(pids_limit=64)) == 64
+    monkeypatch.setenv("AIRFLOW__TRAINING_DOCKER__PIDS_LIMIT", "0")
+    assert pids_limit(DockerLauncherHook()) is None  # 0: no limit, so the key is absent (the engine's default)
+    monkeypatch.setenv("AIRFLOW__TRAINING_DOCKER__PIDS_LIMIT", "-1")
+    with pytest.raises(ValueError, match=r"\[training.docker\] pids_limit must be an integer >= 0, got '-1'"):
+        docker_settings()
 
 
 def test_host_workspace_comes_from_airflow_cfg_only(tmp_path, monkeypatch):

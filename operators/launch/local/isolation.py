@@ -1,0 +1,116 @@
+"""Who a local job runs as and what it may take, set up before its processes start and undone when it is reported.
+
+- **A uid of its own** (a root worker): bubblewrap builds the sandbox as root, then setpriv becomes a uid of
+  [training] local_uid_range held by this job alone (operators/launch/local/slots.py), with no groups, no
+  capabilities and no_new_privs; the job root is given to that uid first. The kernel then refuses it what it refuses
+  any other user: sysctls, root's files (/etc/shadow, the secrets file), other jobs' files and processes. A non-root
+  worker's bubblewrap maps the worker's own uid (never root) and needs nothing else.
+- **Defence in depth**: a minimal /etc with passwd and group of its own, /proc and /sys masked as container runtimes
+  mask them (sandbox.py), and a seccomp filter (syscalls.py).
+- **Limits**: a cgroup per host with the spec's memory and CPU, or the admin's defaults, and a pids limit (limits.py).
+- **GPUs**: the job's own devices (slots.py); only their nodes are in its /dev, CUDA numbers them 0..n-1.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from typing import Callable
+
+from operators.launch.local import limits, slots, syscalls
+from operators.launch.local.sandbox import account_files
+from operators.fs.job_root import JobRoot
+
+log = logging.getLogger(__name__)
+
+SECCOMP_FILE = "seccomp.bpf"  # in the job's launch state directory
+
+
+class JobIsolation:
+    def __init__(self, settings, sandboxed: bool):
+        self.settings, self.sandboxed = settings, sandboxed
+        self.slots = slots.Slots(None)
+        self.cgroups: dict[str, limits.HostCgroup] = {}
+        self.limits: limits.Limits | None = None
+        self.accounts: dict[str, str] = {}
+        self.seccomp_path: str | None = None
+        self._claimed = False
+
+    def gpu_devices(self) -> list[str]:
+        return sorted(glob.glob(self.settings.local_gpu_devices), key=_device_number) \
+            if self.settings.local_gpu_devices else []
+
+    def prepare(self, request, launch_dir: str, start: bool = True) -> None:
+        """Claim the uid and GPUs, give the job root away, write /etc's accounts and the seccomp filter, make the
+        hosts' cgroups. start=False (a retry reattaching): only find what the earlier attempt set up."""
+        self.limits = limits.limits_for(dict(request.resources), self.settings)
+        root_worker = os.geteuid() == 0
+        wanted_gpus = int(request.resources.get("gpu") or 0)
+        self.slots = slots.claim(request.workspace, request.job_name, request.job_root,
+                                 self.settings.local_uid_range if root_worker and self.sandboxed else None,
+                                 wanted_gpus, self.gpu_devices())
+        self._claimed = True
+        if not start:
+            self.cgroups = {h: g for h in request.hosts if (g := limits.existing(request.job_name, h)) is not None}
+            return
+        if self.slots.uid is not None:
+            changed = JobRoot(request.job_root).give_to(self.slots.uid, self.slots.uid)
+            log.info("User code of %s runs as uid %d (the job root's %d entries given to it)", request.job_name,
+                     self.slots.uid, changed)
+        if self.slots.gpus:
+            log.info("GPUs %s are this job's", ", ".join(self.slots.gpus))
+        if self.sandboxed:
+            uid = self.slots.uid if self.slots.uid is not None else os.getuid()
+            gid = self.slots.uid if self.slots.uid is not None else os.getgid()
+            self.accounts = account_files(launch_dir, uid, gid)
+            self.seccomp_path = syscalls.write_filter(os.path.join(launch_dir, SECCOMP_FILE))
+        self._make_cgroups(request)
+
+    def _make_cgroups(self, request) -> None:
+        problem = limits.cgroups_available()
+        if problem:
+            log.warning("No cgroup limits for this job (%s): its memory, CPU and tasks are not limited", problem)
+            return
+        try:
+            for host in request.hosts:
+                self.cgroups[host] = limits.create(request.job_name, host, self.limits)
+        except OSError as err:
+            log.warning("No cgroup limits for this job (cannot create its cgroups: %s): its memory, CPU and tasks are "
+                        "not limited", err)
+            self.cgroups = {}
+            return
+        log.info("Limits per host of %s: %s", request.job_name, self.limits.describe())
+
+    def run_as(self) -> tuple[int, int] | None:
+        return (self.slots.uid, self.slots.uid) if self.slots.uid is not None else None
+
+    def preexec(self, host: str) -> Callable[[], None] | None:
+        group = self.cgroups.get(host)
+        return group.join if group is not None else None
+
+    def environment(self) -> dict[str, str]:
+        """CUDA's view of the job's GPUs: in the sandbox only its device nodes exist, numbered 0..n-1 by CUDA;
+        unsandboxed, their numbers on the worker. No GPU: none visible."""
+        if self.sandboxed:
+            visible = ",".join(str(i) for i in range(len(self.slots.gpus)))
+        else:
+            visible = ",".join(str(_device_number(d)) for d in self.slots.gpus)
+        return {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible or "void",
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+    def oom_killed(self) -> bool:
+        return any(group.oom_kills() > 0 for group in self.cgroups.values())
+
+    def release(self, request) -> None:
+        """The job was reported: its groups (empty now) go, its uid and GPUs are free for the next job."""
+        for group in self.cgroups.values():
+            group.remove()
+        limits.remove_job(request.job_name)
+        if self._claimed:
+            slots.release(request.workspace, request.job_name)
+
+
+def _device_number(path: str) -> int:
+    digits = os.path.basename(path)[len("nvidia"):]
+    return int(digits) if digits.isdigit() else 1 << 30
