@@ -107,6 +107,29 @@ def check_isolation_options(spec: JobSpec, kubernetes_settings: Any = None) -> N
         raise SpecError(f"kubernetes.{err.key}", err.problem) from None
 
 
+def check_local_resources(spec: JobSpec, settings: Any = None) -> None:
+    """A local job asks for no more memory, CPU or GPUs per host than the admin allows and this worker has
+    (operators/launch/local/limits.py, slots.py); the launch checks again where it runs."""
+    if spec.backend != "local":
+        return
+    from operators.launch.local.isolation import gpu_devices
+    from operators.launch.local.limits import LimitError, check_resources
+
+    if settings is None:
+        from operators.settings import training_settings
+
+        settings = training_settings()
+    resources = spec.resources.model_dump(exclude_none=True)
+    try:
+        check_resources(resources, settings)
+    except LimitError as err:
+        raise SpecError(err.field, err.problem) from None
+    wanted, have = int(resources.get("gpu") or 0), len(gpu_devices(settings))
+    if wanted > have:
+        raise SpecError("resources.gpu", f"{wanted} GPU(s) asked for, but the local backend's worker has {have} "
+                        "([training] local_gpu_devices); ask for fewer or use the kubernetes backend")
+
+
 def check_backend(spec: JobSpec) -> None:
     if spec.backend == "kubernetes":
         check_kubernetes()
@@ -174,6 +197,7 @@ def check_world(spec: JobSpec, local_roots: tuple[str, ...] = (), areas: dict | 
 
     check_local_paths(spec, local_roots, areas)
     check_isolation_options(spec)
+    check_local_resources(spec)
     check_connections(spec)
     check_references(spec.secret_references())
     check_backend(spec)

@@ -37,9 +37,6 @@ class JobIsolation:
         self.seccomp_path: str | None = None
         self._claimed = False
 
-    def gpu_devices(self) -> list[str]:
-        return sorted(glob.glob(self.settings.local_gpu_devices), key=_device_number) \
-            if self.settings.local_gpu_devices else []
 
     def prepare(self, request, launch_dir: str, start: bool = True) -> None:
         """Claim the uid and GPUs, give the job root away, write /etc's accounts and the seccomp filter, make the
@@ -49,7 +46,7 @@ class JobIsolation:
         wanted_gpus = int(request.resources.get("gpu") or 0)
         self.slots = slots.claim(request.workspace, request.job_name, request.job_root,
                                  self.settings.local_uid_range if root_worker and self.sandboxed else None,
-                                 wanted_gpus, self.gpu_devices())
+                                 wanted_gpus, gpu_devices(self.settings))
         self._claimed = True
         if not start:
             self.cgroups = {h: g for h in request.hosts if (g := limits.existing(request.job_name, h)) is not None}
@@ -109,6 +106,12 @@ class JobIsolation:
         limits.remove_job(request.job_name)
         if self._claimed:
             slots.release(request.workspace, request.job_name)
+
+
+def gpu_devices(settings) -> list[str]:
+    """This worker's GPUs that jobs may have ([training] local_gpu_devices), in device-number order."""
+    pattern = settings.local_gpu_devices
+    return sorted(glob.glob(pattern), key=_device_number) if pattern else []
 
 
 def _device_number(path: str) -> int:

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from training_runtime.config import write_config_files
-from training_runtime.layouts import create_directories, layout_for
 
 from operators.launch.base import TIMEOUT, USER_ERROR, LaunchRequest
 from operators.launch.local.launcher import LocalLauncherHook
 from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, state_path
+from local_jobs import make_job
 
 
 def pids_file(request: LaunchRequest) -> Path:
@@ -29,26 +28,6 @@ def pids_file(request: LaunchRequest) -> Path:
 
 def launch_file(request: LaunchRequest, name: str) -> Path:
     return Path(state_path(request.workspace, request.job_name, LAUNCH_DIR, name))
-
-
-def make_job(tmp_path: Path, script: str, instance_count: int = 1, max_run_seconds: int | None = 60,
-             distribution: str | None = None) -> LaunchRequest:
-    launcher = LocalLauncherHook()
-    root = tmp_path / "job"
-    layout = create_directories(layout_for("ti", root))
-    Path(layout.code_dir, "train.py").write_text(textwrap.dedent(script))
-    hosts = launcher.hosts("job", instance_count)
-    write_config_files(
-        layout,
-        hyperparameters={},
-        resource_config={"current_host": hosts[0], "hosts": hosts},
-        input_data_config={},
-        job_config={"job_name": "job", "layout": "ti", "entry_point": "train.py", "distribution": distribution,
-                    "host_addresses": launcher.host_addresses("job", instance_count),
-                    "master_port": launcher.master_port()},
-    )
-    return LaunchRequest(job_name="job", job_root=str(root), workspace=str(tmp_path), layout="ti",
-                         instance_count=instance_count, hosts=tuple(hosts), max_run_seconds=max_run_seconds)
 
 
 def test_lines_stream_as_they_are_produced_and_success_is_reported(tmp_path):
