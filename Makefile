@@ -46,13 +46,16 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime
 install: $(VENV)/.installed sandbox-deps
 
 # The local backend runs user code in a bubblewrap sandbox ([training] local_sandbox, docs/operations.md):
-# Debian's bubblewrap, installed as root when bwrap is missing; and slirp4netns for [training] local_network =
+# Debian's bubblewrap, installed as root when bwrap is missing; libseccomp2 for its seccomp filter; and slirp4netns for [training] local_network =
 # slirp4netns (the sandbox's optional way out).
 sandbox-deps:
 	@command -v bwrap >/dev/null || (test "$$(id -u)" = 0 && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
 		echo "note: bwrap is missing and could not be installed (run as root: apt-get install bubblewrap);" \
 			"the local backend refuses to run user code until it is, or [training] local_sandbox = none"
+	@ldconfig -p | grep -q 'libseccomp\.so\.2' || (test "$$(id -u)" = 0 && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libseccomp2 >/dev/null) || \
+		echo "note: libseccomp2 is missing (run as root: apt-get install libseccomp2); the local sandbox needs it"
 	@command -v slirp4netns >/dev/null || (test "$$(id -u)" = 0 && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slirp4netns >/dev/null) || \
 		echo "note: slirp4netns is missing (run as root: apt-get install slirp4netns);" \

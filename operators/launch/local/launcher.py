@@ -120,11 +120,13 @@ class LocalLauncherHook:
     def __init__(self, python: str | None = None, sandbox: str | None = None,
                  environment_names: tuple[str, ...] | None = None, lease_seconds: float | None = None,
                  network: str | None = None, settings=None):
-        """settings: the TrainingSettings to read the rest from (uid range, limits, GPUs); airflow.cfg's when None."""
-        if settings is None:
-            from operators.settings import training_settings
+        """settings: the TrainingSettings to read the rest from (uid range, limits, GPUs); airflow.cfg's when None and
+        not every other argument is given, else the defaults (the SDK's local mode: no Airflow there)."""
+        from operators.settings import TrainingSettings, training_settings
 
-            settings = training_settings()
+        if settings is None:
+            given = None not in (sandbox, environment_names, lease_seconds, network)
+            settings = TrainingSettings(workspace="") if given else training_settings()
         sandbox = settings.local_sandbox if sandbox is None else sandbox
         environment_names = settings.local_environment if environment_names is None else environment_names
         lease_seconds = settings.local_lease_seconds if lease_seconds is None else lease_seconds

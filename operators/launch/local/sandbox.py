@@ -7,18 +7,19 @@ and the worker's credentials. Two layers keep those away from it:
   [training] local_environment), never by removing known-bad names: a secret nobody thought of does not leak;
 - with [training] local_sandbox = bubblewrap (the default), `train` runs in a bubblewrap mount and PID namespace
   (Debian's `bubblewrap`, installed by `make install`). The file system it sees is an allowlist too: the system
-  (/usr, /etc, ...) and the Python that runs it read-only, its own job root read-write, its channels' cache entries
-  read-only, a private /tmp. AIRFLOW_HOME, the metadata DB, airflow.cfg, the secrets file, other jobs' roots and
-  the worker's home are simply not there. Its PID namespace dies with `train`: when `train` ends (by itself, or
-  when its launcher's lease runs out, operators/launch/local/launcher.py), every process the user code started goes too. The local
-  launcher leaves out bubblewrap's --die-with-parent so a task retry can reattach. It gets a network namespace of
-  the job's own (operators/launch/local/network.py): the worker's loopback services are not there either. No capabilities are kept
-  (--cap-drop ALL), and /dev is a minimal one (GPU device nodes added), so a root worker's user code cannot read raw disks.
+  (/usr and a minimal /etc) and the Python that runs it read-only, its own job root read-write, its channels' cache
+  entries read-only, a private /tmp; /proc and /sys with what container runtimes mask masked. AIRFLOW_HOME, the
+  metadata DB, airflow.cfg, the secrets file, other jobs' roots and the worker's home are simply not there. Its PID
+  namespace dies with `train`: when `train` ends (by itself, or when its launcher's lease runs out,
+  operators/launch/local/launcher.py), every process the user code started goes too. The local launcher leaves out
+  bubblewrap's --die-with-parent so a task retry can reattach. It gets a network namespace of the job's own
+  (operators/launch/local/network.py): the worker's loopback services are not there either. /dev is a minimal one
+  (the job's GPUs added).
 
-Why bubblewrap rather than a separate unprivileged user: a user id only protects files whose modes say so
-(airflow.cfg and job roots are world-readable as written by default), needs root to switch to and chown'd job roots
-and caches; a mount namespace hides everything not listed, for whichever user runs the worker, and the PID
-namespace gives "no orphans" for free.
+A mount namespace hides what is not listed, but it is not a boundary against the kernel: a uid-0 process without
+capabilities still passes the kernel's uid checks (a writable /proc/sys/kernel/core_pattern makes the kernel run a
+program as host root). So user code also runs as a uid of its own, never 0 (operators/launch/local/isolation.py:
+bubblewrap builds the sandbox as root, setpriv becomes the job's uid), under a seccomp filter (syscalls.py).
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ def _probe(unshare_net: bool) -> str | None:
 
 
 def check_available(unshare_net: bool = True) -> None:
+    from operators.launch.local.syscalls import available as seccomp_problem
+
     problem = _probe(unshare_net)
+    if not problem and seccomp_problem():
+        raise SandboxUnavailable(f"the local backend's sandbox cannot start: {seccomp_problem()}")
     if problem:
         raise SandboxUnavailable(
             f"the local backend's sandbox cannot start ({problem}): install Debian's bubblewrap "

@@ -139,7 +139,6 @@ def test_a_task_bomb_stops_at_the_pids_limit_while_another_job_keeps_running(tmp
     settings = replace(training_settings(), local_pids_limit=64)
     bomb = make_job(tmp_path / "bomb", """
         import subprocess
-import tempfile
         children = []
         try:
             while len(children) < 1000:
