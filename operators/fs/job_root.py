@@ -345,8 +345,8 @@ class JobRoot:
         log.warning("Skipped %s in job root %s: it is %s; only regular files and directories are read or published",
                     rel, self.root, what)
 
-    def give_to(self, uid: int, gid: int) -> int:
-        """Make every entry of the job root uid:gid's (links themselves, never their targets), so the job's own user
+    def give_to(self, uid: int, gid: int | None) -> int:
+        """Make every entry of the job root uid:gid's (gid None: groups unchanged) (links themselves, never their targets), so the job's own user
         can write it; returns how many entries changed hands (entries already theirs are skipped: a retry is cheap).
         os.fwalk works from directory descriptors and does not descend into links, so a name swapped for a link
         during the walk is changed itself, never what it points to."""
@@ -355,8 +355,8 @@ class JobRoot:
             for name in [".", *dirs, *files]:
                 try:
                     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                    if (st.st_uid, st.st_gid) != (uid, gid):
-                        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+                    if st.st_uid != uid or (gid is not None and st.st_gid != gid):
+                        os.chown(name, uid, -1 if gid is None else gid, dir_fd=dir_fd, follow_symlinks=False)
                         changed += 1
                 except FileNotFoundError:
                     continue

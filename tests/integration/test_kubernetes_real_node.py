@@ -22,6 +22,21 @@ TRAIN = """\
 import json, os, socket, sys, time
 print(f"first line at {time.time():.3f}", flush=True)
 print(f"host {socket.gethostname()} uid {os.getuid()} of {len(json.loads(os.environ['SM_HOSTS']))}", flush=True)
+def attempt(action):  # what a hostile job tries: the kernel's settings and root's files
+    try:
+        action()
+        return "done"
+    except OSError as err:
+        return err.strerror
+def rewrite(path):  # writes back the value it holds: harmless where it is allowed
+    value = open(path).read()
+    with open(path, "w") as f:
+        f.write(value)
+reached = {"core_pattern": attempt(lambda: rewrite("/proc/sys/kernel/core_pattern")),
+           "drop_caches": attempt(lambda: os.close(os.open("/proc/sys/vm/drop_caches", os.O_WRONLY))),
+           "sysrq": attempt(lambda: os.close(os.open("/proc/sysrq-trigger", os.O_WRONLY))),
+           "shadow": attempt(lambda: open("/etc/shadow").read())}
+print("hostile reached " + ",".join(sorted(k for k, v in reached.items() if v == "done")) + ".", flush=True)
 for i in range(1, 201):
     print(f"step {i:03d}/200 loss={1.0 / i:.4f}")
 os.makedirs(os.environ["SM_MODEL_DIR"], exist_ok=True)
@@ -81,6 +96,7 @@ def test_one_host_runs_the_image_as_its_user_with_every_line_and_the_model(real_
     clock.stop()
     assert state == "success", (states, output[-4000:])
     assert "host real-one-0 uid 1000 of 1" in output  # the image's user, not root
+    assert "hostile reached ." in output  # no sysctl, no sysrq, no /etc/shadow in the pod
     steps = [line[line.index("step "):line.index("step ") + 12] for line in output.splitlines() if "step " in line
              and "/200 loss=" in line]
     assert steps == [f"step {i:03d}/200" for i in range(1, 201)], "a pod log line was lost or repeated"
@@ -91,6 +107,9 @@ def test_one_host_runs_the_image_as_its_user_with_every_line_and_the_model(real_
     local["backend"] = "local"
     local_state, _, _, local_output, local_seconds = dags_test(local, timeout=300)
     assert local_state == "success", local_output[-3000:]
+    # The same script on the local backend, through Airflow's root worker: a uid of its own, nothing reached.
+    uid = int(local_output.split(" uid ")[1].split()[0])
+    assert uid != 0 and "hostile reached ." in local_output, local_output[-3000:]
     def since_created(t):  # the pod watch may miss a short-lived phase: say so rather than fail the figures
         return "?" if t is None or clock.created is None else f"{t - clock.created:.1f}"
 

@@ -46,18 +46,11 @@ def worker_is_root() -> bool:
 
 
 def give_job_root(path: str, uid: int, gid: int | None) -> int:
-    """chown -R the job root to the container's user (links themselves, not their targets); returns how many
-    entries changed hands. Entries already theirs are skipped, so a retry of a big job root is cheap."""
-    changed = 0
-    gid = -1 if gid is None else gid
-    for current, dirs, files in os.walk(path):  # does not descend into linked directories
-        linked = [name for name in dirs if os.path.islink(os.path.join(current, name))]
-        for entry in [current, *(os.path.join(current, name) for name in files + linked)]:
-            stat = os.lstat(entry)
-            if stat.st_uid != uid or (gid != -1 and stat.st_gid != gid):
-                os.lchown(entry, uid, gid)
-                changed += 1
-    return changed
+    """chown -R the job root to the container's user (operators/fs/job_root.py: links themselves, never their
+    targets); returns how many entries changed hands, none on a retry."""
+    from operators.fs.job_root import JobRoot
+
+    return JobRoot(path).give_to(uid, gid)
 
 
 def secret_values(mapping: Mapping[str, str] | None) -> dict[str, str]:
