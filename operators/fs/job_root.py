@@ -351,6 +351,8 @@ class JobRoot:
         os.fwalk works from directory descriptors and does not descend into links, so a name swapped for a link
         during the walk is changed itself, never what it points to."""
         changed = 0
+        if not os.path.isdir(self.root):
+            return 0  # nothing staged yet: nothing to give
         for _, dirs, files, dir_fd in os.fwalk(self.root, follow_symlinks=False):
             for name in [".", *dirs, *files]:
                 try:

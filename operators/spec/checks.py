@@ -109,11 +109,11 @@ def check_isolation_options(spec: JobSpec, kubernetes_settings: Any = None) -> N
 
 def check_local_resources(spec: JobSpec, settings: Any = None) -> None:
     """A local job asks for no more memory, CPU or GPUs per host than the admin allows and this worker has
-    (operators/launch/local/limits.py, slots.py); the launch checks again where it runs."""
+    (operators/launch/local/limits.py, operators/launch/worker_slots.py); the launch checks again where it runs."""
     if spec.backend != "local":
         return
-    from operators.launch.local.isolation import gpu_devices
     from operators.launch.local.limits import LimitError, check_resources
+    from operators.launch.worker_slots import gpu_devices
 
     if settings is None:
         from operators.settings import training_settings
@@ -124,7 +124,7 @@ def check_local_resources(spec: JobSpec, settings: Any = None) -> None:
         check_resources(resources, settings)
     except LimitError as err:
         raise SpecError(err.field, err.problem) from None
-    wanted, have = int(resources.get("gpu") or 0), len(gpu_devices(settings))
+    wanted, have = int(resources.get("gpu") or 0), len(gpu_devices(settings.local_gpu_devices))
     if wanted > have:
         raise SpecError("resources.gpu", f"{wanted} GPU(s) asked for, but the local backend's worker has {have} "
                         "([training] local_gpu_devices); ask for fewer or use the kubernetes backend")

@@ -72,13 +72,15 @@ def container_configs(
     addresses: Sequence[str] | None = None,
     secrets_file: str | None = None,
     pids_limit: int = 0,
+    gpu_ids: Sequence[Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """The Engine API body (POST /containers/create) of each host's container, in host order.
 
     addresses: each host's fixed address on the job's network (see :func:`job_addresses`); every container's
     /etc/hosts then lists all hosts. secrets_file: the job's credentials file on the worker, mounted read-only
     and loaded by :data:`ENV_FILE_WRAPPER` before `train` starts. pids_limit: the most processes and threads a
-    container may hold (`[training.docker] pids_limit`); 0: no limit.
+    container may hold (`[training.docker] pids_limit`); 0: no limit. gpu_ids: each host's own GPUs (NVIDIA
+    indices leased on the worker, operators/launch/worker_slots.py); None: `resources.gpu` of any GPUs the engine picks.
     """
     if not image:
         raise ValueError("image_uri is empty; set the spec's image_uri or [training] default_image")
@@ -139,8 +141,14 @@ def container_configs(
         host_config["ExtraHosts"] = [f"{name}:{address}" for name, address in zip(names, addresses)]
     configs = []
     network = kube_name(request.job_name)
+    if gpu_ids is not None and len(gpu_ids) != len(names):
+        raise ValueError(f"GPUs for {len(gpu_ids)} hosts, {len(names)} hosts")
     for index, name in enumerate(names):
         endpoint: dict[str, Any] = {"Aliases": [name]}
+        container_host_config = dict(host_config)
+        if gpu_ids is not None and gpu_ids[index]:  # exactly these GPUs, none another job holds
+            container_host_config["DeviceRequests"] = [{"Driver": "", "DeviceIDs": list(gpu_ids[index]),
+                                                        "Capabilities": [["gpu"]]}]
         if addresses is not None:
             endpoint["IPAMConfig"] = {"IPv4Address": addresses[index]}
         configs.append(
@@ -153,7 +161,7 @@ def container_configs(
                 "Env": [f"TRAINING_ROOT={root}", *env],
                 "Labels": job_labels(request, index),
                 "Tty": False,
-                "HostConfig": dict(host_config),
+                "HostConfig": container_host_config,
                 "NetworkingConfig": {"EndpointsConfig": {network: endpoint}},
             }
         )

@@ -45,7 +45,9 @@ from operators.launch.base import (
     LaunchResult,
     LineCallback,
 )
+from operators.launch import worker_slots
 from operators.launch.outcome import clear_outcome_markers
+from operators.launch.worker_slots import NotEnoughGpus
 from operators.launch.names import JOB_LABEL
 from operators.launch.names import resource_name as kube_name
 
@@ -72,20 +74,27 @@ class DockerLauncherHook(BaseHook):
         self._docker_conn_id = docker_conn_id
         self._default_image = default_image
         self._pids_limit = pids_limit
+        self._gpus_leased = False
 
     # ---- configuration --------------------------------------------------------------------------------
+    @property
+    def engine_url(self) -> str:
+        if self._docker_url is not None:
+            return self._docker_url
+        from operators.settings import docker_settings
+
+        return docker_settings().docker_url
+
     @cached_property
     def client(self):
         from airflow.providers.docker.hooks.docker import DockerHook
 
-        url, conn_id = self._docker_url, self._docker_conn_id
-        if url is None or conn_id is None:
+        conn_id = self._docker_conn_id
+        if conn_id is None:
             from operators.settings import docker_settings
 
-            settings = docker_settings()
-            url = url or settings.docker_url
-            conn_id = conn_id if conn_id is not None else settings.docker_conn_id
-        return DockerHook(docker_conn_id=conn_id or None, base_url=url, version="auto").get_conn()
+            conn_id = docker_settings().docker_conn_id
+        return DockerHook(docker_conn_id=conn_id or None, base_url=self.engine_url, version="auto").get_conn()
 
     @property
     def pids_limit(self) -> int:
@@ -132,7 +141,7 @@ class DockerLauncherHook(BaseHook):
 
     def configs(
         self, request: LaunchRequest, user: str = access.DEFAULT_USER, addresses: list[str] | None = None,
-        secrets_file: str | None = None,
+        secrets_file: str | None = None, gpu_ids: list[list[str]] | None = None,
     ) -> list[dict[str, Any]]:
         options = self._options(request)
         return container_configs(
@@ -144,6 +153,7 @@ class DockerLauncherHook(BaseHook):
             addresses=addresses,
             secrets_file=secrets_file,
             pids_limit=self.pids_limit,
+            gpu_ids=gpu_ids,
         )
 
     # ---- the protocol ---------------------------------------------------------------------------------
@@ -212,6 +222,8 @@ class DockerLauncherHook(BaseHook):
                 summary = ", ".join(f"{name} {state.get('Status')}" for name, state in sorted(states.items()))
                 on_line(f"[docker] reattaching to the containers of job {network} ({summary}): no second set")
                 self._start_created(request)
+                self._lease_gpus(request)  # the earlier try's lease: the same GPUs
+                self._record_gpu_holders(request)
                 return None
             on_line(f"[docker] removing the containers of an earlier, failed try of job {network}")
             self._remove_all(request)
@@ -222,7 +234,8 @@ class DockerLauncherHook(BaseHook):
             return failure
         try:
             user, ids = self._run_as(request, options, image, on_line)
-        except ValueError as err:  # a root or unknown user: the job's (or its image's) to fix, no retry can help
+            gpu_ids = self._lease_gpus(request)
+        except (ValueError, NotEnoughGpus) as err:  # the job's (or its image's) to fix: no retry can help
             return LaunchResult(succeeded=False, failure_class=USER_ERROR, failure_reason=str(err))
         secrets_file = None
         if secrets:
@@ -231,13 +244,14 @@ class DockerLauncherHook(BaseHook):
             on_line(f"[docker] credentials {', '.join(sorted(secrets))} from Airflow Variables: in a read-only file, "
                     "not in the container's configuration")
         addresses = engine.create_job_network(self.client, request)
-        configs = self.configs(request, user=user, addresses=addresses, secrets_file=secrets_file)
+        configs = self.configs(request, user=user, addresses=addresses, secrets_file=secrets_file, gpu_ids=gpu_ids)
         for config in configs:
             body = {k: v for k, v in config.items() if k != "name"}
             failure = self._create(config["name"], body, options, on_line)
             if failure is not None:
                 return failure
         self._start_created(request)
+        self._record_gpu_holders(request)
         hosts = ", ".join(f"{c['name']} ({a})" for c, a in zip(configs, addresses))
         on_line(f"[docker] started job {network}: {hosts}, image {image}, user {user}")
         return None
@@ -365,8 +379,40 @@ class DockerLauncherHook(BaseHook):
         found = self.client.containers(all=True, filters={"label": f"{JOB_LABEL}={kube_name(request.job_name)}"})
         return {c["Names"][0].lstrip("/"): c for c in found}
 
+    def _lease_gpus(self, request: LaunchRequest) -> list[list[str]] | None:
+        """Each host's GPUs, leased on the worker like the local backend's, when the engine is the worker's own
+        (a unix socket) and the job asks for GPUs; None: the engine picks (a remote engine's GPUs are not ours)."""
+        per_host = int(request.resources.get("gpu") or 0)
+        if not per_host or not self.engine_url.startswith("unix://"):
+            return None
+        from operators.settings import training_settings
+
+        devices = worker_slots.gpu_devices(training_settings().local_gpu_devices)
+        lease = worker_slots.claim(request.workspace, request.job_name, None, per_host * request.instance_count,
+                                   devices)
+        self._gpus_leased = True
+        ids = [str(worker_slots.device_number(d)) for d in lease.gpus]
+        return [ids[i * per_host:(i + 1) * per_host] for i in range(request.instance_count)]
+
+    def _record_gpu_holders(self, request: LaunchRequest) -> None:
+        """The containers' init processes hold the job's GPUs: a worker that dies leaves them the job's."""
+        if not self._gpus_leased:
+            return
+        import psutil
+
+        holders = []
+        for name in self._containers(request):
+            pid = (self._inspect(name).get("State") or {}).get("Pid")
+            try:
+                holders.append((pid, psutil.Process(pid).create_time()))
+            except (psutil.Error, TypeError, ValueError):
+                continue
+        worker_slots.record_holders(request.workspace, request.job_name, holders)
+
     def _cleanup(self, request: LaunchRequest, options: Mapping[str, Any]) -> None:
         access.remove_secrets(access.secrets_dir(request.workspace, request.job_name))
+        if self._gpus_leased:
+            worker_slots.release(request.workspace, request.job_name)
         if options["keep_containers"]:
             self.log.info("Keeping the containers of job %s (keep_containers)", request.job_name)
             return

@@ -1,24 +1,24 @@
 """Who a local job runs as and what it may take, set up before its processes start and undone when it is reported.
 
 - **A uid of its own** (a root worker): bubblewrap builds the sandbox as root, then setpriv becomes a uid of
-  [training] local_uid_range held by this job alone (operators/launch/local/slots.py), with no groups, no
+  [training] local_uid_range held by this job alone (operators/launch/worker_slots.py), with no groups, no
   capabilities and no_new_privs; the job root is given to that uid first. The kernel then refuses it what it refuses
   any other user: sysctls, root's files (/etc/shadow, the secrets file), other jobs' files and processes. A non-root
   worker's bubblewrap maps the worker's own uid (never root) and needs nothing else.
 - **Defence in depth**: a minimal /etc with passwd and group of its own, /proc and /sys masked as container runtimes
   mask them (sandbox.py), and a seccomp filter (syscalls.py).
 - **Limits**: a cgroup per host with the spec's memory and CPU, or the admin's defaults, and a pids limit (limits.py).
-- **GPUs**: the job's own devices (slots.py); only their nodes are in its /dev, CUDA numbers them 0..n-1.
+- **GPUs**: the job's own devices (operators/launch/worker_slots.py); only their nodes are in its /dev, CUDA numbers them 0..n-1.
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 from typing import Callable
 
-from operators.launch.local import limits, slots, syscalls
+from operators.launch import worker_slots as slots
+from operators.launch.local import limits, syscalls
 from operators.launch.local.sandbox import account_files
 from operators.fs.job_root import JobRoot
 
@@ -44,9 +44,9 @@ class JobIsolation:
         self.limits = limits.limits_for(dict(request.resources), self.settings)
         root_worker = os.geteuid() == 0
         wanted_gpus = int(request.resources.get("gpu") or 0)
-        self.slots = slots.claim(request.workspace, request.job_name, request.job_root,
+        self.slots = slots.claim(request.workspace, request.job_name,
                                  self.settings.local_uid_range if root_worker and self.sandboxed else None,
-                                 wanted_gpus, gpu_devices(self.settings))
+                                 wanted_gpus, slots.gpu_devices(self.settings.local_gpu_devices))
         self._claimed = True
         if not start:
             self.cgroups = {h: g for h in request.hosts if (g := limits.existing(request.job_name, h)) is not None}
@@ -92,9 +92,14 @@ class JobIsolation:
         if self.sandboxed:
             visible = ",".join(str(i) for i in range(len(self.slots.gpus)))
         else:
-            visible = ",".join(str(_device_number(d)) for d in self.slots.gpus)
+            visible = ",".join(str(slots.device_number(d)) for d in self.slots.gpus)
         return {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible or "void",
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+    def record_holders(self, request, records) -> None:
+        """The sandboxes now hold the job's uid and GPUs (they stay its own while one runs, whatever its worker)."""
+        if self._claimed:
+            slots.record_holders(request.workspace, request.job_name, records)
 
     def oom_killed(self) -> bool:
         return any(group.oom_kills() > 0 for group in self.cgroups.values())
@@ -106,14 +111,3 @@ class JobIsolation:
         limits.remove_job(request.job_name)
         if self._claimed:
             slots.release(request.workspace, request.job_name)
-
-
-def gpu_devices(settings) -> list[str]:
-    """This worker's GPUs that jobs may have ([training] local_gpu_devices), in device-number order."""
-    pattern = settings.local_gpu_devices
-    return sorted(glob.glob(pattern), key=_device_number) if pattern else []
-
-
-def _device_number(path: str) -> int:
-    digits = os.path.basename(path)[len("nvidia"):]
-    return int(digits) if digits.isdigit() else 1 << 30

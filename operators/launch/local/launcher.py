@@ -57,7 +57,7 @@ from operators.launch.local.sandbox import (
 )
 from operators.launch.local.isolation import JobIsolation
 from operators.launch.local.limits import LimitError
-from operators.launch.local.slots import NotEnoughGpus
+from operators.launch.worker_slots import NotEnoughGpus
 from operators.launch.outcome import read_failure_reason
 from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, LEASE, ensure_state_dir, state_path
 
@@ -430,6 +430,7 @@ class LocalLauncherHook:
                 create_time = time.time()  # gone already: never matches a live process
             records.append((host.pid, create_time))
         write_records(state_path(request.workspace, request.job_name, LAUNCH_PIDS), records)
+        self._isolation.record_holders(request, records)
 
     @staticmethod
     def _recorded(request: LaunchRequest) -> list:

@@ -125,3 +125,24 @@ def test_job_addresses_skip_the_gateway_and_check_room():
     assert job_addresses("10.9.0.0/24", "10.9.0.254", 2) == ["10.9.0.1", "10.9.0.2"]
     with pytest.raises(ValueError, match="no room for 3 hosts"):
         job_addresses("10.9.0.0/30", "10.9.0.1", 3)
+
+
+def test_each_host_gets_exactly_its_leased_gpus(tmp_path, monkeypatch):
+    # No GPU here: files stand in for the device nodes the worker hands out (operators/launch/worker_slots.py).
+    for i in range(4):
+        (tmp_path / f"nvidia{i}").write_text("")
+    monkeypatch.setenv("AIRFLOW__TRAINING__LOCAL_GPU_DEVICES", str(tmp_path / "nvidia[0-9]*"))
+    first = make_request(tmp_path, job_name="first", hosts=2, gpu=1)
+    second = make_request(tmp_path, job_name="second", hosts=1, gpu=2)
+    launcher = DockerLauncherHook(docker_url="unix://var/run/docker.sock", pids_limit=0)
+    ids = [launcher._lease_gpus(first), DockerLauncherHook(docker_url="unix://var/run/docker.sock")._lease_gpus(second)]
+    assert ids == [[["0"], ["1"]], [["2", "3"]]]
+    configs = launcher.configs(first, gpu_ids=ids[0])
+    assert [c["HostConfig"]["DeviceRequests"] for c in configs] == [
+        [{"Driver": "", "DeviceIDs": ["0"], "Capabilities": [["gpu"]]}],
+        [{"Driver": "", "DeviceIDs": ["1"], "Capabilities": [["gpu"]]}]]
+    # A remote engine's GPUs are not the worker's: the engine picks them (a count).
+    remote = DockerLauncherHook(docker_url="tcp://gpu-box:2376")
+    assert remote._lease_gpus(make_request(tmp_path, job_name="third", gpu=1)) is None
+    assert remote.configs(make_request(tmp_path, job_name="third", gpu=1))[0]["HostConfig"]["DeviceRequests"] == [
+        {"Driver": "", "Count": 1, "Capabilities": [["gpu"]]}]

@@ -240,7 +240,7 @@ def test_gpu_jobs_get_disjoint_devices_and_a_job_without_gpus_sees_none(tmp_path
     while not all(any(line.startswith("DEVICES") for line in lines[n]) for n in ("first", "second")):
         assert all(t.is_alive() for t in threads) or all(lines[n] for n in ("first", "second")), (results, lines)
         threading.Event().wait(0.2)
-    with caplog.at_level("INFO", logger="operators.launch.local.slots"):
+    with caplog.at_level("INFO", logger="operators.launch.worker_slots"):
         run(third)  # returns once one of the first two gave its GPUs back
     run(none)
     for thread in threads:

@@ -1,26 +1,28 @@
-"""What a running local job holds on its worker: a uid of [training] local_uid_range (when the worker is root) and
-the GPUs it asked for, each held by one job at a time.
+"""What a running job holds on its worker: the GPUs it asked for (local and docker backends: the worker's own
+devices, [training] local_gpu_devices), each held by one job at a time, and on the local backend with a root worker a
+uid of [training] local_uid_range.
 
 One claim per job, `<workspace>/state/.local-slots/<job_name>.json` ({"uid": U or null, "gpus": [device paths],
-"root": job root, "at": time}), beside the jobs' state directories where user code cannot write (a job name never starts with a dot);
+"holders": [[pid, create time], ...], "at": time}), beside the jobs' state directories where user code cannot write (a job name never starts with a dot);
 claims are read and written under an flock of that directory's `.lock`, so two launches never take the same uid or
 GPU. A claim is released when its launcher reports the training (release), and counts as gone once its job has nothing
-left running (its worker died): none of the job's recorded launch processes alive, no process running as its uid, and
-older than CLAIM_GRACE_SECONDS (the time between a claim and the processes that use it). A task retry of the same job
+left running (its worker died): none of the processes its launcher recorded as holding it (record_holders: the local
+sandboxes, the containers' init processes) alive, no process running as its uid, and older than CLAIM_GRACE_SECONDS
+(the time between a claim and the processes that use it). Nothing here knows a backend. A task retry of the same job
 finds its own claim and keeps it (it may be reattaching to the training that holds those GPUs).
 """
 
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import logging
 import os
 import time
 from dataclasses import dataclass
 
-from operators.launch.local.processes import ours, read_records
-from operators.state.job_state import LAUNCH_PIDS, state_path, state_root
+from operators.state.job_state import state_root
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,8 @@ def _read(path: str) -> dict | None:
         return None
     if not isinstance(claim, dict):
         return None
-    uid, gpus, at, root = claim.get("uid"), claim.get("gpus"), claim.get("at"), claim.get("root")
-    if (uid is not None and type(uid) is not int) or not isinstance(gpus, list) or not isinstance(root, str) \
+    uid, gpus, at, holders = claim.get("uid"), claim.get("gpus"), claim.get("at"), claim.get("holders")
+    if (uid is not None and type(uid) is not int) or not isinstance(gpus, list) or not isinstance(holders, list) \
             or not all(isinstance(g, str) for g in gpus) or type(at) not in (int, float):
         return None
     return claim
@@ -73,9 +75,20 @@ def _uids_in_use() -> set[int]:
     return uids
 
 
-def _job_running(workspace: str, job_name: str, job_root: str) -> bool:
-    records = read_records(state_path(workspace, job_name, LAUNCH_PIDS))
-    return any(ours(pid, ctime, job_root) is not None for pid, ctime in records)
+def _holding(holders: list) -> bool:
+    """Whether a recorded holder still runs (the same pid, started at the recorded time: pids are recycled)."""
+    import psutil
+
+    for holder in holders:
+        if not (isinstance(holder, list) and len(holder) == 2 and type(holder[0]) is int
+                and type(holder[1]) in (int, float)):
+            continue
+        try:
+            if abs(psutil.Process(holder[0]).create_time() - holder[1]) < 1.0:
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def _live_claims(directory: str, workspace: str) -> dict[str, dict]:
@@ -92,7 +105,7 @@ def _live_claims(directory: str, workspace: str) -> dict[str, dict]:
         if claim is not None:
             if uids_in_use is None:
                 uids_in_use = _uids_in_use()
-            if _job_running(workspace, job, claim["root"]) or (claim["uid"] is not None and claim["uid"] in uids_in_use):
+            if _holding(claim["holders"]) or (claim["uid"] is not None and claim["uid"] in uids_in_use):
                 claims[job] = claim
                 continue
         log.info("Released the slots of job %s: nothing of it runs any more", job)
@@ -100,7 +113,7 @@ def _live_claims(directory: str, workspace: str) -> dict[str, dict]:
     return claims
 
 
-def claim(workspace: str, job_name: str, job_root: str, uid_range: tuple[int, int] | None, gpus: int, devices: list[str],
+def claim(workspace: str, job_name: str, uid_range: tuple[int, int] | None, gpus: int, devices: list[str],
           poll: float = WAIT_POLL_SECONDS) -> Slots:
     """The job's uid (when uid_range is given) and `gpus` of `devices`, waiting while other jobs hold the GPUs it
     needs; NotEnoughGpus at once when the worker has fewer than that."""
@@ -121,7 +134,7 @@ def claim(workspace: str, job_name: str, job_root: str, uid_range: tuple[int, in
             if len(free) >= gpus:
                 uid = _free_uid(uid_range, {c["uid"] for c in claims.values()}) if uid_range else None
                 slots = Slots(uid, tuple(free[:gpus]))
-                _write(os.path.join(directory, f"{job_name}.json"), slots, job_root)
+                _write(os.path.join(directory, f"{job_name}.json"), slots, [])
                 return slots
         now = time.monotonic()
         if now - reported >= WAIT_REPORT_SECONDS:
@@ -140,11 +153,33 @@ def _free_uid(uid_range: tuple[int, int], taken: set) -> int:
     raise RuntimeError(f"every uid of [training] local_uid_range {uid_range[0]}-{uid_range[1]} is in use; widen it")
 
 
-def _write(path: str, slots: Slots, job_root: str) -> None:
+def _write(path: str, slots: Slots, holders: list) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"uid": slots.uid, "gpus": list(slots.gpus), "root": job_root, "at": time.time()}, f)
+        json.dump({"uid": slots.uid, "gpus": list(slots.gpus), "holders": holders, "at": time.time()}, f)
     os.replace(tmp, path)
+
+
+def record_holders(workspace: str, job_name: str, holders: list[tuple[int, float]]) -> None:
+    """The processes (pid, create time) that hold the job's claim from now on: while one runs, it stays the job's."""
+    directory = _slots_dir(workspace)
+    path = os.path.join(directory, f"{job_name}.json")
+    with open(os.path.join(directory, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        mine = _read(path)
+        if mine is not None:
+            _write(path, Slots(mine["uid"], tuple(mine["gpus"])), [[pid, ctime] for pid, ctime in holders])
+
+
+def gpu_devices(pattern: str) -> list[str]:
+    """This worker's GPUs that jobs may have ([training] local_gpu_devices: a glob), in device-number order."""
+    return sorted(glob.glob(pattern), key=device_number) if pattern else []
+
+
+def device_number(path: str) -> int:
+    """nvidia2 -> 2: the NVIDIA index Docker's device requests and CUDA_VISIBLE_DEVICES use."""
+    digits = os.path.basename(path)[len("nvidia"):]
+    return int(digits) if digits.isdigit() else 1 << 30
 
 
 def release(workspace: str, job_name: str) -> None:
