@@ -27,6 +27,7 @@ from operators.state.job_state import state_root
 log = logging.getLogger(__name__)
 
 SLOTS_DIR = ".local-slots"
+GPU_QUEUE = "this worker's GPUs"  # what the console says a job waiting for them is queued in
 CLAIM_GRACE_SECONDS = 60.0
 WAIT_POLL_SECONDS = 2.0
 WAIT_REPORT_SECONDS = 30.0
@@ -135,12 +136,14 @@ def claim(workspace: str, job_name: str, uid_range: tuple[int, int] | None, gpus
                 uid = _free_uid(uid_range, {c["uid"] for c in claims.values()}) if uid_range else None
                 slots = Slots(uid, tuple(free[:gpus]))
                 _write(os.path.join(directory, f"{job_name}.json"), slots, [])
+                if gpus:  # the console's queue line (plugins/training_console/queue_line.py): no longer waiting
+                    log.info("Given GPU(s) %s of this worker", ", ".join(slots.gpus))
                 return slots
         now = time.monotonic()
         if now - reported >= WAIT_REPORT_SECONDS:
             holders = sorted(job for job, c in claims.items() if c["gpus"])
             log.info("Waiting for %d GPU(s): %d of %d free, the others held by %s", gpus, len(free), len(devices),
-                     ", ".join(holders))
+                     ", ".join(holders))  # the console's queue line too
             reported = now
         time.sleep(poll)
 

@@ -134,6 +134,8 @@ class LaunchTrainingOperator(JobStageOperator):
             if monitor is not None:
                 self._stop_early(monitor.observe_collector(metrics), request, stop_lock)
 
+        if hasattr(self.launcher, "queue_of"):  # a blocking launch that may wait its turn (the worker's GPUs)
+            context["ti"].xcom_push(key=QUEUE_KEY, value=self.launcher.queue_of(request))
         if sync:
             sync.start()
         watching = self._watch_metrics_file(monitor, request, stop_lock) if monitor is not None else None

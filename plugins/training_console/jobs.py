@@ -81,8 +81,9 @@ class Job:
         return (self.tis.get(stage) or (None,))[0]
 
     def waits_in_queue(self) -> bool:
-        """launch_training is deferred with its Job in a Kueue queue: read its place from the task log."""
-        return self.state("launch_training") == "deferred" and bool(self.queue)
+        """launch_training is deferred with its Job in a Kueue queue, or runs waiting for the worker's GPUs: read its
+        place from the task log."""
+        return self.state("launch_training") in ("deferred", "running") and bool(self.queue)
 
     def queued_in(self) -> str | None:
         """The Kueue queue the job waits in, while it waits (not once Kueue admitted it)."""

@@ -1,4 +1,5 @@
-"""Where a Kubernetes job waiting in a Kueue queue stands, for the list and the job page.
+"""Where a Kubernetes job waiting in a Kueue queue, or a local job waiting for the worker's GPUs, stands, for the list
+and the job page.
 
 The launch stage records the queue before it defers (XCom "queue": {queue, priority}); the wait itself happens in
 the triggerer, which cannot push XComs but logs each change (operators/launch/kubernetes/watch.py:
@@ -21,6 +22,11 @@ QUEUE_KEY = "queue"  # operators/stages/launch_training.py
 # start of an event: a training's own output arrives prefixed with its host and cannot pose as one.
 _QUEUE_LINE = re.compile(r"\[kubernetes\] ((?:still )?(?:queued in |preempted in |evicted in |quota reserved in |"
                          r"waiting for Kueue to queue |admitted by Kueue in ).*)")
+# A local job waiting for the worker's GPUs (operators/launch/worker_slots.py): only that logger's records count, a
+# training's output (logged by the launch stage) cannot pose as one.
+_GPU_LOGGER = "operators.launch.worker_slots"
+_GPU_LINE = re.compile(r"(?:Waiting for \d+ GPU\(s\): |Given GPU\(s\) ).*")
+_GIVEN = ("admitted by Kueue", "Given GPU(s)")
 
 
 def latest_queue_line(events: Iterable[Any]) -> str | None:
@@ -29,15 +35,23 @@ def latest_queue_line(events: Iterable[Any]) -> str | None:
     for event in events:
         text = event if isinstance(event, str) else getattr(event, "event", None) or (
             event.get("event") if isinstance(event, dict) else None)
-        match = _QUEUE_LINE.match(text)  # the watch's own event; a host line ("[pod] ...") never if isinstance(text, str) else None
+        if not isinstance(text, str):
+            continue
+        match = _QUEUE_LINE.match(text)  # the watch's own event; a host line ("[pod] ...") never
         if match:
             latest = match.group(1)
+        elif _logger(event) == _GPU_LOGGER and _GPU_LINE.match(text):
+            latest = text
     return latest
+
+
+def _logger(event: Any) -> str | None:
+    return event.get("logger") if isinstance(event, dict) else getattr(event, "logger", None)
 
 
 def still_queued(line: str | None) -> bool:
     """Whether the Job still waits for Kueue (no line read yet: it has not been admitted either)."""
-    return line is None or not line.startswith("admitted by Kueue")
+    return line is None or not line.startswith(_GIVEN)
 
 
 REREAD_SECONDS = 5.0  # the list and every open job page poll: one read of a log serves them all for this long
@@ -50,8 +64,8 @@ def read_queue_line(session, dag_id: str, run_id: str, task_id: str, map_index: 
     key = (dag_id, run_id, task_id, map_index, try_number)
     now = time.monotonic()
     cached = _READ.get(key)
-    if cached is not None and now - cached[0] < REREAD_SECONDS:
-        return cached[1]
+    if cached is not None and (now - cached[0] < REREAD_SECONDS or not still_queued(cached[1])):
+        return cached[1]  # admitted: that try waits no more, its log need not be read again
     if len(_READ) > 256:
         _READ.clear()
     line = _read(session, dag_id, run_id, task_id, map_index, try_number)

@@ -57,7 +57,7 @@ from operators.launch.local.sandbox import (
 )
 from operators.launch.local.isolation import JobIsolation
 from operators.launch.local.limits import LimitError
-from operators.launch.worker_slots import NotEnoughGpus
+from operators.launch.worker_slots import GPU_QUEUE, NotEnoughGpus
 from operators.launch.outcome import read_failure_reason
 from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, LEASE, ensure_state_dir, state_path
 
@@ -156,6 +156,11 @@ class LocalLauncherHook:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             return sock.getsockname()[1]
+
+    def queue_of(self, request: LaunchRequest) -> dict[str, str] | None:
+        """A job asking for GPUs may wait for this worker's (operators/launch/worker_slots.py): the console shows it
+        queued, its place read from the task log, until it has them."""
+        return {"queue": GPU_QUEUE, "priority": ""} if int(request.resources.get("gpu") or 0) else None
 
     def stop(self, request: LaunchRequest) -> None:
         own = {p.pid for p in self._procs}

@@ -64,3 +64,17 @@ def test_the_list_filters_queued_jobs_and_shows_the_queue():
 def test_a_training_that_prints_a_queue_line_does_not_move_its_own_job():
     planted = {"event": "[bert-0] [kubernetes] admitted by Kueue in team-a"}  # the script's output, host-prefixed
     assert latest_queue_line([*RECORDED_LOG, planted]) == latest_queue_line(RECORDED_LOG)
+
+
+def test_a_local_job_waiting_for_the_workers_gpus_is_queued_until_it_has_them():
+    waiting = {"event": "Waiting for 2 GPU(s): 1 of 4 free, the others held by big-job",
+               "logger": "operators.launch.worker_slots"}
+    given = {"event": "Given GPU(s) /dev/nvidia1, /dev/nvidia3 of this worker", "logger": "operators.launch.worker_slots"}
+    planted = {"event": "Given GPU(s) everything", "logger": "airflow.task.operators.LaunchTrainingOperator"}
+    job = deferred({"queue": "this worker's GPUs", "priority": ""}, latest_queue_line([waiting, planted]))
+    job.tis["launch_training"] = ("running", T0, None, 1)  # the local backend waits in the running task
+    assert latest_queue_line([waiting, planted]) == waiting["event"]  # the training's own output cannot pose as one
+    summary = job.summary(T0)
+    assert (summary["status"], summary["queue"]) == ("queued", "this worker's GPUs")
+    job.queue_line = latest_queue_line([waiting, given])
+    assert job.status() == ("running", None)
