@@ -69,7 +69,22 @@ SCRIPT = textwrap.dedent('''
             print(f"{me} tick {i}", flush=True)
             time.sleep(1)
     status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+    def attempt(action):  # what a hostile job tries: the kernel's settings and root's files
+        try:
+            action()
+            return "done"
+        except OSError as err:
+            return err.strerror
+    def rewrite(path):  # writes back the value it holds: harmless where it is allowed
+        value = open(path).read()
+        with open(path, "w") as f:
+            f.write(value)
+    reached = {"core_pattern": attempt(lambda: rewrite("/proc/sys/kernel/core_pattern")),
+               "drop_caches": attempt(lambda: os.close(os.open("/proc/sys/vm/drop_caches", os.O_WRONLY))),
+               "sysrq": attempt(lambda: os.close(os.open("/proc/sysrq-trigger", os.O_WRONLY))),
+               "shadow": attempt(lambda: open("/etc/shadow").read())}
     report = {
+        "reached": sorted(name for name, outcome in reached.items() if outcome == "done"),
         "host": me,
         "uid": os.getuid(),
         "gid": os.getgid(),
@@ -155,6 +170,7 @@ def test_two_hosts_resolve_each_other_and_run_unprivileged_as_the_image_user(tmp
         assert set(report["resolved"]) == set(request.hosts)
         assert (report["uid"], report["gid"]) == (1000, 1000)  # the image's USER, not root
         assert report["cap_eff"] == "0000000000000000" and report["no_new_privs"] == "1"
+        assert report["reached"] == []  # no sysctl, no sysrq, no /etc/shadow
         assert report["channel"] == ["part-0.csv"] and not report["channel_writable"]
         assert (model / f"{host}.json").stat().st_uid == 1000
     assert any(line.startswith(f"[{request.hosts[1]}] ") and "done" in line for line in lines), lines[-10:]

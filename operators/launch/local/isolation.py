@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from typing import Callable
@@ -49,7 +50,7 @@ class JobIsolation:
                                  wanted_gpus, slots.gpu_devices(self.settings.local_gpu_devices))
         self._claimed = True
         if not start:
-            self.cgroups = {h: g for h in request.hosts if (g := limits.existing(request.job_name, h)) is not None}
+            self.cgroups = {h: g for h in request.hosts if (g := limits.existing(cgroup_name(request), h)) is not None}
             return
         if self.slots.uid is not None:
             changed = JobRoot(request.job_root).give_to(self.slots.uid, self.slots.uid)
@@ -71,7 +72,7 @@ class JobIsolation:
             return
         try:
             for host in request.hosts:
-                self.cgroups[host] = limits.create(request.job_name, host, self.limits)
+                self.cgroups[host] = limits.create(cgroup_name(request), host, self.limits)
         except OSError as err:
             log.warning("No cgroup limits for this job (cannot create its cgroups: %s): its memory, CPU and tasks are "
                         "not limited", err)
@@ -108,6 +109,12 @@ class JobIsolation:
         """The job was reported: its groups (empty now) go, its uid and GPUs are free for the next job."""
         for group in self.cgroups.values():
             group.remove()
-        limits.remove_job(request.job_name)
+        limits.remove_job(cgroup_name(request))
         if self._claimed:
             slots.release(request.workspace, request.job_name)
+
+
+def cgroup_name(request) -> str:
+    """The job's group under training/: its name and its job root's digest (job names are unique in a workspace, not
+    on a machine: two deployments, or two test workspaces, may both run a job "train")."""
+    return f"{request.job_name}-{hashlib.sha256(os.path.realpath(request.job_root).encode()).hexdigest()[:12]}"
