@@ -144,3 +144,25 @@ def test_a_source_dir_in_another_users_staged_code_is_refused(tmp_path, monkeypa
     for source in (os.path.join(theirs, archive), settings.code_staging_dir):  # theirs, or everyone's at once
         other = validate_spec({**BASE, "source_dir": source, "output_path": str(tmp_path / "out")})
         assert "another user uploaded" in str(fails(check_local_paths, other, (), settings.platform_areas_for("alice")))
+
+
+def test_a_local_job_asking_for_more_than_the_admin_allows_or_the_worker_has_is_refused_naming_the_field(tmp_path):
+    from dataclasses import replace
+
+    from operators.settings import training_settings
+    from operators.spec.checks import check_local_resources
+
+    for i in range(2):
+        (tmp_path / f"nvidia{i}").write_text("")  # no GPU here: files stand in for the device nodes
+    settings = replace(training_settings(), local_max_memory="8Gi", local_max_cpu="4",
+                       local_gpu_devices=str(tmp_path / "nvidia[0-9]*"))
+    local = {**BASE, "backend": "local"}
+    for resources, field, words in (({"memory": "16Gi"}, "resources.memory", "16Gi is more than the local backend "
+                                      "allows per host (8Gi, [training] local_max_memory)"),
+                                     ({"cpu": 8}, "resources.cpu", "[training] local_max_cpu"),
+                                     ({"gpu": 3}, "resources.gpu", "3 GPU(s) asked for, but the local backend's worker "
+                                      "has 2")):
+        err = fails(check_local_resources, validate_spec({**local, "resources": resources}), settings)
+        assert err.field == field and words in str(err), str(err)
+    check_local_resources(validate_spec({**local, "resources": {"memory": "8Gi", "cpu": "4", "gpu": 2}}), settings)
+    check_local_resources(validate_spec({**BASE, "backend": "docker", "resources": {"memory": "64Gi"}}), settings)
