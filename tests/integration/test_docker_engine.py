@@ -20,6 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
+import hostile_kernel
 import pytest
 
 from docker_support import DOCKER_URL, TRAINING_IMAGE, engine, require_image
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = hostile_kernel.PROBE + textwrap.dedent('''
     import json, os, socket, sys, time
     me = os.environ["TM_CURRENT_HOST"]
     hosts = json.loads(os.environ["TM_HOSTS"])
@@ -69,22 +70,8 @@ SCRIPT = textwrap.dedent('''
             print(f"{me} tick {i}", flush=True)
             time.sleep(1)
     status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
-    def attempt(action):  # what a hostile job tries: the kernel's settings and root's files
-        try:
-            action()
-            return "done"
-        except OSError as err:
-            return err.strerror
-    def rewrite(path):  # writes back the value it holds: harmless where it is allowed
-        value = open(path).read()
-        with open(path, "w") as f:
-            f.write(value)
-    reached = {"core_pattern": attempt(lambda: rewrite("/proc/sys/kernel/core_pattern")),
-               "drop_caches": attempt(lambda: os.close(os.open("/proc/sys/vm/drop_caches", os.O_WRONLY))),
-               "sysrq": attempt(lambda: os.close(os.open("/proc/sysrq-trigger", os.O_WRONLY))),
-               "shadow": attempt(lambda: open("/etc/shadow").read())}
     report = {
-        "reached": sorted(name for name, outcome in reached.items() if outcome == "done"),
+        "reached": hostile_reached(),
         "host": me,
         "uid": os.getuid(),
         "gid": os.getgid(),
@@ -229,16 +216,21 @@ def test_a_task_bomb_stops_at_the_pids_limit(tmp_path):
     assert leftovers(request) == NOTHING
 
 
+def derived_image(tmp_path: Path, image: str, line: str) -> str:
+    """The training image with one more Dockerfile line, built as `image`."""
+    require_image(engine(), TRAINING_IMAGE)
+    context = tmp_path / f"ctx-{image.split(':')[0]}"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {TRAINING_IMAGE}\n{line}\n")
+    subprocess.run(["docker", "build", "-q", "-t", image, str(context)], check=True, capture_output=True,
+                   env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=300)
+    return image
+
+
 @pytest.fixture
 def image_with_group_root(tmp_path):
     """The training image run as uid 1000 with group root (gid 0)."""
-    require_image(engine(), TRAINING_IMAGE)
-    image = "training-group-root-test:latest"
-    (tmp_path / "ctx").mkdir()
-    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {TRAINING_IMAGE}\nUSER 1000:0\n")
-    subprocess.run(["docker", "build", "-q", "-t", image, str(tmp_path / "ctx")], check=True,
-                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=300)
-    return image
+    return derived_image(tmp_path, "training-group-root-test:latest", "USER 1000:0")
 
 
 def test_an_image_whose_user_has_group_root_is_refused_before_any_container(tmp_path, image_with_group_root):
@@ -284,13 +276,7 @@ def test_max_run_seconds_stops_the_job(tmp_path):
 @pytest.fixture
 def image_with_a_volume(tmp_path):
     """The training image plus a VOLUME, so the engine makes an anonymous volume per container."""
-    require_image(engine(), TRAINING_IMAGE)
-    image = "training-volume-test:latest"
-    (tmp_path / "ctx").mkdir()
-    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {TRAINING_IMAGE}\nVOLUME /scratch\n")
-    subprocess.run(["docker", "build", "-q", "-t", image, str(tmp_path / "ctx")], check=True, capture_output=True,
-                   env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=300)
-    return image
+    return derived_image(tmp_path, "training-volume-test:latest", "VOLUME /scratch")
 
 
 def test_stop_mid_run_leaves_no_container_network_or_volume(tmp_path, image_with_a_volume):

@@ -10,6 +10,7 @@ import tarfile
 import threading
 import time
 
+import hostile_kernel
 import pytest
 
 from dag_runner import HOSTILE_LINKS, HOSTILE_SCRIPT, assert_nothing_leaked, hostile_world
@@ -18,25 +19,11 @@ from test_kubernetes_local_cluster_dag import dags_test
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
 
-TRAIN = """\
+TRAIN = hostile_kernel.PROBE + """\
 import json, os, socket, sys, time
 print(f"first line at {time.time():.3f}", flush=True)
 print(f"host {socket.gethostname()} uid {os.getuid()} of {len(json.loads(os.environ['SM_HOSTS']))}", flush=True)
-def attempt(action):  # what a hostile job tries: the kernel's settings and root's files
-    try:
-        action()
-        return "done"
-    except OSError as err:
-        return err.strerror
-def rewrite(path):  # writes back the value it holds: harmless where it is allowed
-    value = open(path).read()
-    with open(path, "w") as f:
-        f.write(value)
-reached = {"core_pattern": attempt(lambda: rewrite("/proc/sys/kernel/core_pattern")),
-           "drop_caches": attempt(lambda: os.close(os.open("/proc/sys/vm/drop_caches", os.O_WRONLY))),
-           "sysrq": attempt(lambda: os.close(os.open("/proc/sysrq-trigger", os.O_WRONLY))),
-           "shadow": attempt(lambda: open("/etc/shadow").read())}
-print("hostile reached " + ",".join(sorted(k for k, v in reached.items() if v == "done")) + ".", flush=True)
+print("hostile reached " + ",".join(hostile_reached()) + ".", flush=True)
 for i in range(1, 201):
     print(f"step {i:03d}/200 loss={1.0 / i:.4f}")
 os.makedirs(os.environ["SM_MODEL_DIR"], exist_ok=True)
