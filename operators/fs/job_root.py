@@ -353,10 +353,15 @@ class JobRoot:
         changed = 0
         if not os.path.isdir(self.root):
             return 0  # nothing staged yet: nothing to give
-        for _, dirs, files, dir_fd in os.fwalk(self.root, follow_symlinks=False):
+        for top, dirs, files, dir_fd in os.fwalk(self.root, follow_symlinks=False):
             for name in [".", *dirs, *files]:
                 try:
                     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+                        # A hard link's inode is also a file elsewhere, maybe outside the root: never given away.
+                        log.warning("Kept %s in job root %s from the job's user: it has other hard links",
+                                    os.path.relpath(os.path.join(top, name), self.root), self.root)
+                        continue
                     if st.st_uid != uid or (gid is not None and st.st_gid != gid):
                         os.chown(name, uid, -1 if gid is None else gid, dir_fd=dir_fd, follow_symlinks=False)
                         changed += 1

@@ -190,3 +190,18 @@ def test_bounded_int_refuses_negative_huge_and_wrong_types(value):
 
 def test_validators_keep_good_values():
     assert finite_number(3, "x") == 3.0 and bounded_int(4.0, "step") == 4
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another uid needs root")
+def test_give_to_changes_links_not_their_targets_and_never_a_hard_link_elsewhere(tmp_path):
+    outside = tmp_path / "outside"
+    outside.write_text("root's")
+    root = tmp_path / "job"
+    (root / "code").mkdir(parents=True)
+    (root / "code" / "train.py").write_text("print()")
+    (root / "link").symlink_to(outside)
+    os.link(outside, root / "hard")  # the same inode as a file outside the root
+    assert JobRoot(root).give_to(4321, 4321) == 4  # job, code, train.py, the link itself
+    assert (root / "code" / "train.py").stat().st_uid == 4321 and os.lstat(root / "link").st_uid == 4321
+    assert outside.stat().st_uid == 0  # neither through the symbolic link nor through the hard link
+    assert JobRoot(root).give_to(4321, 4321) == 0  # a retry changes nothing
