@@ -3,9 +3,9 @@ devices, [training] local_gpu_devices), each held by one job at a time, and on t
 uid of [training] local_uid_range.
 
 One claim per job, `<workspace>/state/.local-slots/<job_name>.json` ({"uid": U or null, "gpus": [device paths],
-"holders": [[pid, create time], ...], "at": time}), beside the jobs' state directories where user code cannot write (a job name never starts with a dot);
-claims are read and written under an flock of that directory's `.lock`, so two launches never take the same uid or
-GPU. A claim is released when its launcher reports the training (release), and counts as gone once its job has nothing
+"holders": [[pid, create time], ...], "at": time}), beside the jobs' state directories where user code cannot write
+(a job name never starts with a dot); claims are read and written under an flock of that directory's `.lock`, so two
+launches never take the same uid or GPU. A claim is released when its launcher reports the training (release), and counts as gone once its job has nothing
 left running (its worker died): none of the processes its launcher recorded as holding it (record_holders: the local
 sandboxes, the containers' init processes) alive, no process running as its uid, and older than CLAIM_GRACE_SECONDS
 (the time between a claim and the processes that use it). Nothing here knows a backend. A task retry of the same job

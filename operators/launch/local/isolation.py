@@ -8,7 +8,8 @@
 - **Defence in depth**: a minimal /etc with passwd and group of its own, /proc and /sys masked as container runtimes
   mask them (sandbox.py), and a seccomp filter (syscalls.py).
 - **Limits**: a cgroup per host with the spec's memory and CPU, or the admin's defaults, and a pids limit (limits.py).
-- **GPUs**: the job's own devices (operators/launch/worker_slots.py); only their nodes are in its /dev, CUDA numbers them 0..n-1.
+- **GPUs**: the job's own devices (operators/launch/worker_slots.py); only their nodes are in its /dev, CUDA numbers
+  them 0..n-1.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ class JobIsolation:
         self.accounts: dict[str, str] = {}
         self.seccomp_path: str | None = None
         self._claimed = False
-
 
     def prepare(self, request, launch_dir: str, start: bool = True) -> None:
         """Claim the uid and GPUs, give the job root away, write /etc's accounts and the seccomp filter, make the

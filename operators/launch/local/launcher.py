@@ -234,8 +234,8 @@ class LocalLauncherHook:
         home = "/tmp" if self.sandbox == "bubblewrap" else os.path.join(request.job_root, ".home")
         os.makedirs(home, exist_ok=True)
         return {**user_environment(os.environ, self.environment_names), **self._isolation.environment(), "HOME": home,
-                **request.env, **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1", "TRAINING_ROOT": request.job_root,
-                "TRAINING_JOB_VENV": "1"}
+                **request.env, **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1",
+                "TRAINING_ROOT": request.job_root, "TRAINING_JOB_VENV": "1"}
 
     def _command(self, request: LaunchRequest, host: _Host, lease: str, status_fd: int | None = None,
                  block_fd: int | None = None, own_network: bool = True, seccomp_fd: int | None = None) -> list[str]:

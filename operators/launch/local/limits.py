@@ -3,9 +3,10 @@ and at most [training] local_pids_limit tasks.
 
 Each host's process tree runs in `training/<job_name>-<digest of its job root>/<host>` of the memory, cpu, cpuacct
 and pids controllers (cgroup v1, as on this machine and its Docker engine) or of the unified hierarchy (v2, the
-controllers enabled on the way down), joined before the sandbox starts, so everything the job starts is inside and nothing it does can leave
-(no capabilities, and the groups are root's). Memory: memory.limit_in_bytes (and memsw, so swap is no way round it) /
-memory.max; CPU: a CFS quota of `cpu` cores per 100 ms period; tasks: pids.max (threads count). A host over its memory
+controllers enabled on the way down), joined before the sandbox starts, so everything the job starts is inside and
+nothing it does can leave (no capabilities, and the groups are root's). Memory: memory.limit_in_bytes (and memsw, so
+swap is no way round it) / memory.max; CPU: a CFS quota of `cpu` cores per 100 ms period; tasks: pids.max (threads
+count). A host over its memory
 is OOM-killed by the kernel: the group's oom_kill counter tells the launcher it was the limit (`oom_killed`), and
 `train` reads its own limit to say so. The runtime's system metrics read the same groups (/proc/self/cgroup).
 
