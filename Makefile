@@ -137,8 +137,8 @@ INTEGRATION_WORKERS ?= 2
 # A hung run ends here, with pytest's summary, not at CI's own limit (each test also has a limit: pyproject.toml).
 INTEGRATION_LIMIT ?= 3600
 test: install lint peers mlflow-server images browser-deps node-tools minio k8s-tools kueue postgres
-	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --ignore=tests/integration tests
-	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
+	$(PY) -m pytest -q -rfEs -n $(TEST_WORKERS) --ignore=tests/integration tests
+	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rfEs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
 	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (about 38 min on 2 busy cores): interrupted; the tests it was running are named above"; exit $$rc; }
 
 test-fast: install peers minio mlflow-server
