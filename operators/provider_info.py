@@ -60,6 +60,10 @@ TRAINING = {
     "sdk_code_quota_bytes": _option("Bytes of uploaded code one user may keep in the SDK's staging area (each user's "
                                     "uploads are their own: another user's are never a source_dir); over it an "
                                     "upload is refused (413).", "536870912", "integer"),
+    "sdk_code_expiry_days": _option("Days after which a staged code archive its user did not upload again is removed "
+                                    "(when that user uploads or lists their code, and by the workspace's garbage "
+                                    "collection); an upload of the same code refreshes it; 0 = never.", "30",
+                                    "float"),
     "secret_references": _option("JSON: DAG id pattern -> {connections, variables, kubernetes_secrets} -> name "
                                  "patterns the runs of those DAGs may reference in their spec (environment "
                                  "references, connections, docker secret_variables, kubernetes secret_env / "

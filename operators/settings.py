@@ -291,6 +291,12 @@ def sdk_code_quota_bytes() -> int:
     return _get_int("training", "sdk_code_quota_bytes", 512 * 1024 * 1024, minimum=1)
 
 
+def sdk_code_expiry_days() -> float:
+    """[training] sdk_code_expiry_days: a user's staged code archive not uploaded again for this many days is removed
+    (when that user uploads or lists, and by the workspace's garbage collection); 0 = never (30)."""
+    return _get_float("training", "sdk_code_expiry_days", 30.0)
+
+
 def mlflow_tracking_uri() -> str:
     """[training] mlflow_tracking_uri: the MLflow tracking server each training job is logged to as a run
     (operators/tracking/mlflow.py); empty = no tracking."""

@@ -6,22 +6,37 @@
                                                     to use as the job's source_dir. Code, not data: bodies larger than
                                                     [training] sdk_code_max_bytes (default 64 MiB) are refused (413),
                                                     and so is an upload that would take the caller's staged code over
-                                                    [training] sdk_code_quota_bytes (default 512 MiB).
-                                                    Content-addressed: the same code is stored once per user; the body
-                                                    must hash to the name (a truncated upload never becomes a
-                                                    source_dir).
+                                                    [training] sdk_code_quota_bytes (default 512 MiB), concurrent
+                                                    uploads of the same user included.
+                                                    Content-addressed: the same code is stored once per user (uploading
+                                                    it again refreshes its expiry); the body must hash to the name (a
+                                                    truncated upload never becomes a source_dir).
+  GET /training-sdk/code                            the caller's staged archives (name, sha256, bytes, uploaded_at,
+                                                    expires_at, source_dir) and their quota use (used_bytes,
+                                                    quota_bytes, expiry_days).
+  DELETE /training-sdk/code/<sha256>.tar.gz         removes the caller's own archive of that name (404 if they have
+                                                    none); never another user's.
 
-It needs the caller's API token (the same bearer token as the REST API), an existing DAG D and the right to trigger it.
+An archive expires [training] sdk_code_expiry_days (default 30; 0 = never) after its last upload: the caller's expired
+archives are removed when they upload or list, every user's by the workspace's garbage collection
+(operators/state/retention.py).
+
+PUT needs the caller's API token (the same bearer token as the REST API), an existing DAG D and the right to trigger it;
+GET and DELETE need a logged-in user only: they act on the caller's own directory, named from the caller's identity,
+never from the request. Every state-changing request passes the plugins' cross-site request forgery guard
+(training_console/web_boundary.py: the SDK's bearer token satisfies it).
 The first task accepts a staged source_dir only from the user who triggered the run (operators/staging/sdk_uploads.py).
 /openapi.json and /docs need a logged-in user too. (Job metrics come from the training-jobs view's API,
 plugins/training_console.)
 """
 
+import asyncio
 import functools
 import hashlib
 import os
 import re
 import tempfile
+from datetime import datetime, timezone
 
 from airflow.plugins_manager import AirflowPlugin
 
@@ -44,6 +59,20 @@ def _quota_bytes() -> int:
     return sdk_code_quota_bytes()
 
 
+def _expiry_days() -> float:
+    from operators.settings import sdk_code_expiry_days
+
+    return sdk_code_expiry_days()
+
+
+# While an upload streams, the user's directory is checked every QUOTA_CHECK_BYTES written (see upload_code).
+QUOTA_CHECK_BYTES = 1024 * 1024
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+
+
 @functools.cache
 def create_app():
     from fastapi import Depends, FastAPI, HTTPException, Request
@@ -52,19 +81,24 @@ def create_app():
     from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 
     from training_console.docs_behind_login import add_docs_behind_login
+    from training_console.web_boundary import refuse_cross_site
 
     app = FastAPI(title="training-sdk", description="Code upload for the training_sdk client", openapi_url=None,
-                  docs_url=None, redoc_url=None)
+                  docs_url=None, redoc_url=None, dependencies=[Depends(refuse_cross_site)])
     add_docs_behind_login(app)
+
+    def archive_name(name: str) -> str:
+        if not name.endswith(".tar.gz") or not _SHA256.match(name.removesuffix(".tar.gz")):
+            raise HTTPException(400, f"name the archive <sha256 of the archive>.tar.gz (64 lowercase hex digits), "
+                                     f"not {name[:100]!r}")
+        return name
 
     @app.put("/code/{name}", dependencies=[Depends(requires_access_dag("POST", DagAccessEntity.RUN))])
     async def upload_code(name: str, request: Request, dag_id: str, user: GetUserDep):
-        from operators.staging.sdk_uploads import used_bytes
         from operators.settings import training_settings
+        from operators.staging.sdk_uploads import expire, quota_lock, used_bytes
 
-        sha = name.removesuffix(".tar.gz")
-        if not name.endswith(".tar.gz") or not _SHA256.match(sha):
-            raise HTTPException(400, "name the upload <sha256 of the archive>.tar.gz")
+        sha = archive_name(name).removesuffix(".tar.gz")
         if not _dag_exists(dag_id):
             raise HTTPException(404, f"DAG {dag_id!r} does not exist; upload code for the DAG you will trigger "
                                      "(dag_id=...)")
@@ -76,14 +110,28 @@ def create_app():
         settings = training_settings()
         staging = settings.user_code_dir(user.get_name())
         os.makedirs(staging, exist_ok=True)
+        expire(staging, _expiry_days())  # one small directory
         final = os.path.join(staging, name)
         quota = _quota_bytes()
+
+        def over_quota(kept: int) -> HTTPException:
+            return HTTPException(413, f"your staged code would pass your quota of {quota} bytes ([training] "
+                                      f"sdk_code_quota_bytes; {kept} bytes kept or being uploaded besides this "
+                                      f"upload); delete archives you no longer need (GET, then DELETE "
+                                      f"{URL_PREFIX}/code/<name>) or ask an admin to raise the quota")
+
         kept = used_bytes(staging, besides=final)
-        over_quota = (f"your staged code would pass your quota of {quota} bytes ([training] sdk_code_quota_bytes; "
-                      f"{kept} bytes kept); ask an admin to clear your old uploads or raise the quota")
         if declared and kept + int(declared) > quota:
-            raise HTTPException(413, over_quota)
-        digest, size = hashlib.sha256(), 0
+            raise over_quota(kept)
+        # The quota under concurrent uploads of one user (several requests, several API server workers): the check
+        # that decides is the last one, made after the whole body is on disk, under a short flock of the user's
+        # directory together with the rename that keeps the archive (keep, below). Kept archives therefore change
+        # only one upload at a time, and each sees every archive kept before it: whatever the interleaving, the kept
+        # archives never pass the quota, and of two uploads that do not fit together exactly one is kept. A lock
+        # rather than "every upload checks after writing" alone: a directory listed while another upload renames
+        # its file may miss that file. The checks while streaming (every QUOTA_CHECK_BYTES, no lock) count the
+        # other uploads in flight too: they refuse early and bound the disk that parallel uploads can fill.
+        digest, size, checked = hashlib.sha256(), 0, 0
         fd, partial = tempfile.mkstemp(prefix=f".{sha[:12]}.", suffix=".partial", dir=staging)
         try:
             with os.fdopen(fd, "wb") as out:
@@ -92,20 +140,67 @@ def create_app():
                     if size > limit:
                         raise HTTPException(413, f"code archive is over the {limit}-byte limit "
                                                  f"([training] sdk_code_max_bytes); leave data out of source_dir")
-                    if kept + size > quota:
-                        raise HTTPException(413, over_quota)
                     digest.update(chunk)
                     out.write(chunk)
+                    if size - checked >= QUOTA_CHECK_BYTES:
+                        out.flush()  # the others' checks see this upload's bytes
+                        checked = size
+                        others = used_bytes(staging, besides=(final, partial))
+                        if others + size > quota:
+                            raise over_quota(others)
             if digest.hexdigest() != sha:
                 raise HTTPException(400, f"the upload hashes to {digest.hexdigest()}, not {sha}: it was truncated "
                                          f"or altered; upload again")
-            os.chmod(partial, 0o644)
-            os.replace(partial, final)
+
+            def keep() -> None:
+                with quota_lock(staging):
+                    others = used_bytes(staging, besides=(final, partial), archives_only=True)
+                    if others + size > quota:
+                        raise over_quota(others)
+                    try:
+                        os.utime(final)  # the same code again: its expiry starts over (content-addressed)
+                    except FileNotFoundError:
+                        os.chmod(partial, 0o644)
+                        os.replace(partial, final)
+
+            await asyncio.to_thread(keep)  # may wait for another upload's keep: off the event loop
         finally:
             if os.path.exists(partial):
                 os.unlink(partial)
         return {"source_dir": final, "bytes": size, "sha256": sha,
                 "default_output_path": settings.models_dir}
+
+    # GET and DELETE: a logged-in user, acting on their own directory only (named from the caller's identity, never
+    # from the request). No Airflow resource fits staged code, and none is needed: nobody reaches another user's
+    # archives here, and what one's own archives may run as is checked where they are used (the PUT's right to
+    # trigger the DAG, the first task's check of the triggering user).
+    @app.get("/code")
+    def list_code(user: GetUserDep) -> dict:
+        from operators.settings import training_settings
+        from operators.staging.sdk_uploads import expire, staged_archives, used_bytes
+
+        staging = training_settings().user_code_dir(user.get_name())
+        expiry_days = _expiry_days()
+        expired = expire(staging, expiry_days)
+        archives = [{"name": a.name, "sha256": a.name.removesuffix(".tar.gz"), "bytes": a.bytes,
+                     "uploaded_at": _iso(a.mtime), "source_dir": a.path,
+                     "expires_at": _iso(a.mtime + expiry_days * 86400) if expiry_days > 0 else None}
+                    for a in staged_archives(staging)]
+        return {"archives": archives, "used_bytes": used_bytes(staging), "quota_bytes": _quota_bytes(),
+                "expiry_days": expiry_days, "expired": expired}
+
+    @app.delete("/code/{name}")
+    def delete_code(name: str, user: GetUserDep) -> dict:
+        from operators.settings import training_settings
+
+        path = os.path.join(training_settings().user_code_dir(user.get_name()), archive_name(name))
+        try:
+            size = os.stat(path, follow_symlinks=False).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            raise HTTPException(404, f"you have no staged code named {name}; GET {URL_PREFIX}/code lists yours "
+                                     "(another user's code is never yours to delete)") from None
+        return {"deleted": name, "bytes": size}
 
     return app
 

@@ -31,6 +31,14 @@ def _read(path: str) -> dict:
         return {}
 
 
+def holder(state: str) -> tuple[str, str] | None:
+    """(dag_id, run_id) of the run that holds the job whose state directory is `state`; None while nobody does."""
+    owner = _read(os.path.join(state, OWNER))
+    if isinstance(owner.get("dag_id"), str) and isinstance(owner.get("run_id"), str):
+        return owner["dag_id"], owner["run_id"]
+    return None
+
+
 def claim(state: str, job_name: str, dag_id: str, run_id: str) -> bool:
     """Claim the job whose state directory is `state` for (dag_id, run_id); True when this call claimed it, False
     when the run already held it.

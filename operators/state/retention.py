@@ -10,6 +10,8 @@ when they are dead:
 With retention_days > 0, job roots whose last activity (the root, its output/ files, its launch pids) is older
 than that and that run nothing are removed with their state directories (operators/state/job_state.py; a state directory
 whose job root is gone goes the same way), and unused cache entries not used for that long are discarded.
+Every user's SDK code archives not uploaded again for [training] sdk_code_expiry_days are removed from the staging area
+(operators/staging/sdk_uploads.py; 0 = never), with partial uploads a killed server left behind.
 Everything here is best effort: it runs at the start of every prefetch and never fails a job.
 """
 
@@ -35,6 +37,7 @@ class Collected:
     released_pins: list[str] = field(default_factory=list)  # "<job>@<key prefix>"
     removed_job_roots: list[str] = field(default_factory=list)
     removed_entries: list[str] = field(default_factory=list)
+    removed_code: list[str] = field(default_factory=list)  # "<user dir>/<sha256>.tar.gz" of the SDK's staging area
 
 
 def _running_locally(job_root: str, state: str) -> bool:
@@ -54,7 +57,9 @@ def _last_activity(job_root: str, state: str) -> float:
     return newest
 
 
-def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, now: float | None = None) -> Collected:
+def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, now: float | None = None,
+                    code_expiry_days: float | None = None) -> Collected:
+    """code_expiry_days: of the SDK's staged code; None = [training] sdk_code_expiry_days."""
     now = time.time() if now is None else now
     max_age = retention_days * DAY if retention_days > 0 else None
     done = Collected()
@@ -98,4 +103,23 @@ def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, n
                          user, info.key[:16], info.uri)
     if max_age is not None:
         done.removed_entries = cache.expire(max_age, now)
+    done.removed_code = _expire_staged_code(workspace, code_expiry_days, now)
     return done
+
+
+def _expire_staged_code(workspace: str, expiry_days: float | None, now: float) -> list[str]:
+    from operators.settings import TrainingSettings
+    from operators.staging.sdk_uploads import expire_all
+
+    code_staging_dir = TrainingSettings(workspace=workspace).code_staging_dir
+    if not os.path.isdir(code_staging_dir):
+        return []
+    if expiry_days is None:
+        from operators.settings import sdk_code_expiry_days
+
+        expiry_days = sdk_code_expiry_days()
+    removed = expire_all(code_staging_dir, expiry_days, now)
+    for name in removed:
+        log.info("retention: removed the SDK's staged code %s (not uploaded again for %g days, or a dead partial "
+                 "upload)", name, expiry_days)
+    return removed

@@ -14,7 +14,9 @@
 
 Every data route needs a logged-in Airflow user (the UI's `_token` cookie or a bearer token) with read access to the
 DAG (the list: only the DAGs the auth manager lets the user read); so do /openapi.json and /docs. Files, the failure
-reason and metrics come only from the validated spec, within the allowed roots (training_console/spec_access.py).
+reason and metrics come only from the validated spec, within the allowed roots, and only when the lease says the job
+root is this run's (training_console/spec_access.py). A state-changing route refuses what another site's page could
+send, and every response carries the pages' Content-Security-Policy (training_console/web_boundary.py).
 The page calls Airflow's own REST API for logs and actions (stop, trigger a clone).
 """
 
@@ -34,7 +36,9 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from operators.tracking.metrics import is_system_metric
 from training_console import artifacts, compare, vendor
 from training_console.docs_behind_login import add_docs_behind_login
-from training_console.spec_access import check_served_paths, require_validated
+from training_console.spec_access import (ANOTHER_RUN, OTHER_RUN, THIS_RUN, check_served_paths, files_owner,
+                                          require_own_files, require_validated)
+from training_console.web_boundary import refuse_cross_site, security_headers
 from training_console.list_filters import FilterError, parse_filters
 from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
 from training_console.warmup import warm_up
@@ -45,7 +49,9 @@ CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 CAN_CHANGE_TASKS = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
 
 app = FastAPI(title="Training jobs", description="The training-jobs view of the training-job platform",
-              openapi_url=None, docs_url=None, redoc_url=None, lifespan=warm_up)
+              openapi_url=None, docs_url=None, redoc_url=None, lifespan=warm_up,
+              dependencies=[Depends(refuse_cross_site)])  # every route: training_console/web_boundary.py
+app.middleware("http")(security_headers)
 add_docs_behind_login(app)
 
 
@@ -124,6 +130,8 @@ def _add_live_metrics(result: dict[str, Any], jobs: list[Job]) -> None:
             job = by_key.get((row["dag_id"], row["run_id"], row.get("map_index")))
             if row.get("status") != "running" or row.get("metrics") or job is None or not job.spec:
                 continue
+            if files_owner(job) != THIS_RUN:
+                continue
             try:
                 check_served_paths(job.spec)
             except HTTPException:
@@ -167,6 +175,7 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
     spec = job.spec  # the validated spec, or {}: a refused spec names no file
     if spec:
         check_served_paths(spec)
+    owner = files_owner(job)
     summary = job.summary(_now())
     upload = job.xcoms.get("upload_artifacts") if isinstance(job.xcoms.get("upload_artifacts"), dict) else {}
     output = artifacts.output_uri(spec)
@@ -183,7 +192,8 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
         "task_prefix": job.prefix,
         "output_uri": output,
         "artifacts": listed,
-        "failure": _why_it_ended(job, spec, upload, summary["status"]),
+        "failure": _why_it_ended(job, spec if owner == THIS_RUN else {}, upload, summary["status"]),
+        "files_note": OTHER_RUN if owner == ANOTHER_RUN else None,
         "hosts": artifacts.hosts(spec),
         "resume_parent": artifacts.parent_of(session, spec.get("resume_from"),
                                              dag_ids=_readable_dags(user, session)),
@@ -220,8 +230,10 @@ def get_metrics(dag_id: str, run_id: str, map_index: int, session: SessionDep) -
     job = _job(session, dag_id, run_id, map_index)
     status, _ = job.status()
     queue_line = job.queue_line if job.queued_in() else None  # the page updates the job's place in its queue
-    if not job.spec:
-        return {"status": status, "final": {}, "series": {}, "queue_line": queue_line}
+    owner = files_owner(job)
+    if not job.spec or owner != THIS_RUN:
+        return {"status": status, "final": {}, "series": {}, "queue_line": queue_line,
+                "note": OTHER_RUN if owner == ANOTHER_RUN else None}
     check_served_paths(job.spec)
     return {"status": status, "queue_line": queue_line,
             **artifacts.metrics(job.spec, live=status in ("running", "queued"))}
@@ -238,8 +250,9 @@ def compare_jobs(user: GetUserDep, session: SessionDep, job: Annotated[list[str]
                             lambda dag_id, run_id: load_jobs(session, dag_ids=[dag_id], run_id=run_id))
 
     def metrics_of(one: Job) -> dict[str, Any]:
-        if not one.spec:
-            return {}
+        owner = files_owner(one)
+        if not one.spec or owner != THIS_RUN:
+            return {"error": OTHER_RUN} if owner == ANOTHER_RUN else {}
         try:
             check_served_paths(one.spec)
         except HTTPException as err:  # this job's files are not served; the others are still compared
@@ -257,6 +270,7 @@ def get_artifact(dag_id: str, run_id: str, map_index: int, name: str, session: S
     job = _job(session, dag_id, run_id, map_index)
     spec = require_validated(job.spec)
     check_served_paths(spec)
+    require_own_files(job)
     return artifacts.respond(spec, name)
 
 
@@ -265,8 +279,10 @@ def get_output_files(dag_id: str, run_id: str, map_index: int, session: SessionD
     """The job's output prefix, listed (training_console/output_files.py)."""
     from training_console.output_files import list_files
 
-    spec = require_validated(_job(session, dag_id, run_id, map_index).spec)
+    job = _job(session, dag_id, run_id, map_index)
+    spec = require_validated(job.spec)
     check_served_paths(spec)
+    require_own_files(job)
     return list_files(spec)
 
 
@@ -276,8 +292,10 @@ def get_output_file(dag_id: str, run_id: str, map_index: int, path: str, session
     """One file of the job's output: downloaded, or previewed (text and JSON, the first 64 KiB)."""
     from training_console import output_files
 
-    spec = require_validated(_job(session, dag_id, run_id, map_index).spec)
+    job = _job(session, dag_id, run_id, map_index)
+    spec = require_validated(job.spec)
     check_served_paths(spec)
+    require_own_files(job)
     return output_files.preview(spec, path) if preview else output_files.download(spec, path)
 
 

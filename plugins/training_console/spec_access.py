@@ -6,6 +6,11 @@ spec was refused has no artifacts, whatever its raw conf says (its output_path c
 what this Airflow allows a job ([training] local_roots, the SDK's models directory) and outside Airflow's own files
 and the workspace: the settings may have changed since the run, and a path a job once wrote is no licence to read
 whatever lies there now.
+
+Nor does a job_name make a job root this run's: a run that names a job another run holds is refused by the lease
+(operators/state/lease.py), but its validated spec still names that job root and output prefix. Every read of a job's
+files first asks the lease's owner claim (`belongs_to_run`); another run's files are answered as if this job had none
+yet, with OTHER_RUN where the user would otherwise see nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +23,12 @@ from fastapi import HTTPException
 NOT_VALIDATED = ("the job's spec was not validated (validate_spec failed or has not run yet), so the view serves "
                  "nothing it names; fix the spec and trigger the DAG again")
 SERVED_FIELDS = ("output_path", "checkpoint_path")
+OTHER_RUN = ("this job name belongs to another run: its metrics, files and failure text are that run's and are not "
+             "shown here; give this run a job_name of its own")
+# The stages after validate_spec: each claims the job root first (operators/stages/base.py claim_job), so one that
+# succeeded held it.
+CLAIMING_STAGES = ("stage_code", "prefetch_data", "write_configs", "restore", "launch_training", "upload_artifacts",
+                   "publish_model")
 
 
 def require_validated(spec: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -52,3 +63,35 @@ def check_served_paths(spec: Mapping[str, Any]) -> None:
             check_private_paths({field: str(uri)}, airflow_private_paths(settings.workspace), areas)
         except SpecError as err:
             raise HTTPException(403, f"{err}; the view serves no file there") from None
+
+
+THIS_RUN, NOT_YET, ANOTHER_RUN = "this run", "not yet", "another run"
+
+
+def files_owner(job) -> str:
+    """Whose are the job root and output the job's spec names: THIS_RUN when the lease's owner claim names this run,
+    or, where none is left (retention removes it with the job root), when this run's own stages got past the lease;
+    ANOTHER_RUN when the claim names another; NOT_YET while nobody holds it (nothing written there for this run)."""
+    from operators.settings import training_settings
+    from operators.state.job_state import state_dir
+    from operators.state.lease import holder
+
+    name = job.spec.get("job_name")
+    if not name:
+        return NOT_YET  # no validated spec: no files
+    try:
+        owner = holder(state_dir(training_settings().workspace, name))
+    except ValueError:  # a name no state directory can have: nothing was ever claimed under it
+        return NOT_YET
+    if owner is not None:
+        return THIS_RUN if owner == (job.dag_id, job.run_id) else ANOTHER_RUN
+    return THIS_RUN if any(job.state(stage) == "success" for stage in CLAIMING_STAGES) else NOT_YET
+
+
+def require_own_files(job) -> None:
+    """404 unless the job's files are this run's: OTHER_RUN when they are another's."""
+    owner = files_owner(job)
+    if owner == ANOTHER_RUN:
+        raise HTTPException(404, OTHER_RUN)
+    if owner == NOT_YET:
+        raise HTTPException(404, "this job has written no files yet")

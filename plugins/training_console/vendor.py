@@ -3,7 +3,11 @@ into the repository): plotly.js, as the `plotly` PyPI wheel ships it (requiremen
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
 import importlib.util
+import re
 from pathlib import Path
 
 
@@ -17,3 +21,19 @@ def plotly_js() -> Path:
             return path
     raise FileNotFoundError("plotly.min.js not found: install the pinned `plotly` package (requirements.txt) in the "
                             "API server's environment")
+
+
+# plotly.js adds <style> elements of its own: an empty one it fills through the CSSOM (which a CSP allows), and, at
+# load, one with the CSS of its map library. A CSP without 'unsafe-inline' admits exactly these by their hashes.
+_STYLE_TEXT = re.compile(r"""createElement\("style"\);[^;]{0,200}?\.textContent='([^'\\]*)'""")
+
+
+@functools.cache
+def plotly_inline_style_hashes() -> tuple[str, ...]:
+    """CSP hash sources ('sha256-...') of the style elements the installed plotly.js inserts; () without plotly."""
+    try:
+        source = plotly_js().read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ()
+    texts = ["", *(match.group(1) for match in _STYLE_TEXT.finditer(source))]
+    return tuple(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in texts)

@@ -3,6 +3,7 @@
     training-job submit --entry-point train.py --source-dir . --hp epochs=10 --input train=s3://bucket/train/ --wait
     training-job logs JOB [--follow]        training-job status JOB        training-job stop JOB
     training-job list [--limit N]           training-job attach JOB   (follow the log until the job ends)
+    training-job code list                  training-job code delete SHA256...   (your staged code archives)
 
 JOB is the job name the training-jobs view shows, whichever way the job was started (the form, --conf, REST, a
 schedule, a search's trial). `list` shows every training DAG's jobs, searches with their trials; the states are
@@ -80,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
     ls = sub.add_parser("list", help="recent jobs")
     ls.add_argument("--limit", type=int, default=20)
+    staged = sub.add_parser("code", help="your code archives staged by submit (quota, expiry)")
+    code_sub = staged.add_subparsers(dest="code_command", required=True)
+    code_sub.add_parser("list", help="your staged archives, their expiry and your quota use")
+    delete = code_sub.add_parser("delete", help="delete staged archives of yours")
+    delete.add_argument("sha256", nargs="+", help="an archive's sha256 (or <sha256>.tar.gz), as `code list` shows")
     return parser
 
 
@@ -135,6 +141,20 @@ def _list(session, args) -> int:
     return 0
 
 
+def _code(session, args) -> int:
+    if args.code_command == "delete":
+        for sha in args.sha256:
+            done = session.delete_code(sha)
+            print(f"deleted {done['deleted']} ({done['bytes']} bytes)")
+        return 0
+    staged = session.staged_code()
+    for archive in staged.get("archives") or []:
+        print(f"{archive['sha256']}  {archive['bytes']:>10} bytes  uploaded {archive['uploaded_at']}  "
+              f"expires {archive.get('expires_at') or 'never'}")
+    print(f"{staged['used_bytes']} of {staged['quota_bytes']} bytes used ([training] sdk_code_quota_bytes)")
+    return 0
+
+
 def est_local(args) -> bool:
     return (args.instance_type or "").lower() in ("local", "local_gpu")
 
@@ -149,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         session = _session(args)
         if args.command == "list":
             return _list(session, args)
+        if args.command == "code":
+            return _code(session, args)
         job = TrainingJob.attach(args.job_name, dag_id=args.dag_id or DEFAULT_DAG, session=session)
         if args.command == "status":
             status = job.status

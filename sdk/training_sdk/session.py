@@ -223,6 +223,33 @@ class Session:
                     from None
             raise
 
+    def staged_code(self) -> dict[str, Any]:
+        """The caller's staged code archives (plugins/training_sdk_api.py): {"archives": [{"name", "sha256", "bytes",
+        "uploaded_at", "expires_at", "source_dir"}, ...], "used_bytes", "quota_bytes", "expiry_days"}; the latest
+        upload first. Listing removes the caller's expired archives ([training] sdk_code_expiry_days)."""
+        try:
+            return self.get(f"{UPLOAD_PREFIX}/code")
+        except ApiError as err:
+            if err.status in (404, 405):
+                raise TrainingSdkError(f"{self.api_url} cannot list staged code ({UPLOAD_PREFIX}/code): is its "
+                                       "training_sdk_api plugin in the plugins folder, and up to date?") from None
+            raise
+
+    def delete_code(self, sha256: str) -> dict[str, Any]:
+        """Delete one of the caller's own staged archives, by its sha256 (or its name, <sha256>.tar.gz): a job
+        triggered with it and not yet staged fails to find its source_dir."""
+        name = sha256 if sha256.endswith(".tar.gz") else f"{sha256}.tar.gz"
+        try:
+            return self.request("DELETE", f"{UPLOAD_PREFIX}/code/{_q(name)}")
+        except ApiError as err:
+            if err.status == 400 or (err.status == 404 and "no staged code" in _detail_text(err.detail)):
+                raise TrainingSdkError(_detail_text(err.detail)) from None  # the endpoint's own answer
+            if err.status in (404, 405):
+                raise TrainingSdkError(f"{self.api_url} cannot delete staged code ({UPLOAD_PREFIX}/code/<name>): "
+                                       "is its training_sdk_api plugin in the plugins folder, and up to date?") \
+                    from None
+            raise
+
     def jobs(self, **params: Any) -> dict[str, Any]:
         """The training-jobs view's list (plugins/training_console): every DAG's jobs the caller may read, searches
         as one item with their trials; params: q, status, dag_id, sort, order, offset, limit."""

@@ -247,6 +247,17 @@ class AirflowServer:
                             f"{self.log_tail('scheduler')}")
             time.sleep(1)
 
+    def password_of(self, user: str) -> str:
+        """The password the simple auth manager generated for `user` (a user of
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS; the session's server has alice and bob, both `user`)."""
+        return json.loads((self.home / "passwords.json").read_text())[user]
+
+    def user_api(self, user: str) -> Api:
+        """A REST client logged in as `user`."""
+        api = Api(self.base_url)
+        api.login(user, self.password_of(user))
+        return api
+
     def task_states(self, dag_id: str, run_id: str) -> dict:
         _, body = self.api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
         return {(t["task_id"], t["map_index"]): t["state"] for t in body["task_instances"]}
@@ -274,6 +285,8 @@ def airflow_deployment(tmp_path_factory, db_url: str | None = None, extra_env: d
 
 @pytest.fixture(scope="session")
 def airflow_server(tmp_path_factory):
-    """One real Airflow per test session (about a minute to start); tests share it, so they use their own job names."""
-    with airflow_deployment(tmp_path_factory) as server:
+    """One real Airflow per test session (about a minute to start); tests share it, so they use their own job names.
+    Besides admin it has two users of the auth manager's `User` role, alice and bob (`server.user_api("alice")`)."""
+    users = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user,bob:user"}
+    with airflow_deployment(tmp_path_factory, extra_env=users) as server:
         yield server

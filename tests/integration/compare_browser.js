@@ -9,11 +9,12 @@ const assert = require("node:assert/strict");
 const fs = require("node:fs");
 const path = require("node:path");
 const { chromium } = require("playwright-core");
+const { watchCsp } = require("./csp_watch");
 
 const BASE = process.env.UI_BASE_URL;
 const SHOTS = process.env.UI_SHOTS;
 const JOBS = JSON.parse(process.env.UI_JOBS);  // [{job_name, lr}]
-const result = { steps: [] };
+const result = { steps: [], csp_violations: [] };
 
 function step(name) { result.steps.push(name); console.log(`[compare] ${name}`); }
 async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true }); }
@@ -23,7 +24,9 @@ async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS,
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
   });
-  const page = await (await browser.newContext({ viewport: { width: 1440, height: 1000 } })).newPage();
+  const context = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
+  await watchCsp(context, result.csp_violations);  // the compare page and its charts draw under their CSP
+  const page = await context.newPage();
   page.setDefaultTimeout(90000);
   try {
     await page.goto(`${BASE}/`);
@@ -183,6 +186,7 @@ async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS,
     await shot(page, "07-stop-from-list");
     await slowRow.locator('.badge[data-status="stopped"]').waitFor({ timeout: 180000 });
     step("stopped a running job from the list");
+    assert.deepEqual(result.csp_violations, [], "no Content-Security-Policy violation on any page");
   } catch (err) {
     await shot(page, "failure").catch(() => {});
     result.error = String(err.stack || err);

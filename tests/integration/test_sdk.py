@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -354,3 +355,78 @@ def test_the_staging_upload_refuses_oversized_or_altered_code(session, airflow_s
     assert err.value.status in (401, 403)
     staged = Path(airflow_server.home, "workspace", "staging", "code")
     assert not any(p.name.startswith("0000") or p.suffix == ".partial" for p in (staged.rglob("*") if staged.is_dir() else []))
+
+
+def test_concurrent_uploads_keep_the_quota_then_the_user_lists_refreshes_and_deletes_their_code(session, airflow_server):
+    """The served quota is the shipped 512 MiB: a sparse archive-named file (no disk) fills all of the user's quota
+    but 1 MB, so of two concurrent 600 kB uploads one is kept, the other refused; then list, expiry refresh and delete
+    through the SDK client and the CLI."""
+    import concurrent.futures
+    import hashlib
+
+    from training_sdk.errors import TrainingSdkError
+    from training_sdk.session import ApiError
+
+    staged = Path(airflow_server.home, "workspace", "staging", "code", "admin")
+    staged.mkdir(parents=True, exist_ok=True)
+    before = session.staged_code()
+    quota, size = before["quota_bytes"], 600_000
+    filler = staged / f"{hashlib.sha256(b'filler of the quota test').hexdigest()}.tar.gz"
+    bodies = [(hashlib.sha256(seed).digest() * (size // 32 + 1))[:size] for seed in (b"one", b"two")]
+    shas = [hashlib.sha256(body).hexdigest() for body in bodies]
+    try:
+        with open(filler, "wb") as out:
+            out.truncate(quota - before["used_bytes"] - 1_000_000)
+        barrier = threading.Barrier(2)
+
+        def upload(i: int):
+            barrier.wait(30)
+            try:
+                return session.upload_code("training_job", bodies[i], shas[i])
+            except ApiError as err:
+                return err
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(upload, range(2)))
+        kept = [sha for sha, a in zip(shas, answers) if isinstance(a, dict)]
+        refused = [a for a in answers if isinstance(a, ApiError)]
+        # each fits alone, so one is kept (the quota checks while streaming start at 1 MiB: the decisive one decides)
+        assert len(kept) == 1 and len(refused) == 1, answers
+        assert refused[0].status == 413 and "sdk_code_quota_bytes" in str(refused[0]), refused
+        listed = session.staged_code()
+        names = {a["name"] for a in listed["archives"]}
+        assert names & {f"{s}.tar.gz" for s in shas} == {f"{s}.tar.gz" for s in kept}  # the refused one is gone
+        assert listed["used_bytes"] <= quota and listed["expiry_days"] == 30
+        assert not [p for p in staged.iterdir() if p.name.endswith(".partial")]
+    finally:
+        filler.unlink(missing_ok=True)
+
+    # an upload of code already staged refreshes its expiry; an expired archive goes when its user lists
+    sha = kept[0]
+    path = staged / f"{sha}.tar.gz"
+    aged = time.time() - 20 * 86400
+    os.utime(path, (aged, aged))
+    session.upload_code("training_job", bodies[shas.index(sha)], sha)
+    row = next(a for a in session.staged_code()["archives"] if a["sha256"] == sha)
+    assert time.time() - path.stat().st_mtime < 600 and row["expires_at"] > row["uploaded_at"]
+    os.utime(path, (aged - 11 * 86400,) * 2)
+    listed = session.staged_code()
+    assert path.name in listed["expired"] and not path.exists()
+
+    # list and delete through the client and the CLI (only the caller's own: the server names the directory)
+    other = shas[1 - shas.index(sha)]
+    session.upload_code("training_job", bodies[shas.index(other)], other)
+    listing = cli(airflow_server, "code", "list")
+    assert listing.returncode == 0 and other in listing.stdout and "sdk_code_quota_bytes" in listing.stdout, \
+        listing.stderr
+    deleted = cli(airflow_server, "code", "delete", other)
+    assert deleted.returncode == 0 and f"deleted {other}.tar.gz ({size} bytes)" in deleted.stdout, deleted.stderr
+    assert other not in {a["sha256"] for a in session.staged_code()["archives"]}
+    with pytest.raises(TrainingSdkError, match=f"you have no staged code named {other}.tar.gz"):
+        session.delete_code(other)
+    again = cli(airflow_server, "code", "delete", other)
+    assert again.returncode == 2 and "no staged code named" in again.stderr
+    session.upload_code("training_job", bodies[0], shas[0])
+    assert session.delete_code(shas[0]) == {"deleted": f"{shas[0]}.tar.gz", "bytes": size}
+    with pytest.raises(TrainingSdkError, match="name the archive <sha256 of the archive>.tar.gz"):
+        session.delete_code("not-a-sha")

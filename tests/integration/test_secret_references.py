@@ -46,9 +46,7 @@ def server(tmp_path_factory):
 
 def user(server, name: str) -> Api:
     """A REST client logged in as `name` (the auth manager wrote the generated passwords to the passwords file)."""
-    api = Api(server.base_url)
-    api.login(name, json.loads((server.home / "passwords.json").read_text())[name])
-    return api
+    return server.user_api(name)
 
 
 def job_conf(tmp_path, name: str, **extra) -> dict:

@@ -10,11 +10,12 @@ const assert = require("node:assert/strict");
 const fs = require("node:fs");
 const path = require("node:path");
 const { chromium } = require("playwright-core");
+const { watchCsp } = require("./csp_watch");
 
 const BASE = process.env.UI_BASE_URL;
 const SHOTS = process.env.UI_SHOTS;
 const DEMO = JSON.parse(process.env.UI_DEMO_CONF);  // the demo job spec (what `make demo` runs)
-const result = { steps: [] };
+const result = { steps: [], csp_violations: [] };
 
 function step(name) { result.steps.push(name); console.log(`[ui] ${name}`); }
 async function shot(page, name, options = {}) { await page.screenshot({ path: path.join(SHOTS, `${name}.png`), ...options }); }
@@ -61,6 +62,7 @@ async function setMonaco(page, editor, text) {
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
   });
   const context = await browser.newContext({ viewport: { width: 1440, height: 960 }, acceptDownloads: true });
+  await watchCsp(context, result.csp_violations);  // every page of the view draws under its CSP
   const page = await context.newPage();
   page.setDefaultTimeout(90000);  // two shared cores under a whole test suite: slow, not broken
   try {
@@ -267,6 +269,7 @@ async function setMonaco(page, editor, text) {
     await frame.waitForFunction((name) => [...document.querySelectorAll("tr.job")].some((r) => r.dataset.job.startsWith(name)), slow.base_job_name);
     result.live_points = [before, after];
     step(`live curve grew ${before} -> ${after} points; stopped`);
+    assert.deepEqual(result.csp_violations, [], "no Content-Security-Policy violation on any page");
   } catch (err) {
     await shot(page, "failure", { fullPage: true }).catch(() => {});
     result.error = String(err.stack || err);

@@ -67,8 +67,8 @@
     if (!rows.length) return "";
     const body = rows.map((r) => `<tr data-row="${esc(r.name)}"${r.differs ? ' class="differs-row"' : ""}><td>${esc(r.name)}${r.differs ? ' <span class="muted" title="differs between the jobs">≠</span>' : ""}</td>` +
       r.values.map((v, i) => `<td class="${[r.differs ? "differs" : "", r.best === i ? "best" : "", options.numeric ? "num" : ""].filter(Boolean).join(" ")}">${esc(fmt(v))}${r.best === i ? " ★" : ""}</td>`).join("") + "</tr>").join("");
-    const toggle = options.toggle ? ` <label class="muted" style="font-weight:normal"><input type="checkbox" id="${id}-only-diff"> only differences</label>` : "";
-    return `<section><h2>${esc(title)}${toggle}</h2><div style="overflow-x:auto"><table class="compare-table" id="${id}"><thead><tr><th></th>${headerCells(jobs)}</tr></thead><tbody>${body}</tbody></table></div></section>`;
+    const toggle = options.toggle ? ` <label class="muted plain"><input type="checkbox" id="${id}-only-diff"> only differences</label>` : "";
+    return `<section><h2>${esc(title)}${toggle}</h2><div class="scroll-x"><table class="compare-table" id="${id}"><thead><tr><th></th>${headerCells(jobs)}</tr></thead><tbody>${body}</tbody></table></div></section>`;
   }
 
   async function scatters(data) {

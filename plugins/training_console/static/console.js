@@ -36,9 +36,10 @@ async function pageData(path) {
 
 async function api(path, options = {}) {
   const response = await fetch(path, {credentials: "same-origin", headers: {"Content-Type": "application/json", Accept: "application/json"}, ...options});
-  if (response.status === 401 || response.status === 403) throw new Error("Not logged in to Airflow (or no access): log in at " + ROOT + "/ and come back.");
   const text = await response.text();
   let body; try { body = text ? JSON.parse(text) : {}; } catch (e) { body = {detail: text}; }
+  const refused = typeof body.detail === "string" && body.detail.startsWith("refused: ");  // web_boundary.py's guard
+  if (response.status === 401 || (response.status === 403 && !refused)) throw new Error("Not logged in to Airflow (or no access): log in at " + ROOT + "/ and come back.");
   if (!response.ok) throw new Error(`${response.status}: ${typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail ?? body)}`);
   return body;
 }
@@ -185,7 +186,7 @@ async function listPage(params, fixed = {}, timed = false) {
       <button id="compare-selected" disabled>Compare selected</button>
       <button id="stop-selected" class="danger" disabled>Stop selected</button></div>
     <div id="stop-confirm" class="confirm" hidden></div>
-    <div style="overflow-x:auto"><table id="jobs"><thead><tr>${head}</tr></thead><tbody>${rows ||
+    <div class="scroll-x"><table id="jobs"><thead><tr>${head}</tr></thead><tbody>${rows ||
       `<tr><td colspan="${COLUMNS.length}" class="muted">${anyFilter ? "No training job matches these filters." : "No training jobs yet: trigger the training_job DAG."}</td></tr>`}</tbody></table></div>
     <div class="pager"><button id="prev"${offset <= 0 ? " disabled" : ""}>‹ Previous</button>
       <span class="muted">${data.total ? offset + 1 : 0}–${Math.min(offset + limit, data.total)} of ${data.total}</span>
@@ -239,7 +240,7 @@ function wireSelection() {
     const targets = selected().jobs.filter(stoppable);
     const panel = document.getElementById("stop-confirm");
     panel.innerHTML = `<p>Stop ${targets.length} training ${targets.length === 1 ? "job" : "jobs"}: <b>${targets.map((t) => esc(t.dataset.job)).join(", ")}</b>?
-      Their training ends now; what they wrote so far is still uploaded.</p><div class="actions" style="margin-left:0">
+      Their training ends now; what they wrote so far is still uploaded.</p><div class="actions flush">
       <button class="danger" id="stop-many-yes">Stop ${targets.length === 1 ? "it" : "them"}</button><button id="stop-many-no">Keep them running</button></div>
       <ul id="stop-results"></ul>`;
     panel.hidden = false;
@@ -339,7 +340,7 @@ function clonePanel(job, resume) {
   panel.innerHTML = `<h2>${resume ? "Train again from this model" : "Clone"}: trigger <code>${esc(target)}</code> with this spec</h2>
     <p class="muted">Edit the job spec (the DAG's trigger-form fields as JSON) and trigger; the new job gets its own name.</p>
     <textarea id="clone-conf">${esc(JSON.stringify(cloneConf(job, resume), null, 2))}</textarea>
-    <div class="actions" style="margin:.4rem 0 0 0"><button class="primary" id="clone-trigger">Trigger ${esc(target)}</button>
+    <div class="actions below"><button class="primary" id="clone-trigger">Trigger ${esc(target)}</button>
     <button id="clone-cancel">Cancel</button><span id="clone-error" class="error"></span></div>`;
   panel.scrollIntoView();
   document.getElementById("clone-cancel").onclick = () => { panel.innerHTML = ""; };
@@ -502,6 +503,7 @@ async function jobPage(key, section) {
     <div id="stop-confirm" class="confirm" hidden></div>
     <div id="clone"></div>
     ${failure}
+    ${job.files_note ? `<p id="files-note" class="warning">${esc(job.files_note)}</p>` : ""}
     <section id="metrics"><h2>Metrics</h2><div class="charts" id="charts"><p class="muted">Loading…</p></div></section>
     <div class="grid2">
       <section><h2>Spec</h2>${kvTable(specRows(job))}</section>

@@ -79,6 +79,12 @@ def test_a_running_local_training_keeps_its_root_and_pins_however_old(workspace)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(root)])
     state = Path(ensure_state_dir(settings.workspace, "long"))
     try:
+        # Popen returns once the child forked; until it has exec'd, its command line is still pytest's (a loaded
+        # machine showed that window): the record is acted on only for a process that names the job root.
+        deadline = time.monotonic() + 60
+        while str(root) not in psutil.Process(sleeper.pid).cmdline():
+            assert time.monotonic() < deadline, "the stand-in process never started"
+            time.sleep(0.01)
         (state / LAUNCH_PIDS).write_text(json.dumps([[sleeper.pid, psutil.Process(sleeper.pid).create_time()]]))
         for path in (root / "output", state / LAUNCH_PIDS, state, root,
                      Path(cache.cache_dir, entry.key, "users", "u-long")):

@@ -36,3 +36,42 @@ def test_local_paths_outside_the_roots_or_in_airflows_files_are_refused(tmp_path
     for uri in (os.path.join(home, "workspace", "jobs"), os.path.join(home, "logs"), home):
         with pytest.raises(HTTPException, match="Airflow's own files or the training workspace"):
             check_served_paths({"job_name": "j", "output_path": uri})
+
+
+def test_a_job_root_another_run_holds_is_not_this_runs_files(tmp_path, monkeypatch):
+    """Alice's run named bob's job: the lease refused it, but its validated spec names bob's job root and output. The
+    view answers as if her job had no files, and says why; bob's own run still reads them."""
+    from operators.settings import training_settings
+    from operators.state.job_state import ensure_state_dir
+    from operators.state.lease import claim
+    from training_console.spec_access import (ANOTHER_RUN, NOT_YET, OTHER_RUN, THIS_RUN, files_owner,
+                                              require_own_files)
+
+    monkeypatch.setenv("AIRFLOW__TRAINING__WORKSPACE", str(tmp_path / "ws"))
+    spec = {"job_name": "bobs-job", "output_path": "s3://b/m"}
+    bob = Job("training_job", "bob-run", -1, "", xcoms={"validate_spec": spec})
+    alice = Job("training_job", "alice-run", -1, "", xcoms={"validate_spec": spec},
+                tis={"stage_code": ("failed", None, None, 1)})
+    assert files_owner(bob) == files_owner(alice) == NOT_YET  # nobody claimed it: nothing written there yet
+    with pytest.raises(HTTPException, match="no files yet"):
+        require_own_files(alice)
+    claim(ensure_state_dir(training_settings().workspace, "bobs-job"), "bobs-job", "training_job", "bob-run")
+    assert files_owner(bob) == THIS_RUN and files_owner(alice) == ANOTHER_RUN
+    require_own_files(bob)
+    with pytest.raises(HTTPException) as err:
+        require_own_files(alice)
+    assert err.value.status_code == 404 and err.value.detail == OTHER_RUN
+    other_dag = Job("retraining", "bob-run", -1, "", xcoms={"validate_spec": spec})
+    assert files_owner(other_dag) == ANOTHER_RUN  # the claim names the DAG too
+
+
+def test_a_run_past_the_lease_keeps_its_files_once_retention_removed_the_claim(tmp_path, monkeypatch):
+    from training_console.spec_access import NOT_YET, THIS_RUN, files_owner
+
+    monkeypatch.setenv("AIRFLOW__TRAINING__WORKSPACE", str(tmp_path / "ws"))
+    spec = {"job_name": "old-job", "output_path": "s3://b/m"}
+    done = Job("training_job", "r1", -1, "", xcoms={"validate_spec": spec},
+               tis={"stage_code": ("success", None, None, 1), "publish_model": ("success", None, None, 1)})
+    refused = Job("training_job", "r2", -1, "", xcoms={"validate_spec": spec},
+                  tis={"validate_spec": ("success", None, None, 1), "stage_code": ("failed", None, None, 1)})
+    assert files_owner(done) == THIS_RUN and files_owner(refused) == NOT_YET
