@@ -3,7 +3,9 @@ reads them. Everything else takes a TrainingSettings / KubernetesSettings / Dock
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,12 +79,23 @@ def _uid_range(section: str, key: str, fallback: tuple[int, int]) -> tuple[int, 
 
 
 def _quantity_setting(section: str, key: str, fallback: str) -> str:
-    from operators.spec.quantities import is_quantity
+    from operators.quantities import is_quantity
 
     raw = _get(section, key, fallback).strip()
     if raw and not is_quantity(raw):
         raise ValueError(f"airflow.cfg [{section}] {key} must be a quantity like 8Gi or 2, got {raw!r}; fix the setting")
     return raw
+
+
+_PLAIN_USER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+
+
+def user_dir_name(user: str) -> str:
+    """A directory name for a user name (their part of the SDK's code staging area, operators/staging/sdk_uploads.py):
+    the name itself when it is plain, else a digest (never '..', '/', '')."""
+    if _PLAIN_USER.match(user) and user not in (".", ".."):
+        return user
+    return "u-" + hashlib.sha256(user.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -141,8 +154,6 @@ class TrainingSettings:
 
     def user_code_dir(self, user: str) -> str:
         """Where one user's SDK code uploads land: no user can name another's as a source_dir."""
-        from operators.staging.sdk_uploads import user_dir_name
-
         return os.path.join(self.code_staging_dir, user_dir_name(user))
 
     @property

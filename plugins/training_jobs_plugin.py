@@ -4,7 +4,8 @@ server's check of the secrets a new run references (plugins/secret_reference_che
 
 from airflow.plugins_manager import AirflowPlugin
 
-from operators.stages.links import ALL_LINKS, PLUGIN_PREFIX, RUN_VIEW_ROUTE
+from operators.console_urls import PLUGIN_PREFIX, RUN_VIEW_ROUTE
+from operators.stages.links import ALL_LINKS
 from secret_reference_check import SecretReferenceCheck
 
 

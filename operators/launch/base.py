@@ -163,8 +163,12 @@ class DeferrableLauncher(Launcher, Protocol):
     def start(self, request: LaunchRequest) -> None:
         """Create (or reattach to) the remote work."""
 
-    def trigger(self, request: LaunchRequest) -> Any:
-        """The BaseTrigger that waits for it."""
+    # The trigger that waits for it, as "module:Class": the operator builds it (operators/launch/registry.py
+    # trigger_for), the launcher never imports it (the trigger may use the backend's modules, never the reverse).
+    trigger_class: str
+
+    def trigger_arguments(self, request: LaunchRequest) -> dict[str, Any]:
+        """The trigger's arguments: primitives only (they are serialized into the metadata DB)."""
 
     def result_from_event(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> LaunchResult:
         """The trigger's event -> the result (catching up the end of the logs into on_line)."""

@@ -31,7 +31,7 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
         },
     }
     if "cpu" in resources:
-        from operators.spec.quantities import parse_quantity  # the one quantity parser
+        from operators.quantities import parse_quantity  # the one quantity parser
 
         job_config["num_cpus"] = max(1, int(parse_quantity(resources["cpu"])))
     addresses = launcher.host_addresses(spec.job_name, spec.instance_count)

@@ -6,8 +6,9 @@ only loads the client library of the backend a job uses.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-from operators.launch.base import Launcher
+from operators.launch.base import DeferrableLauncher, LaunchRequest, Launcher
 from operators.spec.backend_options import BACKENDS
 
 # One entry per name in BACKENDS (tests/operators/launch/test_registry.py): a name the spec accepts has a backend.
@@ -18,14 +19,34 @@ _BACKENDS = {
 }
 
 
-def launcher_class(backend: str) -> type:
-    try:
-        module, _, name = _BACKENDS[backend].partition(":")
-    except KeyError:
-        raise ValueError(
-            f"backend {backend!r} is not one of {', '.join(BACKENDS)}; set the spec's 'backend' field"
-        ) from None
+# Each backend's checks of a spec (check_options, check_reachable): operators/launch/checks.py runs them.
+_CHECKS = {name: path.partition(".launcher:")[0] + ".checks" for name, path in _BACKENDS.items()}
+
+
+def _known(backend: str) -> str:
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}; set the spec's 'backend' field")
+    return backend
+
+
+def backend_checks(backend: str) -> Any:
+    """The checks module of a backend (loaded on first use, as the backend itself)."""
+    return importlib.import_module(_CHECKS[_known(backend)])
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def launcher_class(backend: str) -> type:
+    return _load(_BACKENDS[_known(backend)])
+
+
+def trigger_for(launcher: DeferrableLauncher, request: LaunchRequest) -> Any:
+    """The trigger that waits for `request`'s remote work, built from the launcher's primitives (the operator's
+    side: a launcher never imports its trigger)."""
+    return _load(launcher.trigger_class)(**launcher.trigger_arguments(request))
 
 
 def launcher_for(backend: str) -> Launcher:

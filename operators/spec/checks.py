@@ -1,5 +1,6 @@
-"""What the first task checks about the world, cheaply, before anything is staged: the backend is configured and
-answers, every URI scheme has its connection, local paths exist / are writable and lie under the configured roots.
+"""What the first task checks about the world, cheaply, before anything is staged, that is the spec's own: every URI
+scheme has its connection, local paths exist / are writable and lie under the configured roots. (Each backend checks
+its own options and that it answers: operators/launch/<backend>/checks.py; operators/launch/checks.py runs them all.)
 A problem raises SpecError naming the spec field (one line, what to do); the validate stage fails the run at once.
 """
 
@@ -87,117 +88,7 @@ def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None 
             raise SpecError(field, f"{path} does not exist on the Airflow worker; check the path")
 
 
-def check_isolation_options(spec: JobSpec, kubernetes_settings: Any = None) -> None:
-    """The spec's kubernetes options set nothing its admin-defined profile does not (operators/launch/kubernetes/profiles.py)
-    and pick only the admin's queues and priorities (operators/launch/kubernetes/queues.py).
-    Docker's `user` and `host_workspace` are checked by the spec model itself (operators/spec/parts.py)."""
-    if spec.backend != "kubernetes":
-        return
-    from operators.launch.kubernetes.profiles import ProfileError, check_spec_options
-    from operators.launch.kubernetes.queues import queue_choice
-
-    if kubernetes_settings is None:
-        from operators.settings import kubernetes_settings as read_settings
-
-        kubernetes_settings = read_settings()
-    try:
-        check_spec_options(spec.backend_options(), kubernetes_settings)
-        queue_choice(spec.backend_options(), kubernetes_settings)  # a queue or priority the admin did not list
-    except ProfileError as err:
-        raise SpecError(f"kubernetes.{err.key}", err.problem) from None
-
-
-def check_local_resources(spec: JobSpec, settings: Any = None) -> None:
-    """A local job asks for no more memory, CPU or GPUs per host than the admin allows and this worker has
-    (operators/launch/local/limits.py, operators/launch/worker_slots.py); the launch checks again where it runs."""
-    if spec.backend != "local":
-        return
-    from operators.launch.local.limits import LimitError, check_resources
-    from operators.launch.worker_slots import gpu_devices
-
-    if settings is None:
-        from operators.settings import training_settings
-
-        settings = training_settings()
-    resources = spec.resources.model_dump(exclude_none=True)
-    try:
-        check_resources(resources, settings)
-    except LimitError as err:
-        raise SpecError(err.field, err.problem) from None
-    wanted, have = int(resources.get("gpu") or 0), len(gpu_devices(settings.local_gpu_devices))
-    if wanted > have:
-        raise SpecError("resources.gpu", f"{wanted} GPU(s) asked for, but the local backend's worker has {have} "
-                        "([training] local_gpu_devices); ask for fewer or use the kubernetes backend")
-
-
-def check_backend(spec: JobSpec) -> None:
-    if spec.backend == "kubernetes":
-        check_kubernetes()
-    elif spec.backend == "docker":
-        check_docker()
-
-
-def check_kubernetes() -> None:
-    from airflow.providers.common.compat.sdk import BaseHook
-
-    from operators.settings import kubernetes_settings
-
-    conn_id = kubernetes_settings().conn_id
-    has_conn = False
-    if conn_id:
-        try:
-            BaseHook.get_connection(conn_id)
-            has_conn = True
-        except Exception:
-            pass
-    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    if not (has_conn or in_cluster or os.path.isfile(kubeconfig.split(os.pathsep)[0])):
-        raise SpecError("backend", f"is kubernetes but no cluster is configured: no Airflow connection '{conn_id}', "
-                        "no kubeconfig and not in a cluster; create the connection ([training.kubernetes] conn_id) "
-                        "or use backend local or docker")
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-    from kubernetes.client import VersionApi
-    from kubernetes.client.rest import ApiException
-
-    try:
-        VersionApi(KubernetesHook(conn_id=conn_id or None).get_conn()).get_code(_request_timeout=PING_TIMEOUT_SECONDS)
-    except ApiException as err:  # it answered: reachable, unless it refused who we are
-        if err.status == 401:
-            raise SpecError("backend", f"is kubernetes but the cluster refuses the credentials of connection "
-                            f"'{conn_id}' (401); fix the connection's kubeconfig") from None
-    except Exception as err:
-        raise SpecError("backend", f"is kubernetes but the cluster of connection '{conn_id}' does not answer "
-                        f"({_short(err)}); check the connection or the cluster") from None
-
-
-def check_docker() -> None:
-    from operators.settings import docker_settings
-
-    url = docker_settings().docker_url
-    try:
-        import docker
-
-        client = docker.APIClient(base_url=url, version="auto", timeout=PING_TIMEOUT_SECONDS)
-        client.ping()
-        client.close()
-    except Exception as err:
-        raise SpecError("backend", f"is docker but the Docker engine at {url} does not answer ({_short(err)}); "
-                        "start it or set [training.docker] docker_url") from None
-
-
-def _short(err: Any) -> str:
+def short_error(err: Any) -> str:
+    """An exception in one line of at most 160 characters (for a check's refusal)."""
     text = f"{type(err).__name__}: {err}".splitlines()[0]
     return text if len(text) <= 160 else text[:157] + "..."
-
-
-def check_world(spec: JobSpec, local_roots: tuple[str, ...] = (), areas: dict | None = None) -> None:
-    """Every cheap check of the world, in the order a user would fix them."""
-    from operators.spec.secret_refs import check_references
-
-    check_local_paths(spec, local_roots, areas)
-    check_isolation_options(spec)
-    check_local_resources(spec)
-    check_connections(spec)
-    check_references(spec.secret_references())
-    check_backend(spec)

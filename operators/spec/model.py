@@ -20,7 +20,7 @@ from training_runtime.layouts import CONTAINER_ROOTS
 from operators.spec.errors import SpecError, first_error
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
-from operators.launch.container_env import looks_like_secret
+from operators.spec.credentials import looks_like_secret
 from operators.spec.backend_options import BACKENDS
 from operators.spec.parts import (
     REFERENCE_FORMS,

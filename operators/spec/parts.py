@@ -45,8 +45,8 @@ class Strict(BaseModel):
 
 
 def _quantity(value: Any, what: str, example: str) -> str | None:
-    """A Kubernetes quantity (operators/spec/quantities.py, the one parser) kept as the user wrote it."""
-    from operators.spec.quantities import parse_quantity
+    """A Kubernetes quantity (operators/quantities.py, the one parser) kept as the user wrote it."""
+    from operators.quantities import parse_quantity
 
     if value is None or value == "":
         return None
@@ -188,7 +188,7 @@ class DockerOptions(Strict):
     @field_validator("user")
     @classmethod
     def _user(cls, value: str | None) -> str | None:
-        from operators.launch.container_users import root_part
+        from operators.spec.container_users import root_part
 
         if value is None or not value.strip():
             return None

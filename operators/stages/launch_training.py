@@ -113,12 +113,14 @@ class LaunchTrainingOperator(JobStageOperator):
         use_defer = self.launcher.capabilities.deferrable and (
             self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)
         if use_defer:
+            from operators.launch.registry import trigger_for
+
             self.launcher.start(request)
             # A trigger cannot push XComs: the queue is recorded now, the view reads its place from the task log.
             queue = self.launcher.queue_of(request) if hasattr(self.launcher, "queue_of") else None
             context["ti"].xcom_push(key=QUEUE_KEY, value=queue)
             # The launcher enforces max_run_seconds (activeDeadlineSeconds); this is the safety net behind it.
-            self.defer(trigger=self.launcher.trigger(request), method_name="execute_complete",
+            self.defer(trigger=trigger_for(self.launcher, request), method_name="execute_complete",
                        kwargs={"request": request.to_dict()},
                        timeout=timedelta(seconds=self.spec.max_run_seconds + 900))
         metrics = self._metrics()

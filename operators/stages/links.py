@@ -9,56 +9,9 @@ read through Airflow's log reader. No file:// URL, no credentials, nothing that 
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 from airflow.sdk import BaseOperatorLink
 
-PLUGIN_PREFIX = "/training-jobs"
-RUN_VIEW_ROUTE = "training-jobs-run"  # the plugin's tab on a DAG run, inside Airflow's UI (training_jobs_plugin.py)
-STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
-          "upload_artifacts", "publish_model")
-
-CONSOLES = {
-    "s3": "https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={key}",
-    "cos": "https://console.cloud.tencent.com/cos/bucket?bucket={bucket}&path=/{key}",
-    "oss": "https://oss.console.aliyun.com/bucket/oss/{bucket}/object?path={key}",
-    "obs": "https://console.huaweicloud.com/console/#/obs/manager/buckets/{bucket}/objects?prefix={key}",
-}
-
-
-def console_url(uri: str) -> str | None:
-    """The provider console page of the folder holding an object; None for local paths and unknown schemes."""
-    if "://" not in uri:
-        return None
-    scheme, rest = uri.split("://", 1)
-    bucket, _, key = rest.partition("/")
-    template = CONSOLES.get(scheme)
-    return template.format(bucket=bucket, key=quote(key.rsplit("/", 1)[0] + "/")) if template else None
-
-
-def base_url() -> str:
-    """Where the UI is served ([api] base_url, else http://<[api] host>:<[api] port>), without a trailing slash."""
-    from airflow.configuration import conf
-
-    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
-    if base:
-        return base
-    host = conf.get("api", "host", fallback="127.0.0.1") or "127.0.0.1"
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{conf.get('api', 'port', fallback='8080')}"
-
-
-def job_path(dag_id: str, run_id: str, map_index: int) -> str:
-    """The plugin's path of one training job (a trial of a search is one job: its map index)."""
-    return f"{quote(dag_id, safe='')}/{quote(run_id, safe='')}/{int(map_index)}"
-
-
-def artifact_url(dag_id: str, run_id: str, map_index: int, name: str) -> str:
-    return f"{base_url()}{PLUGIN_PREFIX}/api/jobs/{job_path(dag_id, run_id, map_index)}/artifacts/{name}"
-
-
-def job_page_url(dag_id: str, run_id: str, map_index: int, section: str = "") -> str:
-    return f"{base_url()}{PLUGIN_PREFIX}/ui/#/job/{job_path(dag_id, run_id, map_index)}" + (
-        f"/{section}" if section else "")
+from operators.console_urls import artifact_url, job_page_url, run_view_url
 
 
 class _JobLink(BaseOperatorLink):
@@ -122,11 +75,6 @@ class HostLogsLink(_JobLink):
 
     def url(self, dag_id, run_id, map_index):
         return job_page_url(dag_id, run_id, map_index, "logs")
-
-
-def run_view_url(dag_id: str, run_id: str) -> str:
-    """The run's "Training jobs" tab in Airflow's own UI (the view in its frame, with Airflow's navigation)."""
-    return f"{base_url()}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/plugin/{RUN_VIEW_ROUTE}"
 
 
 class TrainingJobLink(_JobLink):

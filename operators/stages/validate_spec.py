@@ -33,7 +33,7 @@ class ValidateSpecOperator(BaseOperator):
         from operators.spec.secret_policy import load_policy, references
         from operators.settings import training_settings
         from operators.spec.model import SpecError, base_name_from, job_name_from, validate_spec
-        from operators.spec.checks import check_world
+        from operators.launch.checks import check_world
 
         raw = dict(self.spec_defaults)
         given = self.spec if self.spec is not None else context["params"]

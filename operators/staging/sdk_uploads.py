@@ -14,26 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import time
 from dataclasses import dataclass
 from typing import Iterator
 
-_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 ARCHIVE = re.compile(r"^[0-9a-f]{64}\.tar\.gz$")  # <sha256 of the archive>.tar.gz
 PARTIAL_SUFFIX = ".partial"  # an upload being written: .<sha prefix>.<random>.partial
 LOCK_NAME = ".quota.lock"  # empty; flock'ed while an upload checks the quota and keeps its archive
 STALE_PARTIAL_SECONDS = 3600.0
 DAY = 86400.0
-
-
-def user_dir_name(user: str) -> str:
-    """A directory name for a user name: the name itself when it is plain, else a digest (never '..', '/', '')."""
-    if _PLAIN.match(user) and user not in (".", ".."):
-        return user
-    return "u-" + hashlib.sha256(user.encode()).hexdigest()[:32]
 
 
 def _files(directory: str) -> list[os.DirEntry]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from operators.cache.eviction import CacheEntries
 from operators.fs.directories import remove_tree
-from operators.launch.local.processes import ours, read_records
+from operators.state.launch_records import ours, read_records
 from operators.state.job_state import LAUNCH_PIDS, remove_state_dir, state_dir, state_root
 
 log = logging.getLogger(__name__)

@@ -213,7 +213,7 @@ class JobRun:
 def job_run(uri: str, spec, *, dag_id: str, run_id: str, map_index: int = -1,
             logger: logging.Logger | None = None) -> JobRun:
     """The JobRun of a validated JobSpec in one DAG run."""
-    from operators.stages.links import job_page_url
+    from operators.console_urls import job_page_url
 
     try:
         link = job_page_url(dag_id, run_id, max(map_index, 0) if map_index is not None else 0)

@@ -40,7 +40,8 @@ from training_console.spec_access import (ANOTHER_RUN, OTHER_RUN, THIS_RUN, chec
                                           require_own_files, require_validated)
 from training_console.web_boundary import refuse_cross_site, security_headers
 from training_console.list_filters import FilterError, parse_filters
-from training_console.jobs import STAGES, Job, load_jobs, load_jobs_cached, query_items
+from operators.stage_names import STAGES
+from training_console.jobs import Job, load_jobs, load_jobs_cached, query_items
 from training_console.warmup import warm_up
 
 STATIC = Path(__file__).parent / "static"

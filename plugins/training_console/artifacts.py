@@ -170,7 +170,7 @@ def remote_link(spec: Mapping[str, Any], uri: str, name: str) -> Response:
 
     settings = training_settings()
     if settings.artifact_links == "console":
-        from operators.stages.links import console_url
+        from operators.console_urls import console_url
 
         target = console_url(uri)
         if target:

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from operators.stage_names import STAGES
 from training_console.list_filters import ListFilters
 
-STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
-          "upload_artifacts", "publish_model")
 STAGING = ("stage_code", "prefetch_data", "write_configs", "restore")
 UPLOAD = ("upload_artifacts", "publish_model")
 ACTIVE = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 from fastapi import HTTPException
 
+from operators.stage_names import STAGES
+
 NOT_VALIDATED = ("the job's spec was not validated (validate_spec failed or has not run yet), so the view serves "
                  "nothing it names; fix the spec and trigger the DAG again")
 SERVED_FIELDS = ("output_path", "checkpoint_path")
@@ -27,8 +29,7 @@ OTHER_RUN = ("this job name belongs to another run: its metrics, files and failu
              "shown here; give this run a job_name of its own")
 # The stages after validate_spec: each claims the job root first (operators/stages/base.py claim_job), so one that
 # succeeded held it.
-CLAIMING_STAGES = ("stage_code", "prefetch_data", "write_configs", "restore", "launch_training", "upload_artifacts",
-                   "publish_model")
+CLAIMING_STAGES = STAGES[1:]
 
 
 def require_validated(spec: Mapping[str, Any]) -> Mapping[str, Any]:

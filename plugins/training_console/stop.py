@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from operators.stage_names import STAGES
+
 STOP_NOTE_PREFIX = "Stopped by "  # the SDK's training_sdk.job.STOP_NOTE_PREFIX says the same
-STOPPABLE = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training")
+STOPPABLE = STAGES[:STAGES.index("launch_training") + 1]  # the upload stages run on: they keep what it wrote
 UNDER_WAY = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting", None}
 
 

@@ -17,6 +17,7 @@ import yaml
 from kube_cluster import PLAY
 from operators.launch.base import EVICTED, IMAGE_ERROR, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
 from operators.launch.kubernetes.launcher import KubernetesLauncherHook
+from operators.launch.registry import trigger_for
 from operators.launch.kubernetes.names import JOB_LABEL, kube_name
 
 pytestmark = pytest.mark.cluster
@@ -156,7 +157,7 @@ def test_secrets_by_reference_live_in_one_secret_owned_by_the_job(kube_namespace
     failing = make_request("kwok-secret-gc", annotations={PLAY + "exit-code": "1", PLAY + "message": f"bad {token}"},
                            secret_env={"WANDB_API_KEY": token})
     hook.start(failing)
-    event = asyncio_run_trigger(hook.trigger(failing))
+    event = asyncio_run_trigger(trigger_for(hook, failing))
     assert event["status"] == "failed" and "bad ***" in json.dumps(event) and token not in json.dumps(event), event
     old = batch.read_namespaced_job("kwok-secret-gc", kube_namespace).metadata.uid
     KubernetesLauncherHook().start(failing)
@@ -341,7 +342,7 @@ def test_the_whole_lifecycle_as_a_client_bound_only_to_the_documented_role(
     request = make_request("kwok-rbac", hosts=2, annotations={PLAY + "run": "3s"}, secret_env={"TOKEN": "t0k3n-rbac"})
     hook.start(request)
     KubernetesLauncherHook().start(request)  # reattach
-    event = asyncio_run_trigger(hook.trigger(request))  # the triggerer's watch, as this user
+    event = asyncio_run_trigger(trigger_for(hook, request))  # the triggerer's watch, as this user
     assert event["status"] == "success", event
     result = hook.run(request, lines.append)  # reattaches to the complete Job and reads both logs in full
     assert result.succeeded, (result, lines[-10:])

@@ -159,10 +159,11 @@ def test_the_module_level_graph_skips_function_bodies_and_type_checking_blocks(t
 
 # What builds on the launch layer, the spec and the cache: they never import it back.
 UPPER_PACKAGES = ("pipelines", "stages")
-# The Airflow hooks of the launch layer (BaseHook subclasses, each owning a connection): importing them imports
-# Airflow, by design. Nothing else in spec/, launch/ or cache/ may, so the SDK's local mode and a DAG file's parse
+# The Airflow hooks of the launch layer (BaseHook subclasses, each owning a connection) and its trigger (a
+# BaseTrigger): importing them imports Airflow, by design. Nothing else in spec/, launch/ or cache/ may, so the SDK's local mode and a DAG file's parse
 # can import those modules without Airflow.
-AIRFLOW_HOOK_MODULES = {"operators.launch.docker.launcher", "operators.launch.kubernetes.launcher"}
+AIRFLOW_HOOK_MODULES = {"operators.launch.docker.launcher", "operators.launch.kubernetes.launcher",
+                        "operators.launch.kubernetes.trigger"}
 
 
 @pytest.mark.parametrize("package", ["spec", "launch", "cache"])
@@ -234,16 +235,77 @@ def test_no_backend_imports_another_and_the_base_imports_none():
         assert not (_reachable(graph, base) & backends), f"{base} imports a backend"
 
 
-def test_triggers_hold_only_the_waiting_loop():
+def test_the_trigger_holds_only_the_waiting_loop_and_no_launcher_imports_it():
+    # As in Airflow's providers: the operator builds the trigger (operators/launch/registry.py trigger_for, from the
+    # launcher's primitives), the trigger may use the backend's modules, never the reverse.
     graph = import_graph()
-    trigger = "operators.triggers.kubernetes_job"
+    trigger = "operators.launch.kubernetes.trigger"
     assert "operators.launch.kubernetes.launcher" not in _reachable(graph, trigger)
-    assert len((PACKAGE / "triggers" / "kubernetes_job.py").read_text().splitlines()) < 150
+    assert [m for m in graph if trigger in _reachable(graph, m)] == []
+    assert len((PACKAGE / "launch" / "kubernetes" / "trigger.py").read_text().splitlines()) < 150
+
+
+# The layers of operators/, top to bottom: a package imports only itself and the packages of the layers below its
+# own (not its neighbours in the same layer). A top-level module (settings.py) is a package of its own.
+LAYERS = (
+    ("pipelines", "local_api"),
+    ("stages",),
+    ("launch",),
+    ("state", "tuning"),
+    ("cache", "staging", "tracking"),
+    ("spec",),
+    ("storage",),
+    ("settings",),
+    ("fs", "quantities", "console_urls", "stage_names"),
+    ("provider_info", "__init__"),
+)
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """'<module> -> <module>' for every import of a package of the same or a higher layer than the importer's."""
+    layer = {package: depth for depth, packages in enumerate(LAYERS) for package in packages}
+    found = []
+    for src, dsts in sorted(graph.items()):
+        for dst in sorted(dsts):
+            a, b = _package_of(src), _package_of(dst)
+            if a != b and layer[b] <= layer[a]:
+                found.append(f"{src} -> {dst}")
+    return found
+
+
+def package_figures(graph: dict[str, set[str]]) -> dict[str, object]:
+    """Modules per package, imports between packages, upward ones (the figures the closing note of issue 39 gives)."""
+    modules: dict[str, int] = {}
+    for module in graph:
+        modules[_package_of(module)] = modules.get(_package_of(module), 0) + 1
+    between = sum(1 for src, dsts in graph.items() for dst in dsts if _package_of(src) != _package_of(dst))
+    return {"modules": modules, "imports_between_packages": between, "upward": len(upward_imports(graph))}
+
+
+def test_every_package_has_a_layer():
+    assert {_package_of(m) for m in import_graph()} <= {p for layer in LAYERS for p in layer}
+
+
+def test_imports_point_down_the_layers():
+    graph = import_graph()
+    assert upward_imports(graph) == [], package_figures(graph)
+
+
+def test_the_layer_check_finds_an_upward_or_sideways_import():
+    graph = {"operators.spec.model": {"operators.launch.base"}, "operators.launch.base": {"operators.spec.model"},
+             "operators.cache.views": {"operators.staging.code"}, "operators.stages.base": {"operators.stages.links"}}
+    assert upward_imports(graph) == ["operators.cache.views -> operators.staging.code",
+                                     "operators.spec.model -> operators.launch.base"]
 
 
 # Every module of the launch layer (its base, the three backends, the trigger) and the stage that drives it.
 LAUNCH_LAYER = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "launch").rglob("*.py")) + [
-    "triggers/kubernetes_job.py", "settings.py", "stages/launch_training.py",
+    "settings.py", "stages/launch_training.py",
 ]
 
 

@@ -15,11 +15,12 @@ import os
 from decimal import Decimal
 from typing import Any, Sequence
 
-from operators.launch.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root, looks_like_secret
+from operators.launch.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root
+from operators.spec.credentials import looks_like_secret
 from operators.launch.base import LaunchRequest
 from operators.launch.names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION
 from operators.launch.names import resource_name as kube_name
-from operators.spec.quantities import parse_quantity
+from operators.quantities import parse_quantity
 
 SECRETS_FILE = "/run/training-secrets/env.json"  # where a container finds its credentials file (read-only)
 # argv: FILE COMMAND... ; a JSON object of variables -> values, loaded before COMMAND replaces this process.
@@ -31,7 +32,7 @@ ENV_FILE_WRAPPER = (
 
 INDEX_LABEL = "airflow-training-jobs/host-index"
 def quantity(value: Any, field_name: str) -> Decimal:
-    """A Kubernetes quantity ('16Gi', '500m', 2) as a number (operators/spec/quantities.py), so one spec serves both
+    """A Kubernetes quantity ('16Gi', '500m', 2) as a number (operators/quantities.py), so one spec serves both
     backends."""
     try:
         return parse_quantity(value)

@@ -12,7 +12,7 @@ error judgement decides what fails fast. Written here, and why:
   - creating the Job: KubernetesHook.create_job retries HTTP 409 as a transient error (five attempts with
     backoff) while for us 409 AlreadyExists is the normal signal to reattach to the Job a previous try
     or a restarted worker created;
-  - the watch (operators/launch/kubernetes/watch.py) the trigger (operators/triggers/kubernetes_job.py) runs:
+  - the watch (operators/launch/kubernetes/watch.py) the trigger (operators/launch/kubernetes/trigger.py) runs:
     see its docstring;
   - the end-of-job log catch-up: the provider's PodManager logs through its own logger and re-reads
     by whole seconds (since_seconds), which can drop or repeat lines; we resume after the exact
@@ -238,11 +238,11 @@ class KubernetesLauncherHook(BaseHook):
             f"Job {namespace}/{name} kept appearing and disappearing while starting; check who else manages it"
         )
 
-    def trigger(self, request: LaunchRequest):
-        from operators.triggers.kubernetes_job import KubernetesTrainingJobTrigger
+    trigger_class = "operators.launch.kubernetes.trigger:KubernetesTrainingJobTrigger"
 
+    def trigger_arguments(self, request: LaunchRequest) -> dict[str, Any]:
         options = self.options(request)
-        return KubernetesTrainingJobTrigger(
+        return dict(
             name=kube_name(request.job_name),
             namespace=options.namespace,
             instance_count=request.instance_count,

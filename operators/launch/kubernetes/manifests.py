@@ -16,7 +16,7 @@ operators/launch/kubernetes/names.py, the resolved per-job options from operator
 
 Credentials: only references to Kubernetes Secrets ever reach a pod spec (``secret_env`` ->
 ``valueFrom.secretKeyRef``, ``env_from_secrets`` -> ``envFrom.secretRef``); ``env_vars`` refuses a literal ``env``
-entry that looks like a credential (:class:`SecretInEnvError`, the policy in operators/launch/kubernetes/options.py).
+entry that looks like a credential (:class:`SecretInEnvError`, the policy in operators/spec/credentials.py).
 
 The restricted Pod Security Standard check (``restricted_profile_violations``) lists where a pod spec breaks it.
 """
@@ -28,17 +28,9 @@ import json
 import posixpath
 from typing import Any, Mapping
 
-from operators.launch.container_env import (  # noqa: F401  (LAYOUT_ROOTS, layout_root: re-exported)
-    CHANNEL_NAME,
-    LAYOUT_ROOTS,
-    RESERVED_ENV,
-    SecretInEnvError,
-    container_path,
-    layout_root,
-    looks_like_secret,
-)
+from operators.launch.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root
 from operators.launch.kubernetes.workload import PRIORITY_LABEL, QUEUE_LABEL
-from operators.launch.base import PLATFORM_EXIT_CODE, USER_EXIT_CODES  # noqa: F401
+from operators.launch.base import USER_EXIT_CODES
 from operators.launch.kubernetes.names import (
     ORIGINAL_NAME_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -48,7 +40,8 @@ from operators.launch.kubernetes.names import (
     selector_labels,
 )
 from operators.launch.kubernetes.options import KubernetesJobOptions
-from operators.spec.quantities import is_quantity
+from operators.quantities import is_quantity
+from operators.spec.credentials import SecretInEnvError, looks_like_secret
 
 CONTAINER_NAME = "train"
 WORKSPACE_VOLUME = "workspace"

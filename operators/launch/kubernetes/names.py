@@ -23,7 +23,7 @@ from operators.launch.names import (  # noqa: F401  (re-exported: the names ever
     is_dns1035_label,
     resource_name,
 )
-from operators.spec.quantities import is_quantity  # noqa: F401  (re-exported: the one quantity parser)
+from operators.quantities import is_quantity  # noqa: F401  (re-exported: the one quantity parser)
 
 SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
 MANAGED_BY = "airflow-training-jobs"

@@ -20,7 +20,6 @@ from typing import Any, Mapping
 from operators.spec.backend_options import KUBERNETES_OPTION_KEYS
 from operators.launch.kubernetes.profiles import profile_for
 from operators.launch.kubernetes.queues import queue_choice
-from operators.launch.container_env import SecretInEnvError, looks_like_secret  # noqa: F401  (the policy lives there)
 from operators.launch.kubernetes.names import (
     is_dns1123_label,
     is_dns1123_subdomain,
@@ -28,7 +27,7 @@ from operators.launch.kubernetes.names import (
     is_label_key,
     is_label_value,
 )
-from operators.spec.quantities import is_quantity
+from operators.quantities import is_quantity
 
 OPTION_KEYS = KUBERNETES_OPTION_KEYS
 

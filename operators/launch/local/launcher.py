@@ -47,7 +47,8 @@ from operators.launch.base import (
 )
 from operators.launch.local.network import NetworkUnavailable, join_command, open_namespace, sandbox_status, start_slirp4netns
 from operators.launch.local.network import check_available as check_network
-from operators.launch.local.processes import alive, kill_trees, ours, read_records, write_records
+from operators.launch.local.processes import alive, kill_trees
+from operators.state.launch_records import ours, read_records, write_records
 from operators.launch.local.sandbox import (
     SandboxUnavailable,
     bwrap_command,

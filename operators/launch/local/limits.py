@@ -20,7 +20,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from operators.spec.quantities import parse_quantity
+from operators.quantities import parse_quantity
 
 log = logging.getLogger(__name__)
 

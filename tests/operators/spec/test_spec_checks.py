@@ -15,12 +15,18 @@ import time
 import pytest
 
 from operators.spec.model import validate_spec
-from operators.spec.checks import check_backend, check_connections, check_local_paths, check_world
+from operators.launch.checks import check_world
+from operators.launch.registry import backend_checks
+from operators.spec.checks import check_connections, check_local_paths
 from operators.spec.errors import SpecError
 
 BASE = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}
 AWS = json.dumps({"conn_type": "aws", "extra": {"endpoint_url": "http://127.0.0.1:1"}})
 
+
+def check_backend(spec) -> None:
+    """Whether the spec's backend answers (operators/launch/<backend>/checks.py)."""
+    backend_checks(spec.backend).check_reachable()
 
 def closed_port() -> int:
     with socket.socket() as sock:
@@ -150,7 +156,7 @@ def test_a_local_job_asking_for_more_than_the_admin_allows_or_the_worker_has_is_
     from dataclasses import replace
 
     from operators.settings import training_settings
-    from operators.spec.checks import check_local_resources
+    from operators.launch.local.checks import check_options as check_local_resources
 
     for i in range(2):
         (tmp_path / f"nvidia{i}").write_text("")  # no GPU here: files stand in for the device nodes
@@ -165,4 +171,4 @@ def test_a_local_job_asking_for_more_than_the_admin_allows_or_the_worker_has_is_
         err = fails(check_local_resources, validate_spec({**local, "resources": resources}), settings)
         assert err.field == field and words in str(err), str(err)
     check_local_resources(validate_spec({**local, "resources": {"memory": "8Gi", "cpu": "4", "gpu": 2}}), settings)
-    check_local_resources(validate_spec({**BASE, "backend": "docker", "resources": {"memory": "64Gi"}}), settings)
+    backend_checks("docker").check_options(validate_spec({**BASE, "backend": "docker", "resources": {"memory": "64Gi"}}))

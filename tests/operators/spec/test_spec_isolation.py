@@ -7,7 +7,8 @@ import pytest
 
 from operators.settings import KubernetesSettings
 from operators.spec.model import validate_spec
-from operators.spec.checks import check_isolation_options
+from operators.launch.kubernetes.checks import check_options as check_isolation_options
+from operators.launch.registry import backend_checks
 from operators.spec.errors import SpecError
 
 BASE = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}
@@ -72,4 +73,5 @@ def test_an_unknown_profile_names_the_known_ones():
 
 
 def test_another_backends_section_is_not_checked():
-    check_isolation_options(validate_spec({**BASE, "backend": "local", "kubernetes": {"namespace": "x"}}), SETTINGS)
+    spec = validate_spec({**BASE, "backend": "local", "kubernetes": {"namespace": "x"}})
+    backend_checks(spec.backend).check_options(spec)  # the local backend's checks: the kubernetes section is not theirs

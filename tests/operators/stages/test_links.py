@@ -1,8 +1,8 @@
 import pytest
 from airflow.models.taskinstancekey import TaskInstanceKey
 
-from operators.stages.links import (ALL_LINKS, FailureReasonLink, ModelArtifactsLink, TrainingJobLink, base_url, console_url,
-                             stage_links)
+from operators.console_urls import base_url, console_url
+from operators.stages.links import ALL_LINKS, FailureReasonLink, ModelArtifactsLink, TrainingJobLink, stage_links
 from operators.stages import LaunchTrainingOperator, PublishModelOperator, UploadArtifactsOperator
 
 

@@ -2,7 +2,8 @@
 
 import os
 
-from operators.staging.sdk_uploads import used_bytes, user_dir_name
+from operators.settings import user_dir_name
+from operators.staging.sdk_uploads import used_bytes
 
 
 def test_plain_names_are_kept_and_others_become_a_digest():

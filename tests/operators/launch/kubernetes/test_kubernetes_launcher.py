@@ -20,6 +20,7 @@ from fake_kube_api import FakeKubeApi  # noqa: E402
 
 from operators.launch.base import EVICTED, IMAGE_ERROR, OOM, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
 from operators.launch.kubernetes.launcher import KubernetesLaunchError, KubernetesLauncherHook
+from operators.launch.registry import trigger_for
 from operators.launch.kubernetes.names import kube_name
 
 NAMESPACE = "training"
@@ -152,7 +153,7 @@ def test_deferred_run_succeeds_and_no_log_line_is_lost_or_repeated(kube, workspa
             # Written as the container exits: the open follow stream closes without them.
             kube.terminate(pod, 0, last_lines=(f"host {index} saved model", f"host {index} bye"))
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert event["status"] == "success"
     streamed = out.read()
     assert "host 0 saved model" not in streamed  # the follow stream did miss them ...
@@ -182,7 +183,7 @@ def test_a_restarted_triggerer_continues_the_logs_where_the_stopped_one_left_the
     out = Output(capsys)
 
     async def first_triggerer():  # runs the trigger until it is cancelled, as a triggerer shutting down does
-        task = asyncio.ensure_future(rebuilt(hook.trigger(request)).run().__anext__())
+        task = asyncio.ensure_future(rebuilt(trigger_for(hook, request)).run().__anext__())
         kube.set_running(pod)
         for step in range(5):
             kube.log(pod, f"step {step}")
@@ -200,7 +201,7 @@ def test_a_restarted_triggerer_continues_the_logs_where_the_stopped_one_left_the
         await until(lambda: out.has("step 7"))
         kube.terminate(pod, 0)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert event["status"] == "success"
     streamed = out.read()
     assert [streamed.count(f"] step {step} ") for step in range(8)] == [1] * 8, streamed
@@ -253,7 +254,7 @@ def test_restarted_worker_reattaches_instead_of_starting_a_second_job(kube, work
         for pod in pods:
             kube.terminate(pod, 0)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     lines: list[str] = []
     assert hook.result_from_event(request, event, lines.append).succeeded
 
@@ -300,7 +301,7 @@ def test_user_error_reports_exit_code_and_failure_file(kube, workspace):
         kube.log(pods[0], "Traceback (most recent call last):", "KeyError: 'label'")
         kube.terminate(pods[0], 1, message="KeyError: 'label'")  # podFailurePolicy FailJob
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert (result.succeeded, result.failure_class, result.exit_code) == (False, USER_ERROR, 1)
     assert not result.retryable
@@ -316,7 +317,7 @@ def test_platform_error_is_retryable(kube, workspace):
         kube.set_running(pod)
         kube.terminate(pod, 4)  # counts against backoffLimit 0 -> BackoffLimitExceeded
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert (result.failure_class, result.exit_code, result.retryable) == (PLATFORM_ERROR, 4, True)
 
@@ -333,7 +334,7 @@ def test_oom_fails_fast_and_stops_the_job(kube, workspace):
             kube.set_running(pod)
         kube.terminate(pods[0], 137, reason="OOMKilled")
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert event["job_finished"] is False  # the Job controller would retry it: we do not wait for that
     result = hook.result_from_event(request, event, lambda line: None)
     assert (result.failure_class, result.exit_code) == (OOM, 137)
@@ -356,7 +357,7 @@ def test_image_errors_fail_fast_with_a_clear_message(kube, workspace, reason, me
         kube.set_waiting(kube.pod_names(name)[0], reason, message)
 
     started = time.monotonic()
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert time.monotonic() - started < 5
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == IMAGE_ERROR and not result.retryable
@@ -378,7 +379,7 @@ def test_a_registry_rate_limit_is_waited_out(kube, workspace, capsys):
         kube.set_running(pod)
         kube.terminate(pod, 0)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert event["status"] == "success"
 
 
@@ -388,7 +389,7 @@ def test_a_rate_limit_that_outlasts_the_grace_period_fails(kube, workspace):
     async def drive():
         kube.set_waiting(kube.pod_names(name)[0], "ErrImagePull", "429 Too Many Requests: toomanyrequests")
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == IMAGE_ERROR and "still rate-limited" in result.failure_reason
 
@@ -408,7 +409,7 @@ def test_an_evicted_pod_is_replaced_and_the_job_goes_on(kube, workspace, capsys)
         await until(lambda: out.has("resumed from checkpoint"))
         kube.terminate(second, 0)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert event["status"] == "success"
     assert f"{name}-0 (pod {first}) was evicted or preempted (TerminationByKubelet" in out.read()
 
@@ -424,7 +425,7 @@ def test_a_failure_after_an_eviction_is_retryable(kube, workspace):
         await asyncio.sleep(0.2)
         kube.terminate(pods[0], 1)  # rank 0 lost its peer: the script fails, FailJob
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == EVICTED and result.retryable
     assert "PreemptionByScheduler" in result.failure_reason
@@ -438,7 +439,7 @@ def test_max_run_seconds_is_a_timeout(kube, workspace):
         kube.set_running(kube.pod_names(name)[0])
         kube.expire_deadline(name)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == TIMEOUT and "max_run_seconds" in result.failure_reason
 
@@ -453,7 +454,7 @@ def test_a_pod_on_a_node_that_never_starts_its_container_fails_as_a_platform_err
         kube.set_waiting(pod, "ContainerCreating")
 
     started = time.monotonic()
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == PLATFORM_ERROR, result.failure_reason  # retryable: another try, maybe another node
     assert f"pod {pod}) is on node" in result.failure_reason and "has not started its container" in result.failure_reason
@@ -472,7 +473,7 @@ def test_waiting_for_a_node_is_not_a_failed_start(kube, workspace):
         kube.set_running(pod)
         kube.terminate(pod, 0)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert event["status"] == "success", event
 
 
@@ -482,7 +483,7 @@ def test_a_missing_secret_fails_fast(kube, workspace):
     async def drive():
         kube.set_waiting(kube.pod_names(name)[0], "CreateContainerConfigError", 'secret "hf" not found')
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == USER_ERROR and 'secret "hf" not found' in result.failure_reason
 
@@ -493,7 +494,7 @@ def test_a_missing_workspace_claim_fails_fast(kube, workspace):
     async def drive():
         kube.set_unschedulable(kube.pod_names(name)[0], 'persistentvolumeclaim "training-workspace" not found')
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == USER_ERROR and "create the ReadWriteMany claim 'training-workspace'" in result.failure_reason
     assert not kube.jobs
@@ -506,7 +507,7 @@ def test_a_job_deleted_behind_our_back_is_a_platform_error(kube, workspace):
         kube.set_running(kube.pod_names(name)[0])
         kube.handle("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{name}", {}, None)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == PLATFORM_ERROR and "no longer exists" in result.failure_reason
 
@@ -519,7 +520,7 @@ def test_a_job_our_own_stop_deleted_is_reported_as_stopped(kube, workspace):
         kube.set_running(kube.pod_names(name)[0])
         hook.stop(request)
 
-    event = run_trigger(rebuilt(hook.trigger(request)), drive)
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
     result = hook.result_from_event(request, event, lambda line: None)
     assert result.failure_class == PLATFORM_ERROR and "stopped by this task" in result.failure_reason
     assert "no longer exists" not in result.failure_reason
@@ -537,7 +538,7 @@ def test_unschedulable_pods_are_reported_once(kube, workspace, capsys):
         kube.set_running(pod)
         kube.terminate(pod, 0)
 
-    run_trigger(rebuilt(hook.trigger(request)), drive)
+    run_trigger(rebuilt(trigger_for(hook, request)), drive)
     assert out.read().count(why) == 1
 
 
@@ -554,7 +555,7 @@ def test_stop_deletes_the_job_its_pods_and_the_service(kube, workspace):
 
 def test_killing_the_deferred_task_deletes_everything(kube, workspace):
     hook, request, name = start_job(workspace, propagation_policy="Background")
-    trigger = rebuilt(hook.trigger(request))
+    trigger = rebuilt(trigger_for(hook, request))
     asyncio.run(trigger.on_kill())  # what the triggerer calls when a user marks the task failed
     assert not kube.jobs and not kube.services and not kube.pod_names(name)
     assert ("Job", name, "Background") in kube.deletions

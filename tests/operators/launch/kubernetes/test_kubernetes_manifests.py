@@ -7,7 +7,8 @@ import pytest
 from kubernetes_job_samples import WORKSPACE, all_labels, build, make_request, validate
 
 from operators.launch.base import LaunchRequest
-from operators.launch.kubernetes.manifests import LAYOUT_ROOTS, restricted_profile_violations, service_manifest
+from operators.launch.container_env import LAYOUT_ROOTS
+from operators.launch.kubernetes.manifests import restricted_profile_violations, service_manifest
 from operators.launch.kubernetes.names import host_names, is_dns1035_label, is_dns1123_label, is_label_key, is_label_value
 
 

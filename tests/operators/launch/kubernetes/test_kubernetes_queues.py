@@ -64,13 +64,13 @@ def test_a_queued_job_keeps_the_pod_failure_policy_of_its_hosts():
 
 def test_the_first_task_refuses_an_unlisted_queue_with_one_line_naming_the_field():
     from operators.spec.model import validate_spec
-    from operators.spec.checks import check_isolation_options
+    from operators.launch.kubernetes.checks import check_options
     from operators.spec.errors import SpecError
 
     raw = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py",
            "backend": "kubernetes", "kubernetes": {"queue": "team-z"}}
     with pytest.raises(SpecError) as err:
-        check_isolation_options(validate_spec(raw), SETTINGS)
+        check_options(validate_spec(raw), SETTINGS)
     text = str(err.value)
     assert text.startswith("kubernetes.queue: is 'team-z', not one of the admin's queues (use one of: team-a, team-b")
     assert "\n" not in text

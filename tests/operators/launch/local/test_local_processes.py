@@ -8,7 +8,8 @@ import sys
 import psutil
 import pytest
 
-from operators.launch.local.processes import kill_trees, ours, parse_records
+from operators.launch.local.processes import kill_trees
+from operators.state.launch_records import ours, parse_records
 
 
 @pytest.mark.parametrize("text", [

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from operators.spec.quantities import is_quantity, parse_quantity
+from operators.quantities import is_quantity, parse_quantity
 
 
 @pytest.mark.parametrize("text, number", [

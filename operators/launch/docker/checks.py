@@ -1,0 +1,27 @@
+"""What validate_spec checks of a docker job, cheaply, before anything is staged (operators/launch/checks.py runs it):
+the Docker engine answers. (Its `user` and `host_workspace` are checked by the spec model itself.)"""
+
+from __future__ import annotations
+
+from operators.spec.checks import PING_TIMEOUT_SECONDS, short_error
+from operators.spec.errors import SpecError
+from operators.spec.model import JobSpec
+
+
+def check_options(spec: JobSpec) -> None:
+    """Nothing beyond the spec model's own checks."""
+
+
+def check_reachable() -> None:
+    from operators.settings import docker_settings
+
+    url = docker_settings().docker_url
+    try:
+        import docker
+
+        client = docker.APIClient(base_url=url, version="auto", timeout=PING_TIMEOUT_SECONDS)
+        client.ping()
+        client.close()
+    except Exception as err:
+        raise SpecError("backend", f"is docker but the Docker engine at {url} does not answer ({short_error(err)}); "
+                        "start it or set [training.docker] docker_url") from None

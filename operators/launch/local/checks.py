@@ -1,0 +1,33 @@
+"""What validate_spec checks of a local job, cheaply, before anything is staged (operators/launch/checks.py runs it):
+it asks for no more memory, CPU or GPUs per host than the admin allows and this worker has (limits.py,
+operators/launch/worker_slots.py); the launch checks again where it runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.spec.errors import SpecError
+from operators.spec.model import JobSpec
+
+
+def check_options(spec: JobSpec, settings: Any = None) -> None:
+    from operators.launch.local.limits import LimitError, check_resources
+    from operators.launch.worker_slots import gpu_devices
+
+    if settings is None:
+        from operators.settings import training_settings
+
+        settings = training_settings()
+    resources = spec.resources.model_dump(exclude_none=True)
+    try:
+        check_resources(resources, settings)
+    except LimitError as err:
+        raise SpecError(err.field, err.problem) from None
+    wanted, have = int(resources.get("gpu") or 0), len(gpu_devices(settings.local_gpu_devices))
+    if wanted > have:
+        raise SpecError("resources.gpu", f"{wanted} GPU(s) asked for, but the local backend's worker has {have} "
+                        "([training] local_gpu_devices); ask for fewer or use the kubernetes backend")
+
+
+def check_reachable() -> None:
+    """The worker itself: nothing to reach."""

@@ -1,1 +1,0 @@
-"""Triggers: hold only primitives, serialize cleanly, run in the triggerer."""
