@@ -9,7 +9,8 @@ import kubernetes_validate
 
 from operators.launch.base import LaunchRequest
 from operators.launch.kubernetes.manifests import job_manifest
-from operators.launch.kubernetes.names import host_names, kube_name
+from operators.launch.kubernetes.names import host_names
+from operators.launch.names import resource_name
 from operators.launch.kubernetes.options import resolve_options
 from operators.settings import KubernetesSettings
 
@@ -25,7 +26,7 @@ def make_request(job_name="resnet-train", hosts=1, layout="ti", gpu=0, options=N
         workspace=WORKSPACE,
         layout=layout,
         instance_count=hosts,
-        hosts=tuple(host_names(kube_name(job_name), hosts)),
+        hosts=tuple(host_names(resource_name(job_name), hosts)),
         channel_entries={
             "train": f"{WORKSPACE}/cache/3f2a9c/train",
             "validation": f"{WORKSPACE}/cache/77b0e1",

@@ -9,12 +9,13 @@ from __future__ import annotations
 import posixpath
 import re
 
+from training_runtime.contract import CURRENT_HOST_ENV, ROOT_ENV
 from training_runtime.layouts import CONTAINER_ROOTS
 
 LAYOUT_ROOTS = dict(CONTAINER_ROOTS)
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 # Set by the launcher (or Kubernetes) for each host; overriding them would give every host the same identity.
-RESERVED_ENV = frozenset({"JOB_COMPLETION_INDEX", "TRAINING_CURRENT_HOST", "TRAINING_ROOT"})
+RESERVED_ENV = frozenset({"JOB_COMPLETION_INDEX", CURRENT_HOST_ENV, ROOT_ENV})
 
 def layout_root(layout: str) -> str:
     try:

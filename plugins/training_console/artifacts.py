@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from fastapi import HTTPException
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from training_runtime.contract import METRICS_STREAM
 
 log = logging.getLogger(__name__)
 MEDIA = {"model.tar.gz": "application/gzip", "output.tar.gz": "application/gzip", "metrics.json": "application/json",
@@ -108,7 +109,7 @@ def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
     collector = MetricCollector()
     collector.load_series(data.get("series") if isinstance(data, dict) else None)
     if live and root:  # points the script appended itself join only until the final metrics.json includes them
-        collector.read_file(os.path.join(root, "output", "metrics.jsonl"), job_root=root)
+        collector.read_file(os.path.join(root, METRICS_STREAM), job_root=root)
     return collector.to_json()
 
 

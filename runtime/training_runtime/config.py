@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from training_runtime import hyperparameters as hps
+from training_runtime.contract import CURRENT_HOST_ENV, ROOT_ENV
 from training_runtime.errors import InvalidJobError
 from training_runtime.files import write_atomically
 from training_runtime.layouts import CONTAINER_ROOTS, DEFAULT_LAYOUT, LAYOUT_NAMES, layout_for
@@ -117,7 +118,7 @@ def resolve_root(cli_root=None, environ=None, layout_name=None):
     environ = os.environ if environ is None else environ
     root = (
         cli_root
-        or environ.get("TRAINING_ROOT")
+        or environ.get(ROOT_ENV)
         or environ.get("SAGEMAKER_BASE_DIR")
         or CONTAINER_ROOTS.get(layout_name)
         or DEFAULT_ROOT
@@ -253,8 +254,8 @@ def _detect_layout(hp_doc):
 def _resolve_current_host(cli_host, hosts, rc_doc, rc_file, environ):
     if cli_host:
         host, source = cli_host, "--current-host"
-    elif environ.get("TRAINING_CURRENT_HOST"):
-        host, source = environ["TRAINING_CURRENT_HOST"], "TRAINING_CURRENT_HOST"
+    elif environ.get(CURRENT_HOST_ENV):
+        host, source = environ[CURRENT_HOST_ENV], CURRENT_HOST_ENV
     elif environ.get("JOB_COMPLETION_INDEX", "") != "":
         index = environ["JOB_COMPLETION_INDEX"]
         if not index.isdigit() or int(index) >= len(hosts):

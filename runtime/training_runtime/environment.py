@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from training_runtime import hyperparameters as hps
 from training_runtime import sagemaker
+from training_runtime.contract import CURRENT_HOST_ENV, ROOT_ENV
 
 DEFAULT_LOG_LEVEL = 20  # logging.INFO, as ti-containers and sagemaker-training
 _VALID_ENV_NAME = re.compile(r"^[^=\0]+$")
@@ -84,10 +85,10 @@ def build(job, layout, resources, base_env, python):
 
     env.update(
         {
-            "TRAINING_ROOT": layout.root,
+            ROOT_ENV: layout.root,
             "TRAINING_JOB_NAME": job.job_name,
             "TRAINING_LAYOUT": layout.name,
-            "TRAINING_CURRENT_HOST": job.current_host,
+            CURRENT_HOST_ENV: job.current_host,
             "TRAINING_HOST_INDEX": str(host_index),
             "TRAINING_NUM_HOSTS": str(len(job.hosts)),
         }

@@ -26,11 +26,12 @@ import threading
 import time
 
 from training_runtime import memory
+from training_runtime.contract import METRICS_STREAM
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SECONDS = 5.0
-METRICS_FILE = os.path.join("output", "metrics.jsonl")
+METRICS_FILE = METRICS_STREAM
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
              "--format=csv,noheader,nounits")
 

@@ -41,9 +41,9 @@ def docker_engine():
 
 
 def job_leftovers(client, job_name: str) -> list:
-    from operators.launch.kubernetes.names import JOB_LABEL, kube_name
+    from operators.launch.names import JOB_LABEL, resource_name
 
-    return client.containers(all=True, filters={"label": f"{JOB_LABEL}={kube_name(job_name)}"})
+    return client.containers(all=True, filters={"label": f"{JOB_LABEL}={resource_name(job_name)}"})
 
 
 CHANNEL_SCRIPT = textwrap.dedent('''

@@ -132,13 +132,13 @@ def make_request(tmp_path: Path, hosts: int = 1, mode: str = "ok", image: str = 
 
 def leftovers(request) -> dict:
     """What the engine still holds for a job: containers, networks, volumes (by the job's label)."""
-    from operators.launch.kubernetes.names import JOB_LABEL, kube_name
+    from operators.launch.names import JOB_LABEL, resource_name
 
     client = engine()
-    label = {"label": f"{JOB_LABEL}={kube_name(request.job_name)}"}
+    label = {"label": f"{JOB_LABEL}={resource_name(request.job_name)}"}
     return {
         "containers": [c["Names"][0] for c in client.containers(all=True, filters=label)],
-        "networks": [n["Name"] for n in client.networks(names=[kube_name(request.job_name)])],
+        "networks": [n["Name"] for n in client.networks(names=[resource_name(request.job_name)])],
         "volumes": [v["Name"] for v in (client.volumes(filters=label).get("Volumes") or [])],
     }
 

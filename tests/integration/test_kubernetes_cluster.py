@@ -228,7 +228,7 @@ def test_a_node_that_cannot_start_the_pod_fails_the_job_after_startup_timeout(cl
 
     from realnode import PAUSE_IMAGE  # tools/node, on the path through real_node.py
 
-    from operators.launch.kubernetes.names import kube_name
+    from operators.launch.names import resource_name
 
     _, node = request.getfixturevalue("real_cluster")
     pause_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", PAUSE_IMAGE],
@@ -251,7 +251,7 @@ def test_a_node_that_cannot_start_the_pod_fails_the_job_after_startup_timeout(cl
 
     batch = KubernetesHook(conn_id="kubernetes_default").batch_v1_client
     deadline = time.monotonic() + 60
-    while batch.list_namespaced_job(cluster[0], field_selector=f"metadata.name={kube_name(launch.job_name)}").items:
+    while batch.list_namespaced_job(cluster[0], field_selector=f"metadata.name={resource_name(launch.job_name)}").items:
         assert time.monotonic() < deadline, "the stuck Job was not deleted"
         time.sleep(1)
     print(f"\nreal node without its pause image: failed after {seconds:.1f}s (startup_timeout_seconds=20)")

@@ -18,7 +18,7 @@ from kube_cluster import PLAY
 from operators.launch.base import EVICTED, IMAGE_ERROR, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
 from operators.launch.kubernetes.launcher import KubernetesLauncherHook
 from operators.launch.registry import trigger_for
-from operators.launch.kubernetes.names import JOB_LABEL, kube_name
+from operators.launch.names import JOB_LABEL, resource_name
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def make_request(job_name: str, hosts: int = 1, annotations: dict | None = None,
     job_root = workspace / "jobs" / job_name
     (job_root / "output").mkdir(parents=True, exist_ok=True)
     (workspace / "cache" / "c0ffee").mkdir(parents=True, exist_ok=True)
-    name = kube_name(job_name)
+    name = resource_name(job_name)
     return LaunchRequest(
         job_name=job_name, job_root=str(job_root), workspace=str(workspace), layout="ti", instance_count=hosts,
         hosts=tuple(f"{name}-{i}.{name}" for i in range(hosts)),

@@ -111,7 +111,7 @@ def kubernetes_case(tmp_path, monkeypatch, capfd, namespace: str, admin: dict, j
     the Job/Pod JSON), that deleting the Job deletes the Secret; returns (token, password, models dir, task log)."""
     import base64
 
-    from operators.launch.kubernetes.names import JOB_LABEL
+    from operators.launch.names import JOB_LABEL
 
     core, batch, api = admin["core"], admin["batch"], admin["api"]
     token, password = f"tok-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"

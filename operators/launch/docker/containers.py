@@ -19,8 +19,9 @@ from operators.launch.container_env import CHANNEL_NAME, RESERVED_ENV, container
 from operators.spec.credentials import looks_like_secret
 from operators.launch.base import LaunchRequest
 from operators.launch.names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION
-from operators.launch.names import resource_name as kube_name
+from operators.launch.names import resource_name
 from operators.quantities import parse_quantity
+from training_runtime.contract import ROOT_ENV
 
 SECRETS_FILE = "/run/training-secrets/env.json"  # where a container finds its credentials file (read-only)
 # argv: FILE COMMAND... ; a JSON object of variables -> values, loaded before COMMAND replaces this process.
@@ -41,11 +42,11 @@ def quantity(value: Any, field_name: str) -> Decimal:
 
 
 def container_name(job_name: str, index: int) -> str:
-    return f"{kube_name(job_name)}-{index}"
+    return f"{resource_name(job_name)}-{index}"
 
 
 def job_labels(request: LaunchRequest, index: int | None = None) -> dict[str, str]:
-    labels = {JOB_LABEL: kube_name(request.job_name), ORIGINAL_NAME_ANNOTATION: request.job_name}
+    labels = {JOB_LABEL: resource_name(request.job_name), ORIGINAL_NAME_ANNOTATION: request.job_name}
     if index is not None:
         labels[INDEX_LABEL] = str(index)
     return labels
@@ -117,7 +118,7 @@ def container_configs(
         raise ValueError(f"resources.{unknown[0]} is not a resource; use cpu, memory and gpu")
     host_config: dict[str, Any] = {
         "Binds": binds,
-        "NetworkMode": kube_name(request.job_name),
+        "NetworkMode": resource_name(request.job_name),
         "CapDrop": ["ALL"],
         "SecurityOpt": ["no-new-privileges"],  # (the "name:value" form is deprecated)
         "Init": True,  # reaps the training's zombie processes and forwards SIGTERM
@@ -141,7 +142,7 @@ def container_configs(
         # (the engine's DNS only knows running containers).
         host_config["ExtraHosts"] = [f"{name}:{address}" for name, address in zip(names, addresses)]
     configs = []
-    network = kube_name(request.job_name)
+    network = resource_name(request.job_name)
     if gpu_ids is not None and len(gpu_ids) != len(names):
         raise ValueError(f"GPUs for {len(gpu_ids)} hosts, {len(names)} hosts")
     for index, name in enumerate(names):
@@ -159,7 +160,7 @@ def container_configs(
                 "Cmd": [*command, "--current-host", name],  # the image's ENTRYPOINT stays
                 "Hostname": name,
                 "User": user,
-                "Env": [f"TRAINING_ROOT={root}", *env],
+                "Env": [f"{ROOT_ENV}={root}", *env],
                 "Labels": job_labels(request, index),
                 "Tty": False,
                 "HostConfig": container_host_config,

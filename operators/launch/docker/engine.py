@@ -21,7 +21,7 @@ from operators.launch.base import (
     is_runtime_exit_code,
 )
 from operators.launch.outcome import read_failure_reason
-from operators.launch.names import resource_name as kube_name
+from operators.launch.names import resource_name
 
 NETWORK_TRIES = 5
 
@@ -114,7 +114,7 @@ def create_job_network(client, request: LaunchRequest) -> list[str]:
     from docker.errors import APIError
     from docker.types import IPAMConfig, IPAMPool
 
-    network, labels = kube_name(request.job_name), job_labels(request)
+    network, labels = resource_name(request.job_name), job_labels(request)
     for attempt in range(NETWORK_TRIES):
         probe = client.create_network(network, driver="bridge", labels=labels, check_duplicate=True)
         pool = (client.inspect_network(probe["Id"]).get("IPAM", {}).get("Config") or [{}])[0]

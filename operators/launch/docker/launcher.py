@@ -49,7 +49,7 @@ from operators.launch import worker_slots
 from operators.launch.outcome import clear_outcome_markers
 from operators.launch.worker_slots import NotEnoughGpus
 from operators.launch.names import JOB_LABEL
-from operators.launch.names import resource_name as kube_name
+from operators.launch.names import resource_name
 
 
 def _root_image_user(image: str, user: str, why: str) -> str:
@@ -197,7 +197,7 @@ class DockerLauncherHook(BaseHook):
                 self.log.warning("Could not read the rest of the log of %s: %s", follower.container, err)
         result = engine.job_result(request, states, timed_out)
         if result.succeeded:
-            on_line(f"[docker] job {kube_name(request.job_name)} completed on {request.instance_count} host(s)")
+            on_line(f"[docker] job {resource_name(request.job_name)} completed on {request.instance_count} host(s)")
         self._cleanup(request, options)
         return result
 
@@ -210,7 +210,7 @@ class DockerLauncherHook(BaseHook):
     def _start(
         self, request: LaunchRequest, options: Mapping[str, Any], secrets: Mapping[str, str], on_line: LineCallback
     ) -> LaunchResult | None:
-        network = kube_name(request.job_name)
+        network = resource_name(request.job_name)
         existing = self._containers(request)
         if existing:
             states = {name: self._inspect(name)["State"] for name in existing}
@@ -376,7 +376,7 @@ class DockerLauncherHook(BaseHook):
             return {"State": {"Status": "removed", "Running": False, "ExitCode": None, "OOMKilled": False}}
 
     def _containers(self, request: LaunchRequest) -> dict[str, dict[str, Any]]:
-        found = self.client.containers(all=True, filters={"label": f"{JOB_LABEL}={kube_name(request.job_name)}"})
+        found = self.client.containers(all=True, filters={"label": f"{JOB_LABEL}={resource_name(request.job_name)}"})
         return {c["Names"][0].lstrip("/"): c for c in found}
 
     def _lease_gpus(self, request: LaunchRequest) -> list[list[str]] | None:
@@ -429,7 +429,7 @@ class DockerLauncherHook(BaseHook):
                 self.client.remove_container(name, force=True, v=True)  # and its anonymous volumes
             except NotFound:
                 pass
-        network = kube_name(request.job_name)
+        network = resource_name(request.job_name)
         for net in self.client.networks(names=[network]):
             if net.get("Name") == network:
                 try:

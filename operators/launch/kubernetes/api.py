@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operators.launch.kubernetes.names import JOB_LABEL, secret_name
+from operators.launch.kubernetes.names import secret_name
+from operators.launch.names import JOB_LABEL
 
 
 class KubernetesLaunchError(RuntimeError):

@@ -18,7 +18,7 @@ error judgement decides what fails fast. Written here, and why:
     by whole seconds (since_seconds), which can drop or repeat lines; we resume after the exact
     (nanosecond timestamp, count) cursor the watch left.
 
-Lifecycle: names derive from job_name (kube_name), so a retried task computes the same Job name.
+Lifecycle: names derive from job_name (resource_name), so a retried task computes the same Job name.
 start(): create -> 409 -> read the Job there: running or complete -> reattach (no second Job); failed ->
 delete it and start afresh (a retry must run again, not report the old failure); being deleted ->
 wait until it is gone. The Service is owned by the Job, so ttlSecondsAfterFinished (or any deletion
@@ -67,13 +67,8 @@ from operators.launch.kubernetes.manifests import (
     restricted_profile_violations,
     service_manifest,
 )
-from operators.launch.kubernetes.names import (
-    JOB_LABEL,
-    ORIGINAL_NAME_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
-    host_names,
-    kube_name,
-)
+from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, host_names
+from operators.launch.names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION, resource_name
 from operators.state.job_state import state_dir
 from operators.launch.kubernetes.options import KubernetesJobOptions, resolve_options
 
@@ -146,12 +141,12 @@ class KubernetesLauncherHook(BaseHook):
 
     def job_manifest(self, request: LaunchRequest) -> dict[str, Any]:
         # Secrets by reference: only a secretKeyRef per variable, the values go into the Job's Secret.
-        options = with_secret_env(self.options(request), kube_name(request.job_name), request.secret_env)
+        options = with_secret_env(self.options(request), resource_name(request.job_name), request.secret_env)
         return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
 
     # ---- the protocol ---------------------------------------------------------------------------------
     def hosts(self, job_name: str, instance_count: int) -> list[str]:
-        return host_names(kube_name(job_name), instance_count)
+        return host_names(resource_name(job_name), instance_count)
 
     def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str] | None:
         return None  # the headless Service gives every host a DNS name
@@ -243,7 +238,7 @@ class KubernetesLauncherHook(BaseHook):
     def trigger_arguments(self, request: LaunchRequest) -> dict[str, Any]:
         options = self.options(request)
         return dict(
-            name=kube_name(request.job_name),
+            name=resource_name(request.job_name),
             namespace=options.namespace,
             instance_count=request.instance_count,
             kubernetes_conn_id=self.settings.conn_id or None,
@@ -274,7 +269,7 @@ class KubernetesLauncherHook(BaseHook):
         options = self.options(request)
         watch = JobWatch(
             self.async_kube(),
-            name=kube_name(request.job_name),
+            name=resource_name(request.job_name),
             namespace=options.namespace,
             instance_count=request.instance_count,
             **options.waiting(),
@@ -288,7 +283,7 @@ class KubernetesLauncherHook(BaseHook):
     ) -> LaunchResult:
         if not isinstance(event, Mapping) or event.get("status") not in ("success", "failed"):
             raise KubernetesLaunchError(f"unexpected trigger event {event!r} for job {request.job_name}")
-        name = kube_name(request.job_name)
+        name = resource_name(request.job_name)
         if event.get("job_missing") and succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)):
             on_line(f"[kubernetes] Job {name} finished and was removed after ttlSecondsAfterFinished; "
                     "its success marker says it succeeded")
@@ -319,7 +314,7 @@ class KubernetesLauncherHook(BaseHook):
         """on_kill: delete the Job, its pods and the Service; what is already gone is fine."""
         options = self.options(request)
         self._stopped = True
-        self._delete(kube_name(request.job_name), options.namespace, options.propagation_policy)
+        self._delete(resource_name(request.job_name), options.namespace, options.propagation_policy)
 
     # ---- helpers --------------------------------------------------------------------------------------
     def _read_job(self, name: str, namespace: str) -> Any | None:
@@ -402,7 +397,7 @@ class KubernetesLauncherHook(BaseHook):
         from kubernetes.client.rest import ApiException
 
         namespace = event.get("namespace") or self.options(request).namespace
-        name = event.get("name") or kube_name(request.job_name)
+        name = event.get("name") or resource_name(request.job_name)
         pods: Mapping[str, int] = event.get("pods") or {}
         cursors: Mapping[str, list[int]] = event.get("log_cursors") or {}
         core = self.kube.core_v1_client

@@ -4,7 +4,7 @@ Security Standard check: pure functions, no I/O, no client.
 One training job = one Indexed Job (a pod per host, completions = parallelism = instance_count) plus a
 headless Service whose name is the pods' subdomain, so host i is reachable as ``<name>-<i>.<name>``
 (Kubernetes names an Indexed Job's pods ``<job>-<index>``). ``<name>`` is derived deterministically
-from ``job_name`` (the idempotency key, see ``kube_name``): a retried task or a restarted worker computes the same
+from ``job_name`` (the idempotency key, see ``resource_name``): a retried task or a restarted worker computes the same
 name and reattaches to the Job already there instead of starting a second one.
 
 The manifests are plain dicts in the API's camelCase form: they are what the API server receives
@@ -31,17 +31,12 @@ from typing import Any, Mapping
 from operators.launch.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root
 from operators.launch.kubernetes.workload import PRIORITY_LABEL, QUEUE_LABEL
 from operators.launch.base import USER_EXIT_CODES
-from operators.launch.kubernetes.names import (
-    ORIGINAL_NAME_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
-    is_env_var_name,
-    job_labels,
-    kube_name,
-    selector_labels,
-)
+from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, is_env_var_name, job_labels, selector_labels
+from operators.launch.names import ORIGINAL_NAME_ANNOTATION, resource_name
 from operators.launch.kubernetes.options import KubernetesJobOptions
 from operators.quantities import is_quantity
 from operators.spec.credentials import SecretInEnvError, looks_like_secret
+from training_runtime.contract import ROOT_ENV
 
 CONTAINER_NAME = "train"
 WORKSPACE_VOLUME = "workspace"
@@ -222,7 +217,7 @@ def job_manifest(
 ) -> dict[str, Any]:
     """The Indexed Job of a LaunchRequest (`request` has LaunchRequest's attributes); `workspace_gid`: the group
     owning the workspace as the Airflow side sees it (the pod's fsGroup)."""
-    name = kube_name(request.job_name)
+    name = resource_name(request.job_name)
     if request.instance_count < 1:
         raise ValueError(f"instance_count is {request.instance_count}; give at least 1 host")
     if not image:
@@ -236,7 +231,7 @@ def job_manifest(
         "imagePullPolicy": options.image_pull_policy,
         # args, not command: the image's ENTRYPOINT (if any: GPU images set up drivers there) stays.
         "args": ["train", "--root", root],
-        "env": [{"name": "TRAINING_ROOT", "value": root}, *env_vars(request.env, options, request.job_root, root)],
+        "env": [{"name": ROOT_ENV, "value": root}, *env_vars(request.env, options, request.job_root, root)],
         "resources": resource_requirements(request.resources, options.gpu_resource),
         "volumeMounts": mounts,
         "securityContext": container_security_context(options),

@@ -1,7 +1,7 @@
 """Kubernetes names and labels of a training job, and the syntax Kubernetes accepts for names, label keys and values,
 quantities and environment variable names: pure functions, no I/O, no client.
 
-The Job and Service of a job are named by ``kube_name(job_name)``, derived deterministically from ``job_name`` (the
+The Job and Service of a job are named by ``resource_name(job_name)``, derived deterministically from ``job_name`` (the
 idempotency key): a retried task or a restarted worker computes the same name and reattaches to the Job already there
 instead of starting a second one. Host i of an Indexed Job is ``<name>-<i>.<name>`` (``host_names``): Kubernetes names
 the pods ``<job>-<index>`` and the headless Service ``<name>`` is their subdomain.
@@ -15,15 +15,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from operators.launch.names import (  # noqa: F401  (re-exported: the names every backend shares)
-    JOB_LABEL,
-    LABEL_PREFIX,
-    MAX_NAME_LENGTH,
-    ORIGINAL_NAME_ANNOTATION,
-    is_dns1035_label,
-    resource_name,
-)
-from operators.quantities import is_quantity  # noqa: F401  (re-exported: the one quantity parser)
+from operators.launch.names import JOB_LABEL, LABEL_PREFIX
 
 SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
 MANAGED_BY = "airflow-training-jobs"
@@ -56,10 +48,6 @@ def is_label_key(key: str) -> bool:
 
 def is_env_var_name(name: str) -> bool:
     return bool(_ENV_NAME.match(name))
-
-
-# The Job/Service name of a job (see operators/launch/names.py): the Docker backend names its containers the same way.
-kube_name = resource_name
 
 
 def host_names(name: str, instance_count: int) -> list[str]:

@@ -26,7 +26,8 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from operators.launch.kubernetes.api import KubernetesLaunchError, api_error
-from operators.launch.kubernetes.names import JOB_LABEL, job_labels, secret_name
+from operators.launch.kubernetes.names import job_labels, secret_name
+from operators.launch.names import JOB_LABEL
 from operators.launch.kubernetes.options import KubernetesJobOptions
 
 CREATE_ATTEMPTS = 5

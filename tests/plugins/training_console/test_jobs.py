@@ -2,7 +2,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from training_console.jobs import STAGES, Job, query_items
+from operators.stage_names import STAGES
+from training_console.jobs import Job, query_items
 
 T0 = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
 

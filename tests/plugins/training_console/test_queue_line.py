@@ -3,7 +3,8 @@ from the queue launch_training recorded before it deferred and the trigger's lin
 
 from datetime import datetime, timedelta, timezone
 
-from training_console.jobs import STAGES, Job, query_items
+from operators.stage_names import STAGES
+from training_console.jobs import Job, query_items
 from training_console.queue_line import latest_queue_line
 
 T0 = datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc)

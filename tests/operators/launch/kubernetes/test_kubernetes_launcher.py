@@ -21,7 +21,7 @@ from fake_kube_api import FakeKubeApi  # noqa: E402
 from operators.launch.base import EVICTED, IMAGE_ERROR, OOM, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
 from operators.launch.kubernetes.launcher import KubernetesLaunchError, KubernetesLauncherHook
 from operators.launch.registry import trigger_for
-from operators.launch.kubernetes.names import kube_name
+from operators.launch.names import resource_name
 
 NAMESPACE = "training"
 
@@ -49,7 +49,7 @@ def workspace(tmp_path):
 def make_request(workspace: Path, job_name="bert-finetune", hosts=1, **options) -> LaunchRequest:
     job_root = workspace / "jobs" / job_name
     (job_root / "output").mkdir(parents=True, exist_ok=True)
-    name = kube_name(job_name)
+    name = resource_name(job_name)
     return LaunchRequest(
         job_name=job_name,
         job_root=str(job_root),
@@ -71,7 +71,7 @@ def start_job(workspace: Path, **request_options) -> tuple[KubernetesLauncherHoo
     hook = KubernetesLauncherHook()
     request = make_request(workspace, **request_options)
     hook.start(request)
-    return hook, request, kube_name(request.job_name)
+    return hook, request, resource_name(request.job_name)
 
 
 def rebuilt(trigger):
@@ -124,7 +124,7 @@ class Output:
 def test_deferred_run_succeeds_and_no_log_line_is_lost_or_repeated(kube, workspace, capsys):
     hook = KubernetesLauncherHook()
     request = make_request(workspace, hosts=2)
-    name = kube_name(request.job_name)
+    name = resource_name(request.job_name)
     assert hook.hosts(request.job_name, 2) == [f"{name}-0.{name}", f"{name}-1.{name}"]
     assert hook.host_addresses(request.job_name, 2) is None
     assert hook.capabilities.deferrable and hook.deferrable_default  # [training.kubernetes] deferrable = True
@@ -179,7 +179,7 @@ def test_a_restarted_triggerer_continues_the_logs_where_the_stopped_one_left_the
     hook = KubernetesLauncherHook()
     request = make_request(workspace)
     hook.start(request)
-    pod = kube.pod_names(kube_name(request.job_name))[0]
+    pod = kube.pod_names(resource_name(request.job_name))[0]
     out = Output(capsys)
 
     async def first_triggerer():  # runs the trigger until it is cancelled, as a triggerer shutting down does
@@ -193,7 +193,7 @@ def test_a_restarted_triggerer_continues_the_logs_where_the_stopped_one_left_the
             await task
 
     asyncio.run(first_triggerer())
-    assert "log-cursors" in json.dumps(kube.job(kube_name(request.job_name))["metadata"]["annotations"])
+    assert "log-cursors" in json.dumps(kube.job(resource_name(request.job_name))["metadata"]["annotations"])
 
     async def drive():  # the second triggerer recreates the trigger from the same serialized arguments
         for step in range(5, 8):
@@ -211,7 +211,7 @@ def test_a_restarted_triggerer_continues_the_logs_where_the_stopped_one_left_the
 def test_blocking_run_streams_every_line_into_on_line(kube, workspace):
     hook = KubernetesLauncherHook()
     request = make_request(workspace)
-    name = kube_name(request.job_name)
+    name = resource_name(request.job_name)
     lines: list[str] = []
     results = []
     worker = threading.Thread(target=lambda: results.append(hook.run(request, lines.append)))
@@ -235,7 +235,7 @@ def test_blocking_run_streams_every_line_into_on_line(kube, workspace):
 
 def test_restarted_worker_reattaches_instead_of_starting_a_second_job(kube, workspace):
     request = make_request(workspace, hosts=2)
-    name = kube_name(request.job_name)
+    name = resource_name(request.job_name)
     KubernetesLauncherHook().start(request)  # the first worker, which then dies
     uid = kube.job(name)["metadata"]["uid"]
     pods = kube.pod_names(name)
@@ -261,7 +261,7 @@ def test_restarted_worker_reattaches_instead_of_starting_a_second_job(kube, work
 
 def test_a_failed_job_from_an_earlier_try_is_replaced_not_reported_again(kube, workspace):
     request = make_request(workspace)
-    name = kube_name(request.job_name)
+    name = resource_name(request.job_name)
     hook = KubernetesLauncherHook()
     hook.start(request)
     first_uid = kube.job(name)["metadata"]["uid"]
@@ -278,7 +278,7 @@ def test_a_failed_job_from_an_earlier_try_is_replaced_not_reported_again(kube, w
 
 def test_a_foreign_job_with_the_same_name_is_not_taken_over(kube, workspace):
     request = make_request(workspace)
-    name = kube_name(request.job_name)
+    name = resource_name(request.job_name)
     foreign = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -325,7 +325,7 @@ def test_platform_error_is_retryable(kube, workspace):
 def test_oom_fails_fast_and_stops_the_job(kube, workspace):
     hook = KubernetesLauncherHook()
     request = make_request(workspace, hosts=1)  # one host: backoffLimit would have Kubernetes retry the pod
-    name = kube_name(request.job_name)
+    name = resource_name(request.job_name)
     hook.start(request)
     pods = kube.pod_names(name)
 

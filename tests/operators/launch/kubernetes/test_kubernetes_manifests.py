@@ -9,7 +9,8 @@ from kubernetes_job_samples import WORKSPACE, all_labels, build, make_request, v
 from operators.launch.base import LaunchRequest
 from operators.launch.container_env import LAYOUT_ROOTS
 from operators.launch.kubernetes.manifests import restricted_profile_violations, service_manifest
-from operators.launch.kubernetes.names import host_names, is_dns1035_label, is_dns1123_label, is_label_key, is_label_value
+from operators.launch.kubernetes.names import host_names, is_dns1123_label, is_label_key, is_label_value
+from operators.launch.names import is_dns1035_label
 
 
 @pytest.mark.parametrize("hosts", [1, 4])

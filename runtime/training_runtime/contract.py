@@ -1,0 +1,7 @@
+"""What the platform and the runtime share about a training process, in one place: the environment variables every
+launcher (operators/launch/) sets and `train` reads, and the files under the job root both sides use. The platform
+imports these names; neither side writes the strings again."""
+
+ROOT_ENV = "TRAINING_ROOT"  # the job root as the process sees it (the container root in a container)
+CURRENT_HOST_ENV = "TRAINING_CURRENT_HOST"  # this host's name in resourceconfig.json
+METRICS_STREAM = "output/metrics.jsonl"  # below the job root: points a script (and `train`) appends, one JSON a line
