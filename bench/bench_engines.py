@@ -8,7 +8,7 @@
 Each engine downloads the same prefix (list, then every object to a file under a fresh directory) from one MinIO
 on loopback, round-robin, median of --repeats:
 
-- ours: ObjectStorageHook.download (what the stages use: obstore behind RemoteStore, storage.obstore_downloads,
+- ours: ObjectStorageHook.download (what the stages use: obstore behind RemoteStore, storage.obstore.downloads,
   with retries, verification and progress lines), and the same on its botocore/s3transfer path (kept for the
   connections obstore cannot serve; the engine of every download before obstore was adopted);
 - ours without the MD5 check (a diagnostic, not a mode of the platform: what verifying each body costs);
@@ -19,7 +19,7 @@ on loopback, round-robin, median of --repeats:
 - s5cmd cp (the Go tool users pick), a child process.
 
 --upload measures the other direction, a local directory to a fresh prefix: ours (ObjectStorageHook.upload_dir:
-obstore behind RemoteStore, storage.obstore_uploads, with verification, progress lines and the multipart safety
+obstore behind RemoteStore, storage.obstore.uploads, with verification, progress lines and the multipart safety
 net), the same on its botocore/s3transfer path, and `s5cmd cp DIR/* s3://...`.
 
 The optional engines are skipped with a line saying why when their package is not importable (they are not
@@ -170,7 +170,7 @@ def main() -> None:
         import boto3  # noqa: F401 - the task process has it imported already
 
         from operators.settings import training_settings
-        from operators.storage.client import forget_data_loader
+        from operators.storage.botocore.client import forget_data_loader
         from operators.storage.hook import ObjectStorageHook
 
         quiet_logs()
@@ -214,12 +214,12 @@ def main() -> None:
                 ObjectStorageHook(settings=settings).download(uri, paths["ours"])
 
             def ours_botocore() -> None:
-                # The same download on the botocore path: what storage.obstore_store.obstore_settings
+                # The same download on the botocore path: what storage.obstore.store.obstore_settings
                 # chooses for connections obstore cannot serve (and what every download used before).
                 from unittest import mock
 
                 forget_data_loader()
-                with mock.patch("operators.storage.obstore_store.obstore_settings", return_value=None):
+                with mock.patch("operators.storage.obstore.store.obstore_settings", return_value=None):
                     ObjectStorageHook(settings=settings).download(uri, paths["ours-botocore"])
 
             def ours_unverified() -> None:
@@ -228,7 +228,9 @@ def main() -> None:
                 from unittest import mock
 
                 forget_data_loader()
-                with mock.patch("operators.storage.obstore_downloads.is_md5_etag", return_value=False):
+                # (obstore.downloads checks each small body's MD5; transfers.verify_file each large file's.)
+                with mock.patch("operators.storage.obstore.downloads.is_md5_etag", return_value=False), \
+                        mock.patch("operators.storage.transfers.is_md5_etag", return_value=False):
                     ObjectStorageHook(settings=settings).download(uri, paths["ours-no-md5"])
 
             runs = [("ours: ObjectStorageHook.download", ours, lambda: remove(paths["ours"])),
@@ -279,7 +281,7 @@ def upload_engines(args, server: S3Server, workdir: str, datasets, settings, s5c
     """--upload: each engine uploads the same local directory to a fresh prefix, round-robin, median of --repeats."""
     from unittest import mock
 
-    from operators.storage.client import forget_data_loader
+    from operators.storage.botocore.client import forget_data_loader
     from operators.storage.hook import ObjectStorageHook
 
     sections, results = [], {"datasets": {}, "direction": "upload"}
@@ -307,7 +309,7 @@ def upload_engines(args, server: S3Server, workdir: str, datasets, settings, s5c
         def ours_botocore() -> None:
             forget_data_loader()
             prefixes["ours-botocore"].append(fresh("botocore", name))
-            with mock.patch("operators.storage.obstore_store.obstore_settings", return_value=None):
+            with mock.patch("operators.storage.obstore.store.obstore_settings", return_value=None):
                 ObjectStorageHook(settings=settings).upload_dir(src, f"s3://{BUCKET}/{prefixes['ours-botocore'][-1]}")
 
         def s5() -> dict:

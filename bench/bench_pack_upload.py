@@ -6,7 +6,7 @@
 
 Ours is what the upload_artifacts stage runs: ObjectStorageHook.upload_packed_directory, i.e.
 operators.fs.safe_tar.pack_directory (isal's threaded pigz-style gzip writer, ISA-L deflate) with each
-multipart part uploaded as soon as it is packed (storage.obstore_uploads; `--engine botocore`: storage.stream,
+multipart part uploaded as soon as it is packed (storage.obstore.uploads; `--engine botocore`: storage.botocore.stream,
 the s3transfer path kept for connections obstore cannot serve, and the engine before obstore). The same two steps one after the other
 (pack_directory, then upload_file) give "packing alone" and "uploading alone", which the overlapped total is judged
 against (goal: <= 1.1x the slower of the two). Against:
@@ -99,7 +99,7 @@ def main() -> None:
     if args.engine == "botocore":
         from unittest import mock
 
-        mock.patch("operators.storage.obstore_store.obstore_settings", return_value=None).start()
+        mock.patch("operators.storage.obstore.store.obstore_settings", return_value=None).start()
 
     workdir = os.path.abspath(args.workdir)
     setup_airflow_home(workdir)

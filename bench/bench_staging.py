@@ -109,7 +109,7 @@ def main() -> None:
         import boto3  # noqa: F401 - imported up front: the task process has it already
 
         from operators.cache.data_cache import DataCacheHook
-        from operators.storage.client import forget_data_loader
+        from operators.storage.botocore.client import forget_data_loader
         from operators.storage.hook import ObjectStorageHook
         from operators.settings import training_settings
 

@@ -1,10 +1,17 @@
 """Object storage for training jobs: one interface (`stores.Store`), a local store (paths, file://) and a remote
 store (s3://, cos://, oss://, obs://: S3-compatible endpoints from Airflow connections), behind `hook.ObjectStorageHook`.
 
-Modules, one concern each: location (URIs, the scheme -> default-connection table, listings' data), errors (one-line
-errors), client (Airflow connections: engine settings, the boto3 client built on first use), addressing (botocore's
-S3 endpoint rules without a client), retries, listing and obstore_listing, downloads, uploads, stream (pack while
-uploading), small_objects, transfers (what the engines share, local copies), progress (progress lines),
-disk_space (checks before staging), stores (LocalStore, RemoteStore), hook (the facade the stages use).
+The engine-neutral layer, one concern a module: hook (the facade the stages use), stores (LocalStore, RemoteStore,
+which picks a bucket's engine), listing (listings checked and recorded, local directories), location (URIs, the
+scheme -> default-connection table, listings' data), errors (one-line errors, whatever the engine raised),
+addressing (botocore's S3 endpoint rules without a client), retries (how often, how long), transfers (what the
+engines share: tuning, temp names, the checks of what landed; local copies), small_objects (local writes and
+deletes), progress (progress lines), disk_space (checks before staging).
+
+One sub-package per engine, as launch/ has one per backend:
+- botocore/: client (Airflow connections: engine settings, the boto3 client built on first use), retries (the
+  client's fixes), listing, downloads, uploads, stream (pack while uploading), small_objects, subscribers;
+- obstore/ (Rust object_store, on the botocore engine's connection): store (the S3Store and the switch between
+  the engines), listing, downloads, uploads, part_queue.
 Kept import-free so that importing one module does not load boto3.
 """

@@ -7,7 +7,8 @@ writing with the figures; when the disk fills anyway (another job wrote meanwhil
 ENOSPC / EDQUOT of whichever write hit it becomes a `DiskFullError` saying what filled up, where, how much was needed
 and is free, and what to do. Neither leaves anything half-visible: cache entries are renamed into place only when
 complete, archives only when packed, uploads complete only when the whole archive was read (see operators/cache/data_cache.py,
-safe_tar.pack_directory, storage/stream.py), so the next attempt, once space is freed, starts from what was complete.
+safe_tar.pack_directory, storage/botocore/stream.py, storage/obstore/uploads.py), so the next attempt, once space is
+freed, starts from what was complete.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLik
 
 
 def is_obstore_error(err: BaseException) -> bool:
-    """An error of obstore (storage.obstore_downloads): its own classes, or a builtin (FileNotFoundError for a
+    """An error of obstore (storage.obstore): its own classes, or a builtin (FileNotFoundError for a
     404) whose text is object_store's "Error performing ..." report."""
     module = type(err).__module__ or ""
     return module.startswith("obstore") or "Error performing " in str(err) or "Debug source:" in str(err)

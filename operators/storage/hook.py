@@ -123,7 +123,7 @@ class ObjectStorageHook:
     def _new_store(self, loc: StorageLocation, key: str) -> Store:
         if loc.scheme == LOCAL_SCHEME:
             return LocalStore(lambda: self.tuning)
-        from operators.storage.client import make_remote
+        from operators.storage.botocore.client import make_remote
 
         return RemoteStore(key, lambda: make_remote(loc, key, self.concurrency), lambda: self.tuning)
 
@@ -237,8 +237,9 @@ class ObjectStorageHook:
     def upload_packed_directory(self, src_dir: str, uri: str, archive_path: str, *,
                                 within: str | None = None) -> TransferStats:
         """Pack `src_dir` into a .tar.gz at `archive_path` and upload it to `uri`, the two overlapped where the store
-        can (each multipart part goes up as soon as the packer has written it: storage.stream), so the whole takes
-        about as long as the slower of the two, and memory stays bounded by the parts in flight whatever the size.
+        can (each multipart part goes up as soon as the packer has written it: storage.obstore.uploads, or
+        storage.botocore.stream), so the whole takes about as long as the slower of the two, and memory stays
+        bounded by the parts in flight whatever the size.
         `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it)."""
         from operators.fs.safe_tar import pack_directory
         from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full

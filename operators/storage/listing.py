@@ -1,15 +1,19 @@
 """Listing for ObjectStorageHook: the objects under a prefix of a bucket (key ranges in parallel), or under a local
-directory, as ObjectInfo records checked for keys that cannot become file paths."""
+directory, as ObjectInfo records checked for keys that cannot become file paths.
+
+A bucket is listed by the engine the switch chooses for it (storage.obstore.store.store_for: storage.obstore.listing,
+else storage.botocore.listing); both hand back the same items ({"Key", "Size", "ETag", "LastModified"}), which are
+checked and recorded here alike."""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from operators.storage.client import Remote
+from operators.storage.botocore import listing as botocore_listing
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import (
     ObjectInfo,
@@ -21,6 +25,9 @@ from operators.storage.location import (
     normalize_etag,
     timestamp,
 )
+
+if TYPE_CHECKING:
+    from operators.storage.botocore.client import Remote
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -38,8 +45,8 @@ def local_errors(action: str, path: str):
 
 
 def _store(remote: Remote, bucket: str):
-    """obstore's store of `bucket` when the engine switch says obstore (storage.obstore_store), else None."""
-    from operators.storage.obstore_store import store_for
+    """obstore's store of `bucket` when the engine switch says obstore (storage.obstore.store), else None."""
+    from operators.storage.obstore.store import store_for
 
     return store_for(remote, bucket)
 
@@ -72,26 +79,20 @@ def exact_object(remote: Remote, loc: StorageLocation) -> dict | None:
     """The listed item of the object whose key is exactly `loc.key`, or None."""
     store = _store(remote, loc.bucket)
     if store is not None:
-        from operators.storage.obstore_listing import head_item
+        from operators.storage.obstore.listing import head_item
 
         return head_item(store, loc.key)
-    # The exact key sorts first among keys sharing its prefix, so one key is enough to find it.
-    response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=loc.key, MaxKeys=1)
-    for item in response.get("Contents", []) or []:
-        if item["Key"] == loc.key:
-            return item
-    return None
+    return botocore_listing.exact_item(remote, loc.bucket, loc.key)
 
 
 def any_key_under(remote: Remote, loc: StorageLocation, prefix: str) -> bool:
     """Whether some key (a directory marker included) of `loc`'s bucket starts with `prefix` (ending in '/')."""
     store = _store(remote, loc.bucket) if prefix else None
     if store is not None:
-        from operators.storage.obstore_listing import any_under
+        from operators.storage.obstore.listing import any_under
 
         return any_under(store, prefix)
-    response = remote.client.list_objects_v2(Bucket=loc.bucket, Prefix=prefix, MaxKeys=1)
-    return bool(response.get("KeyCount") or response.get("Contents"))
+    return botocore_listing.any_under(remote, loc.bucket, prefix)
 
 
 def list_prefix(
@@ -104,7 +105,7 @@ def list_prefix(
     # object_store matches whole path segments and drops a leading '/': only "folder/" prefixes go through it.
     store = _store(remote, loc.bucket) if prefix.endswith("/") else None
     if store is not None:
-        from operators.storage.obstore_listing import is_key_not_a_path, list_items
+        from operators.storage.obstore.listing import is_key_not_a_path, list_items
 
         try:
             items = list_items(store, prefix, bounds, concurrency)
@@ -112,9 +113,9 @@ def list_prefix(
             if not is_key_not_a_path(err):
                 raise
             log.info("a key under %s is no path for obstore; listing it through botocore to name it", loc.uri)
-            items = _list_botocore(remote, concurrency, loc, prefix, bounds)
+            items = botocore_listing.list_items(remote, loc.bucket, prefix, bounds, concurrency)
     else:
-        items = _list_botocore(remote, concurrency, loc, prefix, bounds)
+        items = botocore_listing.list_items(remote, loc.bucket, prefix, bounds, concurrency)
     objects: list[ObjectInfo] = []
     for item in items:
         key = item["Key"]
@@ -133,32 +134,6 @@ def list_prefix(
         )
     check_no_file_dir_clash(objects, loc.uri)
     return objects
-
-
-def _list_botocore(remote: Remote, concurrency: int, loc: StorageLocation, prefix: str, bounds: list[str]) -> list[dict]:
-    ranges = list(zip([None, *bounds], [*bounds, None]))
-    if len(ranges) == 1:
-        return list_range(remote, loc.bucket, prefix, None, None)
-    # A LIST page is a round trip plus ~1 ms of XML parsing per 10 keys on our side: ranges in parallel
-    # overlap both (the keys of page n+1 of one sequential listing are unknown until page n is parsed).
-    with ThreadPoolExecutor(max_workers=min(len(ranges), concurrency), thread_name_prefix="list") as pool:
-        parts = list(pool.map(lambda r: list_range(remote, loc.bucket, prefix, *r), ranges))
-    return [item for part in parts for item in part]
-
-
-def list_range(remote: Remote, bucket: str, prefix: str, start_after: str | None, last: str | None) -> list[dict]:
-    """The listed items with start_after < key <= last (None: open end), in key order."""
-    kwargs = {"Bucket": bucket, "Prefix": prefix}
-    if start_after is not None:
-        kwargs["StartAfter"] = start_after
-    items: list[dict] = []
-    for page in remote.client.get_paginator("list_objects_v2").paginate(**kwargs):
-        contents = page.get("Contents", []) or []
-        if last is not None and contents and contents[-1]["Key"] >= last:
-            items.extend(item for item in contents if item["Key"] <= last)
-            break  # the range is complete: do not ask for the next page
-        items.extend(contents)
-    return items
 
 
 def describe_local(loc: StorageLocation) -> ObjectListing:
@@ -190,5 +165,5 @@ def describe_local(loc: StorageLocation) -> ObjectListing:
         return ObjectListing(loc, True, tuple(objects))
 
 
-__all__ = ["any_key_under", "describe_local", "describe_remote", "exact_object", "list_prefix", "list_range",
+__all__ = ["any_key_under", "describe_local", "describe_remote", "exact_object", "list_prefix",
            "remote_lists_through_obstore"]

@@ -4,6 +4,10 @@ cos://, oss://, obs://: an S3-compatible endpoint of one Airflow connection).
 Callers (ObjectStorageHook, code staging, the data cache, the view's artifact links) ask the store of a location
 what they need, instead of branching on local vs remote: how to name it in a message, whether its bytes can be read
 in place (`local_path`), how to list, transfer, read, write, delete and link it.
+
+RemoteStore moves a bucket's bytes through one of two engines, chosen per bucket of a connection by
+storage.obstore.store.obstore_settings: storage.obstore (object_store, in Rust) wherever it reaches the bucket as
+botocore does, storage.botocore (boto3, s3transfer) for the rest; small objects, deletes and links are botocore's.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
+from operators.storage.botocore.small_objects import delete_keys, put_object, read_object
 from operators.storage.errors import StorageError, is_not_found, translate_error
 from operators.storage.listing import (
     any_key_under,
@@ -26,13 +31,10 @@ from operators.storage.listing import (
 )
 from operators.storage.location import LOCAL_SCHEME, ObjectInfo, ObjectListing, StorageLocation
 from operators.storage.progress import TransferProgress
-from operators.storage.small_objects import delete_keys, delete_local, put_object, read_object, write_local
-from operators.storage.transfers import TransferTuning, copy_local_files
+from operators.storage.small_objects import delete_local, write_local
+from operators.storage.transfers import TransferTuning, UploadItem, copy_local_files
 
 log = logging.getLogger("operators.storage.hook")
-
-# (local source path, destination, size) of one file to upload
-UploadItem = tuple[str, StorageLocation, int]
 
 
 @contextmanager
@@ -196,7 +198,7 @@ class RemoteStore(Store):
 
     @property
     def remote(self):
-        """The connection's client (storage.client.Remote); built once, on first use (by one thread)."""
+        """The connection's client (storage.botocore.client.Remote); built once, on first use (by one thread)."""
         with self._lock:
             if self._remote is None:
                 self._remote = self._make_remote()
@@ -242,10 +244,20 @@ class RemoteStore(Store):
             return any_key_under(remote, loc, prefix)
 
     def download(self, loc: StorageLocation, targets: list[tuple[ObjectInfo, str]], progress: TransferProgress) -> None:
-        from operators.storage.downloads import download_objects
+        """obstore moves the bytes wherever it can reach the bucket as botocore does (storage.obstore.downloads); the
+        botocore path (storage.botocore.downloads) is kept for the connections it cannot serve."""
+        from operators.storage.obstore.store import obstore_settings
 
         remote = self.remote
         with storage_errors("download", loc.uri, remote):
+            settings = obstore_settings(remote, loc.bucket) if targets else None
+            if settings is not None:
+                from operators.storage.obstore.downloads import download_objects_obstore
+
+                download_objects_obstore(settings, remote, loc, targets, progress, self.tuning)
+                return
+            from operators.storage.botocore.downloads import download_objects
+
             download_objects(remote, loc, targets, progress, self.tuning)
 
     def upload_location(self, loc: StorageLocation, path: str, names_a_folder: bool) -> StorageLocation:
@@ -260,19 +272,19 @@ class RemoteStore(Store):
 
     def upload(self, items: list[UploadItem], base: StorageLocation, progress: TransferProgress, *,
                verify_listing: bool) -> None:
-        """obstore moves the bytes wherever it reaches the bucket as botocore does (storage.obstore_uploads: each
-        PUT's ETag verifies it, no listing needed); the botocore path (storage.uploads) serves the rest."""
-        from operators.storage.obstore_store import obstore_settings
+        """obstore moves the bytes wherever it reaches the bucket as botocore does (storage.obstore.uploads: each
+        PUT's ETag verifies it, no listing needed); the botocore path (storage.botocore.uploads) serves the rest."""
+        from operators.storage.obstore.store import obstore_settings
 
         remote = self.remote
         with storage_errors("upload", base.uri, remote):
             settings = obstore_settings(remote, base.bucket) if items else None
             if settings is not None:
-                from operators.storage.obstore_uploads import upload_files_obstore
+                from operators.storage.obstore.uploads import upload_files_obstore
 
                 upload_files_obstore(settings, remote, base, items, progress, self.tuning)
                 return
-            from operators.storage.uploads import upload_files
+            from operators.storage.botocore.uploads import upload_files
 
             concurrency = self.tuning.concurrency
             list_landed = (lambda: list_prefix(remote, concurrency, base, base.key)) if verify_listing else None
@@ -282,16 +294,16 @@ class RemoteStore(Store):
         return bool(loc.key) and not loc.key.endswith("/")
 
     def upload_stream(self, loc: StorageLocation, produce, progress: TransferProgress) -> int:
-        from operators.storage.obstore_store import obstore_settings
+        from operators.storage.obstore.store import obstore_settings
 
         remote = self.remote
         with storage_errors("upload", loc.uri, remote):
             settings = obstore_settings(remote, loc.bucket)
             if settings is not None:
-                from operators.storage.obstore_uploads import upload_stream_obstore
+                from operators.storage.obstore.uploads import upload_stream_obstore
 
                 return upload_stream_obstore(settings, remote, loc, produce, progress, self.tuning)
-            from operators.storage.stream import upload_stream
+            from operators.storage.botocore.stream import upload_stream
 
             return upload_stream(remote, loc, produce, progress, self.tuning.transfer_config())
 

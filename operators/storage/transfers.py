@@ -1,10 +1,10 @@
-"""What the transfer engines of ObjectStorageHook share: their tuning, temp names and checks, worker threads,
-s3transfer subscribers, and local copies.
+"""What the transfer engines of ObjectStorageHook share: their tuning, temp names, the checks of what landed, and
+local copies.
 
-The engines themselves: storage.downloads (objects to files), storage.uploads (files to objects), storage.stream
-(bytes to an object while they are produced). Whatever lands is verified (size always, MD5 where the ETag is a plain
-MD5) and renamed from a temp name to its final name only then: nothing partial or unverified is ever visible under
-a final name.
+The engines themselves: storage.botocore (downloads, uploads, stream: s3transfer and worker threads) and
+storage.obstore (downloads, uploads: object_store on an event loop). Whatever lands is verified (size always, MD5
+where the ETag is a plain MD5) and renamed from a temp name to its final name only then: nothing partial or
+unverified is ever visible under a final name.
 """
 
 from __future__ import annotations
@@ -13,23 +13,25 @@ import hashlib
 import logging
 import os
 import shutil
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from operators.storage.client import Remote
-from operators.storage.retries import BODY_ATTEMPTS
 from operators.storage.errors import StorageError
-from operators.storage.location import (
-    ObjectInfo,
-)
+from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
 from operators.storage.progress import TransferProgress
+from operators.storage.retries import BODY_ATTEMPTS
+
+if TYPE_CHECKING:
+    from operators.storage.botocore.client import Remote
 
 log = logging.getLogger("operators.storage.hook")
 
 IO_CHUNK = 1024 * 1024
 MAX_DOWNLOAD_PART = 64 * 1024 * 1024
+
+# (local source path, destination, size) of one file to upload
+UploadItem = tuple[str, StorageLocation, int]
 
 
 @dataclass(frozen=True)
@@ -100,91 +102,17 @@ def etag_is_not_md5(remote: Remote, bucket: str, key: str) -> bool:
         head = remote.client.head_object(Bucket=bucket, Key=key)
     except Exception:  # noqa: BLE001 - fall back to treating the ETag as an MD5
         return False
+    return etag_hides_md5(head)
+
+
+def etag_hides_md5(head: dict) -> bool:
+    """Whether a HEAD response's object is encrypted so that its ETag is not its MD5 (SSE-KMS, SSE-C)."""
     return head.get("ServerSideEncryption") == "aws:kms" or bool(head.get("SSECustomerAlgorithm"))
 
 
 def make_parent_dirs(finals: Iterable[str]) -> None:
     for directory in {os.path.dirname(final) for final in finals}:
         os.makedirs(directory, exist_ok=True)
-
-
-class FirstError:
-    """The first failure of a group of worker threads; the others stop taking new work once it is set."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-
-    def set(self, err: BaseException) -> None:
-        with self._lock:
-            if self.error is None:
-                self.error = err
-        self.stop.set()
-
-    def raise_if_set(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-
-def run_workers(count: int, work: Callable[[], None], name: str, errors: FirstError) -> list[threading.Thread]:
-    """Start `count` daemon threads running `work` (daemon: a killed task never hangs on them)."""
-
-    def guarded() -> None:
-        try:
-            work()
-        except BaseException as err:  # noqa: BLE001 - handed to the caller through `errors`
-            errors.set(err)
-
-    threads = [threading.Thread(target=guarded, name=f"{name}-{i}", daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
-def join_workers(threads: list[threading.Thread], errors: FirstError) -> None:
-    try:
-        for thread in threads:
-            thread.join()
-    except BaseException:
-        errors.stop.set()  # the task is being killed: let the workers finish their current object and quit
-        raise
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# s3transfer subscribers
-
-
-def subscriber_classes():
-    from s3transfer.subscribers import BaseSubscriber
-
-    class KnownObject(BaseSubscriber):
-        """Hands the listed size and ETag to s3transfer: no HEAD per object, and ranged GETs use If-Match."""
-
-        def __init__(self, size: int, etag: str | None) -> None:
-            self._size = size
-            self._etag = etag
-
-        def on_queued(self, future, **kwargs):
-            future.meta.provide_transfer_size(self._size)
-            if self._etag:
-                future.meta.provide_object_etag(f'"{self._etag}"')
-
-    class Progress(BaseSubscriber):
-        def __init__(self, progress: TransferProgress) -> None:
-            self._progress = progress
-
-        def on_progress(self, future, bytes_transferred, **kwargs):
-            self._progress.add_bytes(bytes_transferred)
-
-    class OnDone(BaseSubscriber):
-        def __init__(self, callback) -> None:
-            self._callback = callback
-
-        def on_done(self, future, **kwargs):
-            self._callback(future)
-
-    return KnownObject, Progress, OnDone
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -228,19 +156,13 @@ def copy_local_files(targets: list[tuple[Any, str]], progress: TransferProgress,
             raise
 
 
-__all__ = [
-    "IO_CHUNK",
-    "TransferTuning",
-    "copy_local_files",
-    "etag_is_not_md5",
-    "md5_file",
-    "remove_quietly",
-    "temp_name",
-]
+# ---------------------------------------------------------------------------------------------------------------
+# checks of a downloaded body or file (both engines)
 
-
-# Both engines (downloads.py, obstore_downloads.py) fetch a body again this many times when it arrives whole but wrong.
+# Both engines (botocore/downloads.py, obstore/downloads.py) fetch a body again this many times when it arrives whole
+# but wrong.
 MISMATCH_ATTEMPTS = 3
+
 
 def body_mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> StorageError | None:
     """What is wrong with a downloaded body (size, then MD5 where the ETag is one), or None."""
@@ -255,3 +177,38 @@ def body_mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remo
             f"corrupted or the object changed, {MISMATCH_ATTEMPTS} times; retry the task"
         )
     return None
+
+
+def verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote | None, bucket: str) -> None:
+    """Check a downloaded file against its listing: its size, and its MD5 where the ETag is one (and `remote` can
+    tell an encrypted object's ETag from an MD5). Raises a StorageError naming what differs."""
+    size = os.path.getsize(path)
+    if size != info.size:
+        raise StorageError(
+            f"downloaded {uri} has {size} bytes but the listing said {info.size}; the object changed or the "
+            "transfer was cut short; retry the task"
+        )
+    if remote is not None and is_md5_etag(info.etag):
+        digest = md5_file(path)
+        if digest != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+            raise StorageError(
+                f"downloaded {uri} has MD5 {digest} but its ETag is {info.etag}; the transfer was corrupted "
+                "or the object changed; retry the task"
+            )
+
+
+__all__ = [
+    "IO_CHUNK",
+    "MISMATCH_ATTEMPTS",
+    "TransferTuning",
+    "UploadItem",
+    "body_mismatch",
+    "copy_local_files",
+    "etag_hides_md5",
+    "etag_is_not_md5",
+    "make_parent_dirs",
+    "md5_file",
+    "remove_quietly",
+    "temp_name",
+    "verify_file",
+]

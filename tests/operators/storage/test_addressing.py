@@ -9,7 +9,7 @@ import json
 import pytest
 from botocore.exceptions import EndpointResolutionError
 
-from operators.storage.client import make_remote
+from operators.storage.botocore.client import make_remote
 from operators.storage.location import parse_uri
 
 BUCKETS = ("bkt-1", "my.dotted.bucket", "Upper_Case", "ab", "a" * 63)

@@ -1,4 +1,5 @@
-"""Uploading while producing (storage.stream, ObjectStorageHook.upload_packed_directory) against MinIO."""
+"""Uploading while producing (Store.upload_stream: storage.obstore.uploads here, storage.botocore.stream where a
+bucket stays on botocore; ObjectStorageHook.upload_packed_directory) against MinIO."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Uploads for ObjectStorageHook: local files to objects through s3transfer (multipart above the threshold), then a
-check of what landed against what was sent."""
+"""Uploads through botocore for ObjectStorageHook: local files to objects through s3transfer (multipart above the
+threshold), then a check of what landed against what was sent; and the multipart safety net both engines use
+(`abort_leftover_uploads`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import logging
 import os
 from typing import Callable
 
-from operators.storage.client import Remote
+from operators.storage.botocore.client import Remote
+from operators.storage.botocore.subscribers import subscriber_classes
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import (
     ObjectInfo,
@@ -15,13 +17,13 @@ from operators.storage.location import (
     is_md5_etag,
     normalize_etag,
 )
+from operators.storage.progress import TransferProgress
 from operators.storage.transfers import (
     TransferTuning,
+    UploadItem,
     etag_is_not_md5,
     md5_file,
-    subscriber_classes,
 )
-from operators.storage.progress import TransferProgress
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -65,7 +67,7 @@ def abort_leftover_uploads(remote: Remote, bucket: str, keys: list[str]) -> int:
 def upload_files(
     remote: Remote,
     base: StorageLocation,
-    items: list[tuple[str, StorageLocation, int]],
+    items: list[UploadItem],
     progress: TransferProgress,
     tuning: TransferTuning,
     list_landed: Callable[[], list[ObjectInfo]] | None,

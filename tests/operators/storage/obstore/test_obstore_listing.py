@@ -11,8 +11,8 @@ from cache_trees import new_cache, put_tree
 
 from operators.settings import TrainingSettings
 from operators.staging.code import stage_code
-from operators.storage import client as storage_client
-from operators.storage.client import make_remote
+from operators.storage.botocore import client as storage_client
+from operators.storage.botocore.client import make_remote
 from operators.storage.errors import StorageError
 from operators.storage.hook import ObjectStorageHook
 from operators.storage.listing import describe_remote, exact_object, list_prefix

@@ -20,9 +20,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from operators.storage.addressing import resolve_addressing
+from operators.storage.botocore.retries import install
 from operators.storage.errors import StorageError, display_endpoint
 from operators.storage.location import DEFAULT_CONNECTIONS, StorageLocation
-from operators.storage.retries import REQUEST_RETRIES, install
+from operators.storage.retries import REQUEST_RETRIES
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -43,7 +44,7 @@ READ_TIMEOUT_S = 60
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """What another transfer engine (storage.obstore_downloads) needs to reach a bucket as this client does."""
+    """What another transfer engine (storage.obstore) needs to reach a bucket as this client does."""
 
     endpoint: str  # scheme://host[:port], the bucket's host when `virtual_hosted`
     region: str | None
@@ -70,7 +71,7 @@ class Remote:
         self._connection = connection
         self._lock = threading.Lock()
         self._engine_settings: dict[str, EngineSettings] = {}
-        self.engine_choice: dict[str, EngineSettings | None] = {}  # storage.obstore_store's switch, per bucket
+        self.engine_choice: dict[str, EngineSettings | None] = {}  # storage.obstore.store's switch, per bucket
 
     @property
     def client(self) -> Any:

@@ -1,5 +1,10 @@
 """The obstore (Rust `object_store`) S3Store of one bucket, built from an Airflow connection's settings: the one place
-both obstore engines (downloads, uploads) get their store from, and the one switch between obstore and botocore."""
+the obstore engine (listing, downloads, uploads) gets its store from, and the one switch between obstore and
+botocore.
+
+The obstore engine runs on the botocore engine's connection (storage.botocore.client.Remote: endpoint, addressing,
+refreshable credentials) and leaves it the few requests it does not make itself (HEADs that tell an encrypted
+object's ETag from an MD5, ListMultipartUploads after a multipart upload); botocore's modules never import these."""
 
 from __future__ import annotations
 
@@ -8,13 +13,16 @@ import logging
 import threading
 from datetime import timedelta
 
-from operators.storage.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, EngineSettings, Remote
+from operators.storage.botocore.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, EngineSettings, Remote
 
 log = logging.getLogger("operators.storage.hook")
 
 # object_store's `timeout` bounds a whole request, body included: long enough for a 64 MiB range on a slow link,
 # while `read_timeout` (no byte for that long) catches a stalled connection early.
 REQUEST_TIMEOUT = timedelta(minutes=5)
+# Writing, reading or hashing a buffer this large (~1-2 ms of MD5 per MiB) runs on a worker thread (hashlib and file
+# I/O release the GIL): the event loop goes on starting and reading the other requests meanwhile.
+OFFLOAD_BYTES = 256 * 1024
 
 
 def obstore_settings(remote: Remote, bucket: str) -> EngineSettings | None:
@@ -155,4 +163,5 @@ async def run_workers(*pools: tuple) -> None:
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-__all__ = ["REQUEST_TIMEOUT", "make_store", "obstore_settings", "run_coroutine", "run_workers", "store_for"]
+__all__ = ["OFFLOAD_BYTES", "REQUEST_TIMEOUT", "make_store", "obstore_settings", "run_coroutine", "run_workers",
+           "store_for"]

@@ -2,10 +2,10 @@
 
 Why: botocore costs ~4 ms of client CPU per small object here and the GIL serialises it; obstore signs and reads
 in Rust on one event loop, ~1.2 ms per object (bench/README.md, "transfer engine"). Everything around the bytes
-stays ours, with the guarantees of the botocore path (storage.downloads):
+stays ours, with the guarantees of the botocore path (storage.botocore.downloads):
 
 - the same connection: endpoint, region, credentials (AwsBaseHook's session, refreshed through a provider) and the
-  addressing style botocore itself resolves for the bucket (storage.client.Remote.engine_settings);
+  addressing style botocore itself resolves for the bucket (storage.botocore.client.Remote.engine_settings);
 - every GET carries If-Match with the listed ETag, so a changed object fails as "changed", never mixes versions;
 - objects below the multipart threshold are one GET each, streamed to a temp file with their MD5; objects at or
   above it are split into ranges fetched in parallel and written at their offsets (os.pwrite): at most
@@ -26,29 +26,24 @@ import logging
 import os
 from dataclasses import dataclass
 
-from operators.storage.client import EngineSettings, Remote
-from operators.storage.obstore_store import make_store, run_coroutine, run_workers
+from operators.storage.botocore.client import EngineSettings, Remote
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
+from operators.storage.obstore.store import OFFLOAD_BYTES, make_store, run_coroutine, run_workers
 from operators.storage.progress import TransferProgress
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import (
     IO_CHUNK,
-    TransferTuning,
     MISMATCH_ATTEMPTS,
+    TransferTuning,
     body_mismatch,
-    etag_is_not_md5,
     make_parent_dirs,
-    md5_file,
     remove_quietly,
     temp_name,
+    verify_file,
 )
 
 log = logging.getLogger("operators.storage.hook")
-
-# Writing and hashing a chunk this large (~1-2 ms of MD5 per MiB) runs on a worker thread (hashlib and file writes
-# release the GIL): the event loop goes on starting and reading the other requests meanwhile.
-OFFLOAD_BYTES = 256 * 1024
 
 
 @dataclass
@@ -121,7 +116,8 @@ def _options(info: ObjectInfo, byte_range: tuple[int, int] | None = None) -> dic
 
 async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectInfo, final: str,
                       progress: TransferProgress) -> None:
-    """GET (If-Match) into a temp file with its MD5, verify, rename; body failures retried as in storage.downloads."""
+    """GET (If-Match) into a temp file with its MD5, verify, rename; body failures retried as in
+    storage.botocore.downloads."""
     import obstore
 
     uri = _uri(loc, info)
@@ -232,31 +228,13 @@ async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large,
         os.close(large.fd)
         large.fd = None
         # The MD5 of a large file is CPU and disk work: off the event loop, where the other transfers run.
-        await asyncio.to_thread(_verify_file, large.temp, info, uri, remote, loc.bucket)
+        await asyncio.to_thread(verify_file, large.temp, info, uri, remote, loc.bucket)
         os.replace(large.temp, large.final)
         progress.add_file()
 
 
 class _ShortBody(Exception):
     """A range's body ended before its last byte (the connection closed cleanly mid-body)."""
-
-
-
-
-def _verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> None:
-    size = os.path.getsize(path)
-    if size != info.size:
-        raise StorageError(
-            f"downloaded {uri} has {size} bytes but the listing said {info.size}; the object changed or the "
-            "transfer was cut short; retry the task"
-        )
-    if is_md5_etag(info.etag):
-        digest = md5_file(path)
-        if digest != info.etag and not etag_is_not_md5(remote, bucket, info.key):
-            raise StorageError(
-                f"downloaded {uri} has MD5 {digest} but its ETag is {info.etag}; the transfer was corrupted "
-                "or the object changed; retry the task"
-            )
 
 
 __all__ = ["download_objects_obstore"]

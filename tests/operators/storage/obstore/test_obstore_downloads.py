@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from operators.storage.client import make_remote
+from operators.storage.botocore.client import make_remote
 from operators.storage.hook import StorageError, parse_uri
-from operators.storage.obstore_store import obstore_settings
+from operators.storage.obstore.store import obstore_settings
 from operators.settings import TrainingSettings
 from operators.storage.hook import ObjectStorageHook
 

@@ -1,4 +1,6 @@
-"""Uploading bytes while they are being produced (an archive while it is packed), for ObjectStorageHook.
+"""Uploading bytes while they are being produced (an archive while it is packed) through botocore, for
+ObjectStorageHook (where storage.obstore.store.obstore_settings keeps a bucket on botocore; else
+storage.obstore.uploads.upload_stream_obstore).
 
 `upload_stream` runs the producer on a thread of its own, writing into a pipe that s3transfer reads as a
 non-seekable stream: s3transfer cuts it into parts and uploads each part as soon as it is full (a single PutObject
@@ -19,11 +21,12 @@ import os
 import threading
 from typing import Callable
 
-from operators.storage.client import Remote
+from operators.storage.botocore.client import Remote
+from operators.storage.botocore.uploads import abort_leftover_uploads
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
-from operators.storage.uploads import abort_leftover_uploads
 from operators.storage.progress import TransferProgress
+from operators.storage.transfers import etag_hides_md5
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -149,7 +152,7 @@ def _verify(remote: Remote, loc: StorageLocation, writer: _Writer) -> None:
     if size != writer.size:
         raise StorageError(f"uploaded {loc.uri} but it has {size} bytes instead of {writer.size}; retry the task")
     if writer.size <= writer._md5_limit and is_md5_etag(etag) and writer.digest.hexdigest() != etag:
-        if head.get("ServerSideEncryption") != "aws:kms" and not head.get("SSECustomerAlgorithm"):
+        if not etag_hides_md5(head):
             raise StorageError(
                 f"uploaded {loc.uri} has ETag {etag} but what was written has MD5 {writer.digest.hexdigest()}; "
                 "retry the task"

@@ -1,4 +1,5 @@
-"""Downloads for ObjectStorageHook: the objects of a listing to files, in parallel, against one S3 client.
+"""Downloads through botocore for ObjectStorageHook: the objects of a listing to files, in parallel, against one S3
+client (where storage.obstore.store.obstore_settings keeps a bucket on botocore; RemoteStore.download chooses).
 
 Two download paths, chosen per object by the multipart threshold:
 - Objects below it (the many-small-files case: datasets of images, shards, CSV parts) are fetched by a pool of
@@ -23,28 +24,25 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterable
+from typing import Callable, Iterable
 
-from operators.storage.client import Remote
-from operators.storage.errors import StorageError, translate_error
+from operators.storage.botocore.client import Remote
+from operators.storage.botocore.retries import body_errors
+from operators.storage.botocore.subscribers import subscriber_classes
+from operators.storage.errors import translate_error
 from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
-from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds, body_errors
+from operators.storage.progress import TransferProgress
+from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import (
     IO_CHUNK,
-    FirstError,
-    TransferTuning,
     MISMATCH_ATTEMPTS,
+    TransferTuning,
     body_mismatch,
-    etag_is_not_md5,
-    join_workers,
     make_parent_dirs,
-    md5_file,
     remove_quietly,
-    run_workers,
-    subscriber_classes,
     temp_name,
+    verify_file,
 )
-from operators.storage.progress import TransferProgress
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -58,17 +56,7 @@ def download_objects(
     progress: TransferProgress,
     tuning: TransferTuning,
 ) -> None:
-    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError.
-
-    obstore moves the bytes wherever it can reach the bucket as botocore does (storage.obstore_downloads); the
-    botocore path below is kept for the connections it cannot serve."""
-    from operators.storage.obstore_downloads import download_objects_obstore
-    from operators.storage.obstore_store import obstore_settings
-
-    settings = obstore_settings(remote, loc.bucket) if targets else None
-    if settings is not None:
-        download_objects_obstore(settings, remote, loc, targets, progress, tuning)
-        return
+    """Download (object, final path) pairs of bucket `loc.bucket`; raises the first failure as a StorageError."""
     small = [t for t in targets if t[0].size < tuning.multipart_threshold]
     large = [t for t in targets if t[0].size >= tuning.multipart_threshold]
     make_parent_dirs(final for _, final in targets)
@@ -96,6 +84,49 @@ def download_objects(
     else:
         _download_small(remote, loc, small, progress, tuning, errors)
     errors.raise_if_set()
+
+
+class FirstError:
+    """The first failure of a group of worker threads; the others stop taking new work once it is set."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def set(self, err: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = err
+        self.stop.set()
+
+    def raise_if_set(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def run_workers(count: int, work: Callable[[], None], name: str, errors: FirstError) -> list[threading.Thread]:
+    """Start `count` daemon threads running `work` (daemon: a killed task never hangs on them)."""
+
+    def guarded() -> None:
+        try:
+            work()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller through `errors`
+            errors.set(err)
+
+    threads = [threading.Thread(target=guarded, name=f"{name}-{i}", daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def join_workers(threads: list[threading.Thread], errors: FirstError) -> None:
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        errors.stop.set()  # the task is being killed: let the workers finish their current object and quit
+        raise
 
 
 class _Cancelled(Exception):
@@ -191,8 +222,6 @@ def _get_one(
     progress.add_file()
 
 
-
-
 class _PendingLarge:
     """Large downloads submitted to a TransferManager, and the checks that run as each one finishes."""
 
@@ -226,7 +255,7 @@ def _submit_large(manager, remote: Remote, loc: StorageLocation, targets, progre
         uri = f"{loc.scheme}://{loc.bucket}/{info.key}"
         try:
             future.result()  # re-raises the transfer's error
-            _verify_file(temp, info, uri, remote, loc.bucket)
+            verify_file(temp, info, uri, remote, loc.bucket)
             os.replace(temp, final)
         except Exception as err:  # noqa: BLE001
             log.debug("download %s failed", uri, exc_info=True)
@@ -256,22 +285,6 @@ def _submit_large(manager, remote: Remote, loc: StorageLocation, targets, progre
             subscribers=[KnownObject(info.size, info.etag), Progress(progress), OnDone(on_done_for(info, temp, final))],
         )
     return pending
-
-
-def _verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote | None, bucket: str) -> None:
-    size = os.path.getsize(path)
-    if size != info.size:
-        raise StorageError(
-            f"downloaded {uri} has {size} bytes but the listing said {info.size}; the object changed or the "
-            "transfer was cut short; retry the task"
-        )
-    if remote is not None and is_md5_etag(info.etag):
-        digest = md5_file(path)
-        if digest != info.etag and not etag_is_not_md5(remote, bucket, info.key):
-            raise StorageError(
-                f"downloaded {uri} has MD5 {digest} but its ETag is {info.etag}; the transfer was corrupted "
-                "or the object changed; retry the task"
-            )
 
 
 __all__ = ["download_objects"]

@@ -1,10 +1,11 @@
-"""Bytes written by a producer thread, cut into upload parts for a consumer on an event loop (obstore_uploads'
+"""Bytes written by a producer thread, cut into upload parts for a consumer on an event loop (obstore.uploads'
 stream uploads).
 
 The producer (the packer) never waits on the consumer's per-part work (hashing, handing a part to object_store):
 full parts queue up, at most `ahead` of them, and only beyond that does `write` block, so memory stays bounded
 and the two sides overlap. One copy per byte at most (joining the writes that make a part); a pipe between two
-threads, as storage.stream uses for s3transfer, copies twice and stalls the producer whenever the reader is busy.
+threads, as storage.botocore.stream uses for s3transfer, copies twice and stalls the producer whenever the reader is
+busy.
 
 Either side can end the other: a producer that fails hands its error to the consumer (`get` raises it), a consumer
 that gives up (`stop`) makes the producer's next `write` raise BrokenPipeError instead of blocking for ever.

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from operators.storage.obstore_store import run_coroutine
+from operators.storage.obstore.store import run_coroutine
 
 log = logging.getLogger("operators.storage.hook")
 

@@ -1,4 +1,4 @@
-"""storage.part_queue: a producer thread's writes as upload parts for an event loop, bounded, and stoppable."""
+"""storage.obstore.part_queue: a producer thread's writes as upload parts for an event loop, bounded, and stoppable."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from operators.storage.part_queue import PartQueue
+from operators.storage.obstore.part_queue import PartQueue
 
 
 def drain(parts_queue: PartQueue) -> list[bytes]:

@@ -1,5 +1,6 @@
 """Uploads through obstore (the Rust `object_store` crate): the engine of RemoteStore's uploads wherever
-`obstore_store.obstore_settings` says obstore reaches the bucket as botocore does (else storage.uploads / stream).
+`obstore.store.obstore_settings` says obstore reaches the bucket as botocore does (else storage.botocore.uploads /
+storage.botocore.stream).
 
 Why: botocore builds and signs every request in Python (~4 ms of client CPU per small object, serialised by the
 GIL); object_store signs and sends in Rust on one event loop (bench/README.md, "Uploads through obstore").
@@ -9,7 +10,7 @@ What stays ours, with the guarantees of the botocore path:
   files at or above it are multipart uploads fed part by part from an async generator (exactly `part` bytes per
   part), so memory is bounded by the parts in flight (PART_BUDGET);
 - a stream (an archive while it is packed) goes up the same way: the producer's writes are cut into parts that
-  queue up (storage.part_queue, STREAM_READ_AHEAD parts at most) while object_store sends the ones before, each
+  queue up (storage.obstore.part_queue, STREAM_READ_AHEAD parts at most) while object_store sends the ones before, each
   part's MD5 computed on the way (it is read once); a stream that ends below the threshold is one PUT, as
   s3transfer does;
 - verification: a single PUT's own ETag is the MD5 of its bytes, so it is checked without another request; a
@@ -20,12 +21,13 @@ What stays ours, with the guarantees of the botocore path:
 - object_store retries each request (5xx incl. 503 SlowDown, 429, resets, timeouts) with backoff, but not the
   POSTs of a multipart upload (create, complete) whose response was lost: a transient failure is tried again here,
   a single PUT or a file's multipart upload from its start, a stream's while none of it was read;
-- multipart uploads that fail are aborted by obstore itself; `uploads.abort_leftover_uploads` (ListMultipartUploads)
-  stays the safety net after every multipart upload (a lost CreateMultipartUpload response's upload);
+- multipart uploads that fail are aborted by obstore itself; `botocore.uploads.abort_leftover_uploads`
+  (ListMultipartUploads) stays the safety net after every multipart upload (a lost CreateMultipartUpload response's
+  upload);
 - a CompleteMultipartUpload whose response was lost and whose retry got NoSuchUpload (MinIO, Ceph forget a
   completed upload) is a success when the object's ETag is the one our parts make (a file's read again for it);
 - no checksum headers: object_store sends x-amz-checksum-* only when its `checksum_algorithm` is configured, and
-  obstore_store.make_store does not; what it adds besides the signature (x-amz-date, x-amz-content-sha256,
+  obstore.store.make_store does not; what it adds besides the signature (x-amz-date, x-amz-content-sha256,
   x-amz-security-token) is what botocore's SigV4 sends too, so COS/OSS/OBS accept these PUTs as they accept botocore's.
 """
 
@@ -39,14 +41,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from operators.storage.client import EngineSettings, Remote
+from operators.storage.botocore.client import EngineSettings, Remote
+from operators.storage.botocore.uploads import abort_leftover_uploads
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
-from operators.storage.obstore_store import make_store, run_coroutine, run_workers
+from operators.storage.obstore.store import OFFLOAD_BYTES, make_store, run_coroutine, run_workers
 from operators.storage.progress import TransferProgress
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
-from operators.storage.transfers import IO_CHUNK, TransferTuning
-from operators.storage.uploads import abort_leftover_uploads
+from operators.storage.transfers import IO_CHUNK, TransferTuning, UploadItem, etag_hides_md5
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -58,13 +60,9 @@ PART_BUDGET = 32 * 1024 * 1024
 MAX_PARTS = 10_000
 # Full parts of a stream waiting for object_store while the producer goes on (memory: this many parts more).
 STREAM_READ_AHEAD = 2
-# Reading and hashing a buffer this large runs on a worker thread (hashlib and file reads release the GIL).
-OFFLOAD_BYTES = 256 * 1024
 # Bytes of small files held in memory at once (each is read whole, then PUT): `concurrency` files just under the
 # multipart threshold would be 16 x 8 MiB; a checkpoint of many 4-7 MiB shards stays within this instead.
 SMALL_FILE_BUDGET = 32 * 1024 * 1024
-
-UploadItem = tuple[str, StorageLocation, int]
 
 
 # -- parts ----------------------------------------------------------------------------------------------------------
@@ -214,8 +212,7 @@ def _verify(remote: Remote, loc: StorageLocation, etag: str | None, expected: st
     landed = int(head["ContentLength"])
     if landed != size:
         raise StorageError(f"uploaded {loc.uri} but it has {landed} bytes instead of {size}; retry the task")
-    encrypted = head.get("ServerSideEncryption") == "aws:kms" or bool(head.get("SSECustomerAlgorithm"))
-    if expected is not None and "-" not in expected and is_md5_etag(etag) and not encrypted:
+    if expected is not None and "-" not in expected and is_md5_etag(etag) and not etag_hides_md5(head):
         raise StorageError(f"uploaded {loc.uri} has ETag {etag} but {what} has MD5 {expected}; retry the task")
 
 
@@ -343,10 +340,10 @@ class _StreamStopped(Exception):
 def upload_stream_obstore(settings: EngineSettings, remote: Remote, loc: StorageLocation,
                           produce: Callable[[Callable[[bytes], int]], None], progress: TransferProgress,
                           tuning: TransferTuning) -> int:
-    """Upload to `loc` whatever `produce(write)` writes, while it writes (storage.stream's contract); returns the
-    number of bytes. Raises the producer's own exception if it failed (nothing lands), a StorageError if the
+    """Upload to `loc` whatever `produce(write)` writes, while it writes (storage.botocore.stream's contract); returns
+    the number of bytes. Raises the producer's own exception if it failed (nothing lands), a StorageError if the
     upload failed or what landed is not what was written."""
-    from operators.storage.part_queue import PartQueue
+    from operators.storage.obstore.part_queue import PartQueue
 
     store = make_store(settings, loc.bucket)
     part = part_size(tuning, None)

@@ -1,4 +1,4 @@
-"""obstore as RemoteStore's upload engine (storage.obstore_uploads): against the real S3 server (MinIO behind the
+"""obstore as RemoteStore's upload engine (storage.obstore.uploads): against the real S3 server (MinIO behind the
 counting proxy).
 
 The fault-injection suites (tests/integration/test_storage_faults*.py, test_sdk_storage_faults.py) run the same
@@ -97,7 +97,7 @@ def test_a_put_answered_with_another_etag_fails_with_one_line(tmp_path, storage_
 def test_a_failed_multipart_upload_is_aborted_by_obstore_itself_and_names_the_cause(
         tmp_path, storage_connections, object_store, s3_proxy, monkeypatch):
     # With our safety net (uploads.abort_leftover_uploads) switched off: object_store aborts what it started.
-    from operators.storage import obstore_uploads
+    from operators.storage.obstore import uploads as obstore_uploads
 
     bucket = object_store.bucket()
     (tmp_path / "big.bin").write_bytes(os.urandom(16 * MiB))
@@ -142,7 +142,7 @@ def test_small_files_held_in_memory_at_once_stay_within_the_budget(tmp_path, sto
                                                                    monkeypatch):
     # Each file below the multipart threshold is read whole and PUT: 16 workers on shards just under 8 MiB would
     # hold ~128 MiB. What the uploads hold at once stays within SMALL_FILE_BUDGET; every byte still lands.
-    from operators.storage import obstore_uploads
+    from operators.storage.obstore import uploads as obstore_uploads
 
     held, peak = [0], [0]
     real_read, real_put = obstore_uploads._read_and_hash, obstore_uploads._put_single
