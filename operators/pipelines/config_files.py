@@ -25,6 +25,11 @@ DAGs from configs stay fast to parse. A bad file raises `ConfigError` naming the
       better_than_current: true           # default true: must beat the promoted model
       min_improvement: 0.0                # ... by more than this
       on_reject: skip                     # skip (the run succeeds, promote_model is skipped) | fail
+    approval:                             # optional: a person approves a promotion (operators/pipelines/approval.py)
+      required: false                     # default false: the run param require_approval switches it on per run
+      timeout: 24h                        # seconds, or 30s / 15m / 24h / 2d; default 24h
+      on_timeout: reject                  # reject (the promoted model stays) | approve
+      approvers: [olivia, omar]           # optional: only these users may answer (default: whoever may edit runs)
 """
 
 from __future__ import annotations
@@ -39,9 +44,13 @@ from typing import Any, Mapping
 DIRECTIONS = ("minimize", "maximize")
 ON_REJECT = ("skip", "fail")
 ASSET_CONDITIONS = ("any", "all")
-TOP_LEVEL_KEYS = ("dag_id", "description", "schedule", "start_date", "tags", "retries", "job", "gate")
+TOP_LEVEL_KEYS = ("dag_id", "description", "schedule", "start_date", "tags", "retries", "job", "gate", "approval")
 SCHEDULE_KEYS = ("cron", "assets", "asset_condition")
 GATE_KEYS = ("objective", "direction", "threshold", "better_than_current", "min_improvement", "on_reject")
+APPROVAL_KEYS = ("required", "timeout", "on_timeout", "approvers")
+ON_TIMEOUT = ("reject", "approve")
+DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
+DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 PATH_KEYS = ("source_dir", "output_path", "checkpoint_path", "resume_from")
 DAG_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 DEFAULT_START_DATE = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -72,6 +81,16 @@ class GateRule:
 
 
 @dataclass(frozen=True)
+class ApprovalRule:
+    """Whether a person approves a promotion, and what happens when nobody answers in time."""
+
+    required: bool = False  # the default of the run param require_approval; true: every run asks, whatever it says
+    timeout: dt.timedelta = dt.timedelta(hours=24)  # a run that waits blocks the next (max_active_runs=1)
+    on_timeout: str = "reject"
+    approvers: tuple[str, ...] = ()  # user ids; () = anyone allowed to edit the DAG's runs
+
+
+@dataclass(frozen=True)
 class AssetRef:
     name: str
     uri: str
@@ -92,6 +111,7 @@ class RetrainingConfig:
     tags: tuple[str, ...] = ()
     retries: int = 0
     resume_latest: bool = True
+    approval: ApprovalRule = ApprovalRule()
 
 
 def config_dir(default: str | os.PathLike) -> Path:
@@ -193,7 +213,7 @@ def parse_job_config(raw: Any, path: str | os.PathLike) -> RetrainingConfig:
     return RetrainingConfig(
         path=str(path), dag_id=dag_id, job=job, gate=_gate(raw.get("gate"), fail), base_job_name=base,
         description=description, cron=cron, assets=assets, asset_condition=asset_condition, start_date=start_date,
-        tags=tuple(tags), retries=retries, resume_latest=resume_latest,
+        tags=tuple(tags), retries=retries, resume_latest=resume_latest, approval=_approval(raw.get("approval"), fail),
     )
 
 
@@ -279,6 +299,31 @@ def _gate(value: Any, fail) -> GateRule:
         fail("gate", "passes every model: give a threshold, or leave better_than_current true")
     return GateRule(objective, direction, None if threshold is None else float(threshold), better,
                     float(improvement), on_reject)
+
+
+def _approval(value: Any, fail) -> ApprovalRule:
+    if value is None:
+        return ApprovalRule()
+    if not isinstance(value, Mapping):
+        fail("approval", "must be a mapping, e.g. approval: {required: true, timeout: 4h, on_timeout: reject}")
+    for key in value:
+        if key not in APPROVAL_KEYS:
+            fail(f"approval.{key}", f"is not an approval field; use {', '.join(APPROVAL_KEYS)}")
+    required = value.get("required", False)
+    if not isinstance(required, bool):
+        fail("approval.required", f"must be true or false, got {required!r}")
+    timeout = value.get("timeout", "24h")
+    match = None if isinstance(timeout, bool) else DURATION.match(str(timeout).strip())
+    if match is None or int(match.group(1)) <= 0:
+        fail("approval.timeout", f"{timeout!r} is not a duration > 0: seconds, or a number with s, m, h or d (4h)")
+    on_timeout = value.get("on_timeout", "reject")
+    if on_timeout not in ON_TIMEOUT:
+        fail("approval.on_timeout", f"{on_timeout!r} is not one of {', '.join(ON_TIMEOUT)}")
+    approvers = value.get("approvers") or []
+    if not isinstance(approvers, list) or not all(isinstance(a, str) and a.strip() for a in approvers):
+        fail("approval.approvers", "must be a list of user ids (the names people log in to Airflow with)")
+    seconds = int(match.group(1)) * DURATION_UNITS[match.group(2)]
+    return ApprovalRule(required, dt.timedelta(seconds=seconds), on_timeout, tuple(a.strip() for a in approvers))
 
 
 def _resolve_local_paths(job: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """Scheduled incremental retraining: the metric gate, the promotion of a model, and the DAG template for one config.
 
     current_model -> validate_spec -> ... -> launch_training -> upload_artifacts -> publish_model
-                  -> metric_gate -> promote_model (the "latest model" pointer + the model Asset event)
+                  -> metric_gate -> approve_promotion -> promote_model (the "latest model" pointer + the model Asset event)
+
+approve_promotion asks a person only in runs that require approval (operators/pipelines/approval.py); elsewhere it
+passes at once.
 
 The "latest model" pointer is one small JSON object at `<output_path>/<base_job_name>/latest.json`:
 
@@ -9,7 +12,8 @@ The "latest model" pointer is one small JSON object at `<output_path>/<base_job_
      "job_name": "churn-20261121-030000-1a2b", "metrics": {"loss": 0.31, ...},
      "objective": {"name": "loss", "direction": "minimize", "value": 0.31},
      "promoted_at": "2026-11-21T03:04:05+00:00", "dag_id": "retrain_churn", "run_id": "scheduled__...",
-     "previous": {"model_uri": ..., "job_name": ..., "value": 0.35} | null}
+     "previous": {"model_uri": ..., "job_name": ..., "value": 0.35} | null,
+     "approval": {"by": "olivia", "reason": "...", "responded_at": "..."}}   (only when a person approved it)
 
 It names the model serving should use; only promote_model writes it (a single PUT, atomic on every store), and
 only for a model that passed the gate. Each run resumes from the model it names (resume_from "latest" in a
@@ -159,12 +163,14 @@ class MetricGateOperator(BaseOperator):
 
 class PromoteModelOperator(BaseOperator):
     """Promote a model that passed the gate: write the pointer, emit the model Asset event, return the model URI.
-    Skipped (pointer untouched, no event) when the gate rejected the model."""
+    Skipped (pointer untouched, no event) when the gate rejected the model, or a person did (`approval`: the
+    approve_promotion task's decision; a rejection skips this task already, this covers a cleared task)."""
 
-    template_fields = ("decision", "upload", "job", "current")
+    template_fields = ("decision", "upload", "job", "current", "approval")
     ui_color = "#c8e6c9"
 
-    def __init__(self, *, decision: Any, upload: Any, job: Any, current: Any = None, model_asset=None, **kwargs):
+    def __init__(self, *, decision: Any, upload: Any, job: Any, current: Any = None, model_asset=None,
+                 approval: Any = None, **kwargs):
         if model_asset is not None:
             kwargs.setdefault("outlets", [model_asset])
         super().__init__(**kwargs)
@@ -173,6 +179,7 @@ class PromoteModelOperator(BaseOperator):
         self.job = job
         self.current = current
         self.model_asset = model_asset
+        self.approval = approval
 
     def execute(self, context) -> str:
         from datetime import datetime, timezone
@@ -183,9 +190,13 @@ class PromoteModelOperator(BaseOperator):
 
         decision, spec = self.decision, JobSpec.from_dict(self.job)
         uri = pointer_uri(spec.output_path, spec.base_job_name or "")
+        kept = (self.current or {}).get("model_uri") or "nothing (no model was promoted yet)"
         if not decision["passed"]:
-            kept = (self.current or {}).get("model_uri") or "nothing (no model was promoted yet)"
             raise AirflowSkipException(f"not promoted: {decision['reason']}; {uri} still names {kept}")
+        approval = self.approval or {}
+        if approval.get("approved") is False:
+            raise AirflowSkipException(f"not promoted: rejected by {approval.get('by') or 'the timeout'} "
+                                       f"({approval.get('reason') or 'no reason given'}); {uri} still names {kept}")
         model_uri = self.upload["model_uri"]
         previous = self.current or None
         pointer = {
@@ -201,6 +212,8 @@ class PromoteModelOperator(BaseOperator):
                 "model_uri": previous.get("model_uri"), "job_name": previous.get("job_name"),
                 "value": (previous.get("objective") or {}).get("value")},
         }
+        if approval.get("approved"):
+            pointer["approval"] = {k: approval.get(k) for k in ("by", "reason", "responded_at", "timed_out")}
         _storage(spec.connections).write_bytes(uri, json.dumps(pointer, indent=2).encode())
         if self.model_asset is not None:
             context["outlet_events"][self.model_asset].extra = {
@@ -248,10 +261,23 @@ def schedule_for(config: RetrainingConfig):
     return condition
 
 
-def retraining_dag(config: RetrainingConfig, *, model_asset=None):
-    """The DAG of one retraining config (operators/pipelines/config_files.py): builds it and returns it."""
+def approval_param(config: RetrainingConfig):
+    """The run param that switches approval on (the config's approval.required is its default and cannot be undone)."""
+    from airflow.sdk import Param
+
+    rule = config.approval
+    return Param(rule.required, type="boolean", title="Require approval",
+                 description="A person approves the promotion of the new model after the metric gate passes it "
+                             f"(no answer in time: {rule.on_timeout})"
+                             + (". Required for every run of this DAG." if rule.required else "."))
+
+
+def retraining_dag(config: RetrainingConfig, *, model_asset=None, params: Mapping[str, Any] | None = None):
+    """The DAG of one retraining config (operators/pipelines/config_files.py): builds it and returns it. `params`: more
+    DAG params (for job fields written as templates, "{{ params.x }}"); require_approval is always one."""
     from airflow.sdk import DAG
 
+    from operators.pipelines.approval import PromotionApprovalOperator
     from operators.pipelines.template import TRANSFER_RETRIES, model_asset_for, training_job_tasks
 
     gate: GateRule = config.gate
@@ -270,6 +296,7 @@ def retraining_dag(config: RetrainingConfig, *, model_asset=None):
         default_args={"retries": config.retries},
         tags=["training", "retraining", *config.tags],
         doc_md=doc,
+        params={**dict(params or {}), "require_approval": approval_param(config)},
     ) as dag:
         job = dict(config.job)
         current = CurrentModelOperator(task_id="current_model", output_path=job["output_path"],
@@ -282,8 +309,14 @@ def retraining_dag(config: RetrainingConfig, *, model_asset=None):
         current >> tasks.validate
         gate_task = MetricGateOperator(task_id="metric_gate", rule=gate.to_dict(), candidate=tasks.launch.output,
                                        current=current.output)
+        rule = config.approval
+        approve = PromotionApprovalOperator(task_id="approve_promotion", decision=gate_task.output,
+                                            current=current.output, job=tasks.validate.output,
+                                            upload=tasks.upload.output, required=rule.required, timeout=rule.timeout,
+                                            on_timeout=rule.on_timeout, approvers=rule.approvers)
         promote = PromoteModelOperator(task_id="promote_model", decision=gate_task.output, upload=tasks.upload.output,
                                        job=tasks.validate.output, current=current.output,
+                                       approval=approve.output["decision"],
                                        model_asset=model_asset or model_asset_for(config.dag_id))
-        tasks.publish >> gate_task >> promote
+        tasks.publish >> gate_task >> approve >> promote
     return dag

@@ -287,6 +287,6 @@ def airflow_deployment(tmp_path_factory, db_url: str | None = None, extra_env: d
 def airflow_server(tmp_path_factory):
     """One real Airflow per test session (about a minute to start); tests share it, so they use their own job names.
     Besides admin it has two users of the auth manager's `User` role, alice and bob (`server.user_api("alice")`)."""
-    users = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user,bob:user"}
+    users = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user,bob:user,olivia:op"}
     with airflow_deployment(tmp_path_factory, extra_env=users) as server:
         yield server

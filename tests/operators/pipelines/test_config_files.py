@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.pipelines.config_files import ConfigError, load_job_config, load_job_configs
+from operators.pipelines.config_files import ApprovalRule, ConfigError, load_job_config, load_job_configs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -45,6 +45,17 @@ def test_defaults(tmp_path):
     assert config.gate.to_dict() == {"objective": "loss", "direction": "minimize", "threshold": None,
                                      "better_than_current": True, "min_improvement": 0.0, "on_reject": "skip"}
     assert config.start_date == dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) and config.retries == 0
+    assert config.approval == ApprovalRule(required=False, timeout=dt.timedelta(hours=24), on_timeout="reject",
+                                           approvers=())
+
+
+def test_approval(tmp_path):
+    text = MINIMAL + "approval: {required: true, timeout: 90m, on_timeout: approve, approvers: [olivia, ' omar ']}\n"
+    rule = load_job_config(write(tmp_path, text)).approval
+    assert rule == ApprovalRule(True, dt.timedelta(minutes=90), "approve", ("olivia", "omar"))
+    for written, seconds in (("30", 30), ("45s", 45), ("2h", 7200), ("1d", 86400)):
+        rule = load_job_config(write(tmp_path, MINIMAL + f"approval: {{timeout: {written}}}\n")).approval
+        assert rule.timeout == dt.timedelta(seconds=seconds) and not rule.required
 
 
 def test_relative_local_paths_are_relative_to_the_config_file(tmp_path):
@@ -83,6 +94,13 @@ def test_relative_local_paths_are_relative_to_the_config_file(tmp_path):
         ("start_date: next tuesday", "start_date", "is not a date"),
         ("retries: -1", "retries", "integer >= 0"),
         ("tags: churn", "tags", "list of strings"),
+        ("approval: yes", "approval", "must be a mapping"),
+        ("approval: {who: [olivia]}", "approval.who", "is not an approval field"),
+        ("approval: {required: maybe}", "approval.required", "must be true or false"),
+        ("approval: {timeout: soon}", "approval.timeout", "'soon' is not a duration > 0"),
+        ("approval: {timeout: 0}", "approval.timeout", "is not a duration > 0"),
+        ("approval: {on_timeout: retry}", "approval.on_timeout", "'retry' is not one of reject, approve"),
+        ("approval: {approvers: olivia}", "approval.approvers", "list of user ids"),
     ],
 )
 def test_bad_top_level_fields_name_the_file_and_field(tmp_path, change, field, words):
