@@ -249,7 +249,7 @@ class AirflowServer:
 
     def password_of(self, user: str) -> str:
         """The password the simple auth manager generated for `user` (a user of
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS; the session's server has alice and bob, both `user`)."""
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS; the session's server has alice and bob (`user`) and olivia (`op`))."""
         return json.loads((self.home / "passwords.json").read_text())[user]
 
     def user_api(self, user: str) -> Api:
@@ -286,7 +286,7 @@ def airflow_deployment(tmp_path_factory, db_url: str | None = None, extra_env: d
 @pytest.fixture(scope="session")
 def airflow_server(tmp_path_factory):
     """One real Airflow per test session (about a minute to start); tests share it, so they use their own job names.
-    Besides admin it has two users of the auth manager's `User` role, alice and bob (`server.user_api("alice")`)."""
+    Besides admin it has alice and bob (the auth manager's `User` role) and olivia (`Op`): `server.user_api("alice")`."""
     users = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user,bob:user,olivia:op"}
     with airflow_deployment(tmp_path_factory, extra_env=users) as server:
         yield server
