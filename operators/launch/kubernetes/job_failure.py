@@ -4,6 +4,7 @@ over kubernetes client objects; the event holds primitives only (see operators/l
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from operators.launch.kubernetes.pods import short_text, train_status
@@ -22,6 +23,16 @@ def failure_event(failure_class: str | None, message: str, *, exit_code: int | N
                   host: str | None = None, finished: bool = True, status: str = "failed") -> dict[str, Any]:
     return {"status": status, "failure_class": failure_class, "message": message, "detail": None,
             "exit_code": exit_code, "host": host, "job_finished": finished}
+
+
+# The Job controller's message when a pod's disruption (eviction, preemption, node drain) failed the Job through the
+# podFailurePolicy rule on DisruptionTarget: "Pod <namespace>/<name> has condition DisruptionTarget matching ...".
+_DISRUPTED_POD = re.compile(r"\bPod (?:[^/\s]+/)?(\S+) has condition DisruptionTarget\b")
+
+
+def _disruption_in(condition: Any) -> dict[str, str]:
+    match = _DISRUPTED_POD.search(condition.message or "") if condition.reason == "PodFailurePolicy" else None
+    return {match.group(1): "DisruptionTarget"} if match else {}
 
 
 def job_failure(condition: Any, pods: list[Any], host: Callable[[str], str], disruptions: dict[str, str],
@@ -50,6 +61,8 @@ def job_failure(condition: Any, pods: list[Any], host: Callable[[str], str], dis
                 exit_code=terminated.exit_code,
                 host=host(name),
             )
+    if not disruptions:  # the disrupted pod may be gone before the watch saw it: the Job's condition names it too
+        disruptions = _disruption_in(condition)
     if disruptions and (instance_count > 1 or not failed):
         pod, why = next(iter(disruptions.items()))
         after = ""
