@@ -219,7 +219,9 @@ def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_
                         "instance_count": 2, "resources": {"cpu": "1", "memory": "1Gi"},
                         "kubernetes": {"profile": namespace, "queue": "team-a", "annotations": {PLAY + "run": run}}}
 
-            server.trigger("training_job", conf("kq-page-first", "40s"), run_id="kq-page-first")
+            # The first holds the quota until the second has been seen waiting, then is stopped: on a loaded machine
+            # the second's staging outlasted a first job of fixed length, and the second never had to wait.
+            server.trigger("training_job", conf("kq-page-first", "600s"), run_id="kq-page-first")
 
             def first_admitted() -> bool:
                 """Kueue let the first Job's pods start (a job page says "running" from its first stage on: CI
@@ -250,8 +252,10 @@ def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_
             listed = server.api.call("GET", "/training-jobs/api/jobs?status=queued")[1]["items"]
             assert [(i["job_name"], i["queue"]) for i in listed] == [("kq-page-second", "team-a")], listed
             print(f"queued job's page: {queued['queue_line']}")
-            for run_id in ("kq-page-first", "kq-page-second"):
-                assert server.wait_for_run("training_job", run_id, timeout=300)["state"] == "success"
+            status, body = server.api.call("POST", "/training-jobs/api/jobs/training_job/kq-page-first/-1/stop", {})
+            assert status == 200, body
+            assert server.wait_for_run("training_job", "kq-page-first", timeout=300)["state"] == "failed"  # stopped
+            assert server.wait_for_run("training_job", "kq-page-second", timeout=300)["state"] == "success"
             done = server.api.call("GET", "/training-jobs/api/jobs/training_job/kq-page-second/-1")[1]  # ended: no longer said to wait anywhere
             assert done["status"] != "queued" and (done["queue"], done["queue_line"]) == (None, None), done
             print(f"ended as {done['status']}: {[(s['stage'], s['state']) for s in done['stages']]}")
