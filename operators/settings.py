@@ -158,7 +158,7 @@ class TrainingSettings:
 
     @property
     def platform_areas(self) -> dict[str, tuple[str, ...]]:
-        """Workspace directories a spec may name, and for which fields (operators.spec.local_paths); an area with no
+        """Workspace directories a spec may name, and for which fields (operators.jobspec.local_paths); an area with no
         fields is the platform's and refused for every field (the staging area of other users' code)."""
         return {self.code_staging_dir: (), self.models_dir: ("output_path", "resume_from")}
 
@@ -292,7 +292,7 @@ def sdk_code_max_bytes() -> int:
 
 def secret_references() -> Any:
     """[training] secret_references: the JSON policy of which Airflow connections, Variables and Kubernetes Secrets
-    the runs of which DAGs may reference (parsed and applied by operators/spec/secret_policy.py); empty = none."""
+    the runs of which DAGs may reference (parsed and applied by operators/jobspec/secret_policy.py); empty = none."""
     return _get_json("training", "secret_references", {})
 
 

@@ -6,7 +6,7 @@ plugins/training_jobs_plugin.py, in front of the routes that create runs with a 
     POST /api/v2/assets/{asset_id}/materialize  (a run of the one DAG that produces the asset, e.g. training_job's
                                                  model asset, with the body's conf)
 
-For each connection, Variable and Kubernetes Secret the conf names (operators/spec/secret_policy.py finds them), in order:
+For each connection, Variable and Kubernetes Secret the conf names (operators/jobspec/secret_policy.py finds them), in order:
 the admin's [training] secret_references must allow it for the DAG; the triggering user must be allowed to read the
 connection / Variable through Airflow's auth manager (the same question GET /api/v2/connections/{id} asks); and with
 [core] multi_team, a connection / Variable that belongs to a team must belong to the DAG's team (the run's task reads
@@ -121,7 +121,7 @@ def refusal(user: Any, dag_id: str | None, refs: list, asset_id: str | None = No
     from airflow.configuration import conf
     from airflow.models import Connection, DagModel, Variable
 
-    from operators.spec.secret_policy import CONNECTIONS, VARIABLES, load_policy
+    from operators.jobspec.secret_policy import CONNECTIONS, VARIABLES, load_policy
 
     if asset_id is not None:
         dag_id = _asset_dag(asset_id)
@@ -184,7 +184,7 @@ class SecretReferenceCheck:
     async def _check(self, scope: dict, body: bytes, named: str, value: str, conf_key: str) -> tuple[int, str] | None:
         from starlette.concurrency import run_in_threadpool
 
-        from operators.spec.secret_policy import references
+        from operators.jobspec.secret_policy import references
 
         try:
             payload = json.loads(body)

@@ -84,7 +84,7 @@ class LaunchRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # backend-specific per-job options
     metric_definitions: tuple = ()  # [{"Name", "Regex"}]: for backends whose logs stream outside the worker
-    # Secrets by reference, resolved at launch (operators/spec/secret_refs.py): never serialized (to_dict is what
+    # Secrets by reference, resolved at launch (operators/jobspec/secret_refs.py): never serialized (to_dict is what
     # a deferred task stores in the metadata DB), never printed (repr).
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 

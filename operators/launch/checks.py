@@ -1,17 +1,17 @@
 """Every cheap check of the world validate_spec makes before anything is staged, in the order a user would fix them:
-the spec's own (local paths, connections, secret references: operators/spec/) and its backend's (options, then
+the spec's own (local paths, connections, secret references: operators/jobspec/) and its backend's (options, then
 whether it answers: operators/launch/<backend>/checks.py, found through the registry, so no backend is imported
 here and a worker loads only the backend a job uses)."""
 
 from __future__ import annotations
 
 from operators.launch.registry import backend_checks
-from operators.spec.checks import check_connections, check_local_paths
-from operators.spec.model import JobSpec
+from operators.jobspec.checks import check_connections, check_local_paths
+from operators.jobspec.model import JobSpec
 
 
 def check_world(spec: JobSpec, local_roots: tuple[str, ...] = (), areas: dict | None = None) -> None:
-    from operators.spec.secret_refs import check_references
+    from operators.jobspec.secret_refs import check_references
 
     backend = backend_checks(spec.backend)
     check_local_paths(spec, local_roots, areas)

@@ -1,7 +1,7 @@
 """What every container backend (kubernetes, docker) shares about the inside of a training container: the layout
 root the job root is mounted at, paths translated to it, the variables the launcher sets per host and channel names.
 Pure functions, no I/O, no client. (The credential policy for a job's literal environment is the spec's:
-operators/spec/credentials.py.)
+operators/jobspec/credentials.py.)
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from operators.launch.base import DeferrableLauncher, LaunchRequest, Launcher
-from operators.spec.backend_options import BACKENDS
+from operators.jobspec.backend_options import BACKENDS
 
 # One entry per name in BACKENDS (tests/operators/launch/test_registry.py): a name the spec accepts has a backend.
 _BACKENDS = {

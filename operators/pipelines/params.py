@@ -1,4 +1,4 @@
-"""The trigger form of a training DAG, generated from the job spec model (operators/spec/model.py): one Param per field,
+"""The trigger form of a training DAG, generated from the job spec model (operators/jobspec/model.py): one Param per field,
 with the model's types, enums (dropdowns with labels), defaults, descriptions and sections.
 
 The same JSON schema validates `airflow dags trigger --conf`, the REST API and the UI form (unknown keys at any
@@ -11,14 +11,14 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-from operators.spec.model import LABELS, SCHEMES, JobSpec
+from operators.jobspec.model import LABELS, SCHEMES, JobSpec
 
 # Filled at run time from the run (job_name) or airflow.cfg [training] (backend, layout): optional in the form.
 _RUN_DEFAULTS = ("job_name", "backend", "layout")
 _SCALAR = {"type": ["string", "number", "integer", "boolean", "null"]}
 _OVERRIDES: dict[str, dict[str, Any]] = {
     "hyperparameters": {"additionalProperties": _SCALAR},
-    # A value, or a secret by reference (operators/spec/secret_refs.py).
+    # A value, or a secret by reference (operators/jobspec/secret_refs.py).
     "environment": {"additionalProperties": {"anyOf": [
         {"type": ["string", "number", "integer", "boolean"]},
         {"type": "object", "properties": {"variable": {"type": "string", "minLength": 1}},
@@ -28,7 +28,7 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
          "required": ["connection"], "additionalProperties": False},
     ]}},
     "inputs": {"additionalProperties": {"type": "string", "minLength": 1}},
-    # a list of names or an object of name -> value (operators/spec/tags.py checks names and lengths)
+    # a list of names or an object of name -> value (operators/jobspec/tags.py checks names and lengths)
     "tags": {"type": ["object", "array", "null"], "additionalProperties": {"type": ["string", "number"]},
              "items": {"type": "string"}},
     "connections": {"additionalProperties": {"type": "string", "minLength": 1}, "propertyNames":

@@ -186,7 +186,7 @@ class PromoteModelOperator(BaseOperator):
 
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from operators.spec.model import JobSpec
+        from operators.jobspec.model import JobSpec
 
         decision, spec = self.decision, JobSpec.from_dict(self.job)
         uri = pointer_uri(spec.output_path, spec.base_job_name or "")

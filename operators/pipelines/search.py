@@ -146,7 +146,7 @@ def search_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
 def _search_job_name(params: Mapping[str, Any], dag_id: str, run_id: str, when) -> tuple[str, str]:
     import hashlib
 
-    from operators.spec.model import base_name_from, job_name_from
+    from operators.jobspec.model import base_name_from, job_name_from
 
     base = params.get("base_job_name") or base_name_from(dag_id)
     suffix = f"{when:%Y%m%d-%H%M%S}-{hashlib.sha256(run_id.encode()).hexdigest()[:4]}"
@@ -171,7 +171,7 @@ class PlanSearchOperator(BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from operators.settings import training_settings
-        from operators.spec.model import SpecError, validate_spec
+        from operators.jobspec.model import SpecError, validate_spec
 
         params = dict(context["params"])
         settings = training_settings()

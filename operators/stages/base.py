@@ -56,7 +56,7 @@ class JobStageOperator(BaseOperator):
 
     @cached_property
     def spec(self):
-        from operators.spec.model import JobSpec
+        from operators.jobspec.model import JobSpec
 
         return JobSpec.from_dict(self.job)
 

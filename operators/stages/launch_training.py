@@ -78,8 +78,8 @@ class LaunchTrainingOperator(JobStageOperator):
     def _secret_values(self) -> dict[str, str]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from operators.spec.secret_refs import resolve_references
-        from operators.spec.errors import SpecError
+        from operators.jobspec.secret_refs import resolve_references
+        from operators.jobspec.errors import SpecError
 
         try:
             values = resolve_references(self.spec.secret_references())
@@ -179,7 +179,7 @@ class LaunchTrainingOperator(JobStageOperator):
         root = self.layout.root
         last_write = [0.0]
 
-        from operators.spec.secret_refs import redactor
+        from operators.jobspec.secret_refs import redactor
 
         # Airflow's masker redacts registered secrets in real task runs; masking here too keeps the user's output
         # clean wherever the task logs to (dag.test() logs in-process without the redactor).
@@ -233,7 +233,7 @@ class LaunchTrainingOperator(JobStageOperator):
             return summary
         # The runtime's own reason stays; else (timeout, eviction, ...) the launcher's (a pod's termination message
         # is its last log lines: they may show a secret).
-        from operators.spec.secret_refs import redactor
+        from operators.jobspec.secret_refs import redactor
 
         if result.failure_reason:
             result = replace(result, failure_reason=redactor(getattr(self, "_secrets", ()))(result.failure_reason))

@@ -43,7 +43,7 @@ class PublishModelOperator(BaseOperator):
 
         uri = configured_uri()
         if uri and self.job:
-            from operators.spec.model import JobSpec
+            from operators.jobspec.model import JobSpec
 
             spec = JobSpec.from_dict(self.job)
             record_model(uri, experiment=experiment_name(spec.base_job_name, self.dag_id), job_name=spec.job_name,

@@ -28,11 +28,11 @@ class ValidateSpecOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from operators.spec.entry_point import check_entry_point
-        from operators.spec.local_paths import airflow_private_paths, check_private_paths
-        from operators.spec.secret_policy import load_policy, references
+        from operators.jobspec.entry_point import check_entry_point
+        from operators.jobspec.local_paths import airflow_private_paths, check_private_paths
+        from operators.jobspec.secret_policy import load_policy, references
         from operators.settings import training_settings
-        from operators.spec.model import SpecError, base_name_from, job_name_from, validate_spec
+        from operators.jobspec.model import SpecError, base_name_from, job_name_from, validate_spec
         from operators.launch.checks import check_world
 
         raw = dict(self.spec_defaults)

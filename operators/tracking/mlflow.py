@@ -5,7 +5,7 @@
     run         named after the job; tag training.job_name finds it again (a retried launch task reattaches)
     params      the hyperparameters (only those: never the environment, connections or secrets by reference)
     metrics     every series of the job's metrics stream, with its steps and wall-clock times, sent as it grows
-    tags        the spec's own tags (operators/spec/tags.py), then training.job_name, training.dag_id, training.run_id, training.run_link (the job's page), and
+    tags        the spec's own tags (operators/jobspec/tags.py), then training.job_name, training.dag_id, training.run_id, training.run_link (the job's page), and
                 training.model_uri once publish_model has the uploaded model.tar.gz
     artifacts   model/reference.json: {"model_uri": ...}, a reference (the archive is not copied to MLflow)
     registry    a retraining DAG's promote_model registers the promoted model.tar.gz as a version of the registered

@@ -41,9 +41,9 @@ def require_validated(spec: Mapping[str, Any]) -> Mapping[str, Any]:
 def check_served_paths(spec: Mapping[str, Any]) -> None:
     """403, one line, for a local path of the spec outside what this Airflow lets jobs use."""
     from operators.storage.location import parse_uri
-    from operators.spec.local_paths import airflow_private_paths, check_private_paths, in_platform_area
+    from operators.jobspec.local_paths import airflow_private_paths, check_private_paths, in_platform_area
     from operators.settings import training_settings
-    from operators.spec.errors import SpecError
+    from operators.jobspec.errors import SpecError
 
     settings = training_settings()
     areas = settings.platform_areas

@@ -1,4 +1,4 @@
-"""The first task's check of the job's backend (operators/spec/checks.py) against the real things, and through whole
+"""The first task's check of the job's backend (operators/jobspec/checks.py) against the real things, and through whole
 training_job runs: a cluster or engine that is not there fails validate_spec within seconds, naming the field, once
 (no retry), with nothing staged; a real control plane passes, and one that refuses the credentials says so."""
 
@@ -14,7 +14,7 @@ import yaml
 
 from dag_runner import load_dag, run_dag
 from operators.launch.kubernetes.checks import check_reachable
-from operators.spec.errors import SpecError
+from operators.jobspec.errors import SpecError
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 

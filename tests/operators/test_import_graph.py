@@ -1,5 +1,5 @@
 """The import graph of operators/: no cycles, backends stay apart (issue 10), and the package boundaries of issue 29:
-spec/, launch/ and cache/ import no Airflow at module level and nothing from pipelines/ or stages/.
+jobspec/, launch/ and cache/ import no Airflow at module level and nothing from pipelines/ or stages/.
 
 Imports are read from the source (every `import`/`from ... import`, also inside functions: a lazy import is still
 a dependency), so the test sees what Python would only find when that code path runs.
@@ -149,10 +149,10 @@ def test_the_module_level_graph_skips_function_bodies_and_type_checking_blocks(t
         "from typing import TYPE_CHECKING\n"
         "import operators.settings\n"
         "try:\n    from airflow.sdk import Variable\nexcept ImportError:\n    pass\n"
-        "if TYPE_CHECKING:\n    from operators.spec.model import JobSpec\n"
+        "if TYPE_CHECKING:\n    from operators.jobspec.model import JobSpec\n"
         "def later():\n    from operators.launch import base\n"
     )
-    known = {"operators.settings", "operators.spec.model", "operators.launch.base"}
+    known = {"operators.settings", "operators.jobspec.model", "operators.launch.base"}
     assert _imports(source, "m", known, module_level=True) == {"operators.settings", "airflow"}
     assert _imports(source, "m", known) == known
 
@@ -160,14 +160,14 @@ def test_the_module_level_graph_skips_function_bodies_and_type_checking_blocks(t
 # What builds on the launch layer, the spec and the cache: they never import it back.
 UPPER_PACKAGES = ("pipelines", "stages")
 # The Airflow hooks of the launch layer (BaseHook subclasses, each owning a connection) and its trigger (a
-# BaseTrigger): importing them imports Airflow, by design. Nothing else in spec/, launch/ or cache/ may, so the SDK's local mode and a DAG file's parse
+# BaseTrigger): importing them imports Airflow, by design. Nothing else in jobspec/, launch/ or cache/ may, so the SDK's local mode and a DAG file's parse
 # can import those modules without Airflow.
 AIRFLOW_HOOK_MODULES = {"operators.launch.docker.launcher", "operators.launch.kubernetes.launcher",
                         "operators.launch.kubernetes.trigger"}
 
 
-@pytest.mark.parametrize("package", ["spec", "launch", "cache"])
-def test_spec_launch_and_cache_import_no_airflow_at_module_level(package):
+@pytest.mark.parametrize("package", ["jobspec", "launch", "cache"])
+def test_jobspec_launch_and_cache_import_no_airflow_at_module_level(package):
     graph = import_graph(module_level=True)
     modules = sorted(m for m in graph if _in_package(m, package) and m not in AIRFLOW_HOOK_MODULES)
     assert modules
@@ -180,8 +180,8 @@ def test_spec_launch_and_cache_import_no_airflow_at_module_level(package):
     assert offenders == {}, f"importing these imports Airflow (through the modules listed): {offenders}"
 
 
-@pytest.mark.parametrize("package", ["spec", "launch", "cache"])
-def test_spec_launch_and_cache_import_nothing_from_pipelines_or_stages(package):
+@pytest.mark.parametrize("package", ["jobspec", "launch", "cache"])
+def test_jobspec_launch_and_cache_import_nothing_from_pipelines_or_stages(package):
     graph = import_graph()
     for module in (m for m in graph if _in_package(m, package)):
         upper = sorted(m for m in _reachable(graph, module) if any(_in_package(m, u) for u in UPPER_PACKAGES))
@@ -253,7 +253,7 @@ LAYERS = (
     ("launch",),
     ("state", "tuning"),
     ("cache", "staging", "tracking"),
-    ("spec",),
+    ("jobspec",),
     ("storage",),
     ("settings",),
     ("fs", "quantities", "console_urls", "stage_names"),
@@ -297,10 +297,10 @@ def test_imports_point_down_the_layers():
 
 
 def test_the_layer_check_finds_an_upward_or_sideways_import():
-    graph = {"operators.spec.model": {"operators.launch.base"}, "operators.launch.base": {"operators.spec.model"},
+    graph = {"operators.jobspec.model": {"operators.launch.base"}, "operators.launch.base": {"operators.jobspec.model"},
              "operators.cache.views": {"operators.staging.code"}, "operators.stages.base": {"operators.stages.links"}}
     assert upward_imports(graph) == ["operators.cache.views -> operators.staging.code",
-                                     "operators.spec.model -> operators.launch.base"]
+                                     "operators.jobspec.model -> operators.launch.base"]
 
 
 # Every module of the launch layer (its base, the three backends, the trigger) and the stage that drives it.

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 import secret_reference_check as check
-from operators.spec.secret_policy import references
+from operators.jobspec.secret_policy import references
 
 CONF = {"environment": {"P": {"connection": "prod_db", "field": "password"}, "V": {"variable": "ops_api_key"}}}
 

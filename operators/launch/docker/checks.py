@@ -3,9 +3,9 @@ the Docker engine answers. (Its `user` and `host_workspace` are checked by the s
 
 from __future__ import annotations
 
-from operators.spec.checks import PING_TIMEOUT_SECONDS, short_error
-from operators.spec.errors import SpecError
-from operators.spec.model import JobSpec
+from operators.jobspec.checks import PING_TIMEOUT_SECONDS, short_error
+from operators.jobspec.errors import SpecError
+from operators.jobspec.model import JobSpec
 
 
 def check_options(spec: JobSpec) -> None:

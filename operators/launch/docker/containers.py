@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any, Sequence
 
 from operators.launch.container_env import CHANNEL_NAME, RESERVED_ENV, container_path, layout_root
-from operators.spec.credentials import looks_like_secret
+from operators.jobspec.credentials import looks_like_secret
 from operators.launch.base import LaunchRequest
 from operators.launch.names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION
 from operators.launch.names import resource_name

@@ -31,8 +31,8 @@ from typing import Any, Iterable, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from operators.spec.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
-from operators.spec.container_users import root_part
+from operators.jobspec.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
+from operators.jobspec.container_users import root_part
 from operators.launch.docker import access
 from operators.launch.docker import engine
 from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name

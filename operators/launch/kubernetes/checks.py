@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from operators.spec.checks import PING_TIMEOUT_SECONDS, short_error
-from operators.spec.errors import SpecError
-from operators.spec.model import JobSpec
+from operators.jobspec.checks import PING_TIMEOUT_SECONDS, short_error
+from operators.jobspec.errors import SpecError
+from operators.jobspec.model import JobSpec
 
 
 def check_options(spec: JobSpec, kubernetes_settings: Any = None) -> None:

@@ -16,7 +16,7 @@ operators/launch/kubernetes/names.py, the resolved per-job options from operator
 
 Credentials: only references to Kubernetes Secrets ever reach a pod spec (``secret_env`` ->
 ``valueFrom.secretKeyRef``, ``env_from_secrets`` -> ``envFrom.secretRef``); ``env_vars`` refuses a literal ``env``
-entry that looks like a credential (:class:`SecretInEnvError`, the policy in operators/spec/credentials.py).
+entry that looks like a credential (:class:`SecretInEnvError`, the policy in operators/jobspec/credentials.py).
 
 The restricted Pod Security Standard check (``restricted_profile_violations``) lists where a pod spec breaks it.
 """
@@ -35,7 +35,7 @@ from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, is_env_var_n
 from operators.launch.names import ORIGINAL_NAME_ANNOTATION, resource_name
 from operators.launch.kubernetes.options import KubernetesJobOptions
 from operators.quantities import is_quantity
-from operators.spec.credentials import SecretInEnvError, looks_like_secret
+from operators.jobspec.credentials import SecretInEnvError, looks_like_secret
 from training_runtime.contract import ROOT_ENV
 
 CONTAINER_NAME = "train"

@@ -17,7 +17,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from operators.spec.backend_options import KUBERNETES_OPTION_KEYS
+from operators.jobspec.backend_options import KUBERNETES_OPTION_KEYS
 from operators.launch.kubernetes.profiles import profile_for
 from operators.launch.kubernetes.queues import queue_choice
 from operators.launch.kubernetes.names import (

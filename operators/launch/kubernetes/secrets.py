@@ -1,5 +1,5 @@
 """Secrets by reference on the kubernetes backend: the values the launch stage resolved from Airflow (Variables,
-connection fields; operators/spec/secret_refs.py) go into one Kubernetes Secret per training job, owned by its Job,
+connection fields; operators/jobspec/secret_refs.py) go into one Kubernetes Secret per training job, owned by its Job,
 and the pods read them through ``valueFrom.secretKeyRef``. The values are never in the Job or Pod spec, the job root,
 XCom or the trigger's arguments (LaunchRequest.secret_env is not serialized).
 

@@ -113,7 +113,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def _redactor(self):
-        from operators.spec.secret_refs import redactor
+        from operators.jobspec.secret_refs import redactor
 
         if not self.has_secret:
             return redactor(())

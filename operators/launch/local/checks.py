@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.spec.errors import SpecError
-from operators.spec.model import JobSpec
+from operators.jobspec.errors import SpecError
+from operators.jobspec.model import JobSpec
 
 
 def check_options(spec: JobSpec, settings: Any = None) -> None:

@@ -1,12 +1,12 @@
-"""The launch registry and the spec accept the same backends, named in one place (operators/spec/backend_options.py)."""
+"""The launch registry and the spec accept the same backends, named in one place (operators/jobspec/backend_options.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from operators.launch.registry import launcher_class
-from operators.spec.backend_options import BACKENDS
-from operators.spec.model import SpecError, validate_spec
+from operators.jobspec.backend_options import BACKENDS
+from operators.jobspec.model import SpecError, validate_spec
 
 SPEC = {"job_name": "j", "source_dir": "s3://bucket/code/", "output_path": "s3://bucket/models", "entry_point": "train.py"}
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from operators.pipelines.params import training_job_params
-from operators.spec.model import JobSpec
+from operators.jobspec.model import JobSpec
 
 GOOD = {"source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}
 
@@ -96,7 +96,7 @@ def test_the_kubernetes_example_job_of_the_docs_is_a_valid_spec_and_passes_the_t
     from airflow.sdk.definitions.param import ParamsDict
 
     from operators.pipelines.params import training_job_params
-    from operators.spec.model import validate_spec
+    from operators.jobspec.model import validate_spec
 
     doc = (Path(__file__).resolve().parents[3] / "docs/kubernetes.md").read_text()
     section = doc[doc.index("## An example job with `backend: kubernetes`"):]

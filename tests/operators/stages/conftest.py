@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from operators.spec.model import validate_spec
+from operators.jobspec.model import validate_spec
 
 
 @pytest.fixture

@@ -104,7 +104,7 @@ def test_links_a_remote_object_and_refuses_to_link_a_local_file(tmp_path, storag
 
 def test_the_spec_and_the_trigger_form_accept_exactly_the_storage_schemes():
     from operators.pipelines.params import field_schemas
-    from operators.spec.model import SCHEMES
+    from operators.jobspec.model import SCHEMES
 
     assert SCHEMES == tuple(DEFAULT_CONNECTIONS)
     assert field_schemas()["connections"]["propertyNames"]["enum"] == list(DEFAULT_CONNECTIONS)

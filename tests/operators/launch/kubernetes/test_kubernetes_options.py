@@ -9,7 +9,7 @@ import pytest
 from kubernetes_job_samples import WORKSPACE, build, make_request, validate
 
 from operators.launch.base import LaunchRequest
-from operators.spec.credentials import SecretInEnvError
+from operators.jobspec.credentials import SecretInEnvError
 
 
 def test_per_job_options_override_the_settings():

@@ -63,9 +63,9 @@ def test_a_queued_job_keeps_the_pod_failure_policy_of_its_hosts():
 
 
 def test_the_first_task_refuses_an_unlisted_queue_with_one_line_naming_the_field():
-    from operators.spec.model import validate_spec
+    from operators.jobspec.model import validate_spec
     from operators.launch.kubernetes.checks import check_options
-    from operators.spec.errors import SpecError
+    from operators.jobspec.errors import SpecError
 
     raw = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py",
            "backend": "kubernetes", "kubernetes": {"queue": "team-z"}}

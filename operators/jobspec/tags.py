@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from operators.spec.parts import json_text, spec_error
+from operators.jobspec.parts import json_text, spec_error
 
 MAX_TAGS = 20
 MAX_NAME = 63

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from operators.settings import KubernetesSettings
-from operators.spec.model import validate_spec
+from operators.jobspec.model import validate_spec
 from operators.launch.kubernetes.checks import check_options as check_isolation_options
 from operators.launch.registry import backend_checks
-from operators.spec.errors import SpecError
+from operators.jobspec.errors import SpecError
 
 BASE = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}
 PROFILES = {"team-a": {"namespace": "team-a", "service_account": "trainer",

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from operators.spec.secret_policy import Reference, load_policy, parse_policy, references
-from operators.spec.model import validate_spec
-from operators.spec.errors import SpecError
+from operators.jobspec.secret_policy import Reference, load_policy, parse_policy, references
+from operators.jobspec.model import validate_spec
+from operators.jobspec.errors import SpecError
 
 BASE = {"job_name": "j", "source_dir": "s3://b/c/", "output_path": "s3://b/o", "entry_point": "t.py"}
 EVERY_KIND = {

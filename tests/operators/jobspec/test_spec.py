@@ -1,6 +1,6 @@
 import pytest
 
-from operators.spec.model import JobSpec, SpecError, job_name_from, validate_spec
+from operators.jobspec.model import JobSpec, SpecError, job_name_from, validate_spec
 
 BASE = {"job_name": "churn-1", "source_dir": "s3://bucket/code/", "output_path": "s3://bucket/models",
         "entry_point": "train.py"}
@@ -133,15 +133,15 @@ def test_enums_are_the_runtimes():
     from training_runtime.config import DISTRIBUTIONS
     from training_runtime.layouts import CONTAINER_ROOTS
 
-    from operators.spec.model import DISTRIBUTIONS as SPEC_DISTRIBUTIONS
-    from operators.spec.model import LAYOUTS
+    from operators.jobspec.model import DISTRIBUTIONS as SPEC_DISTRIBUTIONS
+    from operators.jobspec.model import LAYOUTS
 
     assert set(LAYOUTS) == set(CONTAINER_ROOTS) and set(SPEC_DISTRIBUTIONS) == set(DISTRIBUTIONS)
 
 
 def test_backend_option_models_cover_what_the_launchers_read():
-    from operators.spec.backend_options import DOCKER_OPTION_KEYS, KUBERNETES_OPTION_KEYS
-    from operators.spec.parts import DockerOptions, KubernetesOptions
+    from operators.jobspec.backend_options import DOCKER_OPTION_KEYS, KUBERNETES_OPTION_KEYS
+    from operators.jobspec.parts import DockerOptions, KubernetesOptions
 
     assert set(KubernetesOptions.model_fields) == set(KUBERNETES_OPTION_KEYS)
     assert set(DockerOptions.model_fields) == set(DOCKER_OPTION_KEYS)

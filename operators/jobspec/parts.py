@@ -1,4 +1,4 @@
-"""The nested parts of the job spec model (operators/spec/model.py): resources, metric definitions and each container
+"""The nested parts of the job spec model (operators/jobspec/model.py): resources, metric definitions and each container
 backend's options. Pydantic v2 (installed with Airflow): every model forbids unknown keys, so a typo at any level
 (`kubernetes.namspace`) is an error naming it, never silently ignored.
 """
@@ -188,7 +188,7 @@ class DockerOptions(Strict):
     @field_validator("user")
     @classmethod
     def _user(cls, value: str | None) -> str | None:
-        from operators.spec.container_users import root_part
+        from operators.jobspec.container_users import root_part
 
         if value is None or not value.strip():
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable, Mapping
 
-from operators.spec.errors import SpecError
+from operators.jobspec.errors import SpecError
 
 
 def _connection_field(conn: Any, field: str) -> str | None:

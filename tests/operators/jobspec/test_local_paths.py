@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from operators.spec.local_paths import airflow_private_paths, check_private_paths
-from operators.spec.errors import SpecError
+from operators.jobspec.local_paths import airflow_private_paths, check_private_paths
+from operators.jobspec.errors import SpecError
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tarfile
 
-from operators.spec.model import JobSpec, SpecError
+from operators.jobspec.model import JobSpec, SpecError
 
 
 def check_entry_point(spec: JobSpec) -> None:

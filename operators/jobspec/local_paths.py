@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping
 
-from operators.spec.errors import SpecError
+from operators.jobspec.errors import SpecError
 
 URI_FIELDS = ("source_dir", "output_path", "checkpoint_path", "resume_from")
 

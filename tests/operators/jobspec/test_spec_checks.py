@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from operators.spec.model import validate_spec
+from operators.jobspec.model import validate_spec
 from operators.launch.checks import check_world
 from operators.launch.registry import backend_checks
-from operators.spec.checks import check_connections, check_local_paths
-from operators.spec.errors import SpecError
+from operators.jobspec.checks import check_connections, check_local_paths
+from operators.jobspec.errors import SpecError
 
 BASE = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}
 AWS = json.dumps({"conn_type": "aws", "extra": {"endpoint_url": "http://127.0.0.1:1"}})

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from operators.spec.model import SCHEMES, JobSpec
-from operators.spec.errors import SpecError
+from operators.jobspec.model import SCHEMES, JobSpec
+from operators.jobspec.errors import SpecError
 from operators.storage.location import DEFAULT_CONNECTIONS
 PING_TIMEOUT_SECONDS = 5
 
@@ -63,7 +63,7 @@ def check_connections(spec: JobSpec) -> None:
 
 
 def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None = None) -> None:
-    from operators.spec.local_paths import in_closed_area, in_platform_area
+    from operators.jobspec.local_paths import in_closed_area, in_platform_area
 
     for field, uri in spec_uris(spec):
         if _scheme(uri) != "file":

@@ -17,12 +17,12 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, Va
 from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
 from training_runtime.layouts import CONTAINER_ROOTS
 
-from operators.spec.errors import SpecError, first_error
+from operators.jobspec.errors import SpecError, first_error
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
-from operators.spec.credentials import looks_like_secret
-from operators.spec.backend_options import BACKENDS
-from operators.spec.parts import (
+from operators.jobspec.credentials import looks_like_secret
+from operators.jobspec.backend_options import BACKENDS
+from operators.jobspec.parts import (
     REFERENCE_FORMS,
     ConnectionRef,
     Count,
@@ -35,7 +35,7 @@ from operators.spec.parts import (
     json_text,
     spec_error,
 )
-from operators.spec.tags import normalise_tags
+from operators.jobspec.tags import normalise_tags
 
 __all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
 
@@ -98,7 +98,7 @@ Scalar = Annotated[Any, AfterValidator(_scalar)]
 
 
 def _env_value(value: Any) -> Any:
-    if isinstance(value, dict):  # a secret by reference, resolved at launch (operators/spec/secret_refs.py)
+    if isinstance(value, dict):  # a secret by reference, resolved at launch (operators/jobspec/secret_refs.py)
         kind = VariableRef if "variable" in value else ConnectionRef if "connection" in value else None
         if kind is None:
             raise spec_error(f"is not a reference; give {REFERENCE_FORMS}")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Iterable, Mapping
 
-from operators.spec.errors import SpecError
+from operators.jobspec.errors import SpecError
 
 CONNECTIONS, VARIABLES, KUBERNETES_SECRETS = "connections", "variables", "kubernetes_secrets"
 KINDS = (CONNECTIONS, VARIABLES, KUBERNETES_SECRETS)
@@ -62,7 +62,7 @@ def references(spec: Mapping[str, Any]) -> list[Reference]:
     environment = spec.get("environment")
     if isinstance(environment, Mapping):
         for var, value in environment.items():
-            if isinstance(value, Mapping) and "variable" in value:  # the order operators/spec/model.py reads them in
+            if isinstance(value, Mapping) and "variable" in value:  # the order operators/jobspec/model.py reads them in
                 found.append(Reference(f"environment.{var}", VARIABLES, str(value["variable"])))
             elif isinstance(value, Mapping) and "connection" in value:
                 found.append(Reference(f"environment.{var}", CONNECTIONS, str(value["connection"])))
