@@ -139,14 +139,6 @@ def test_enums_are_the_runtimes():
     assert set(LAYOUTS) == set(CONTAINER_ROOTS) and set(SPEC_DISTRIBUTIONS) == set(DISTRIBUTIONS)
 
 
-def test_backend_option_models_cover_what_the_launchers_read():
-    from operators.jobspec.backend_options import DOCKER_OPTION_KEYS, KUBERNETES_OPTION_KEYS
-    from operators.jobspec.parts import DockerOptions, KubernetesOptions
-
-    assert set(KubernetesOptions.model_fields) == set(KUBERNETES_OPTION_KEYS)
-    assert set(DockerOptions.model_fields) == set(DOCKER_OPTION_KEYS)
-
-
 def test_literal_credentials_are_refused_with_the_reference_form_on_every_backend():
     for backend in ("local", "docker", "kubernetes"):
         for name, value in (("AWS_SECRET_ACCESS_KEY", "abc"), ("DB_URL", "postgres://u:pw@db/x")):
