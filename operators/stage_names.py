@@ -1,5 +1,8 @@
-"""The stages of a training job, in order: the task ids (after an optional task-group prefix) every template chains
-(operators/pipelines/template.py) and every reader of a job's tasks walks (the console, its stop)."""
+"""The stages of a training job, in order, with the words the console shows for them: the task ids (after an optional
+task-group prefix) every template chains (operators/pipelines/template.py) and every reader of a job's tasks walks (the
+console, its stop). The console's pages get the labels from its API, never a list of their own."""
 
-STAGES = ("validate_spec", "stage_code", "prefetch_data", "write_configs", "restore", "launch_training",
-          "upload_artifacts", "publish_model")
+STAGE_LABELS = {"validate_spec": "validate", "stage_code": "stage code", "prefetch_data": "prefetch data",
+                "write_configs": "write configs", "restore": "restore", "launch_training": "training",
+                "upload_artifacts": "upload", "publish_model": "publish"}
+STAGES = tuple(STAGE_LABELS)

@@ -40,7 +40,7 @@ from training_console.spec_access import (ANOTHER_RUN, OTHER_RUN, THIS_RUN, chec
                                           require_own_files, require_validated)
 from training_console.web_boundary import refuse_cross_site, security_headers
 from training_console.list_filters import FilterError, parse_filters
-from operators.stage_names import STAGES
+from operators.stage_names import STAGE_LABELS, STAGES
 from training_console.jobs import Job, load_jobs, load_jobs_cached, query_items
 from training_console.warmup import warm_up
 
@@ -181,7 +181,7 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
     upload = job.xcoms.get("upload_artifacts") if isinstance(job.xcoms.get("upload_artifacts"), dict) else {}
     output = artifacts.output_uri(spec)
     listed = artifacts.describe(spec, upload, job.state("launch_training"))
-    stages = [{"stage": s, "task_id": job.prefix + s, "state": job.state(s),
+    stages = [{"stage": s, "label": STAGE_LABELS[s], "task_id": job.prefix + s, "state": job.state(s),
                "start": _iso(job.tis.get(s, (None, None))[1]), "end": _iso(job.tis.get(s, (None, None, None))[2]),
                "try_number": job.tis.get(s, (None, None, None, None))[3]} for s in STAGES]
     return {

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from operators.stage_names import STAGES
+from operators.stage_names import STAGE_LABELS, STAGES
 from training_console.list_filters import ListFilters
 
 STAGING = ("stage_code", "prefetch_data", "write_configs", "restore")
@@ -140,6 +140,7 @@ class Job:
             "base_job_name": spec.get("base_job_name") or "",
             "status": status,
             "failed_stage": failed_stage,
+            "failed_stage_label": STAGE_LABELS.get(failed_stage) if failed_stage else None,
             "failure_class": launch.get("failure_class") if status == "failed" else None,
             "stopped_by": self.stop_note if status == "stopped" else None,
             "created": created.isoformat() if created else None,
@@ -327,7 +328,7 @@ def group_searches(jobs: list[Job], now: datetime) -> list[dict[str, Any]]:
         statuses = {t["status"] for t in trials}
         search["status"] = ("running" if statuses & {"running", "queued"} else
                             "succeeded" if best is not None else "stopped" if statuses == {"stopped"} else "failed")
-        search["failed_stage"] = None
+        search["failed_stage"] = search["failed_stage_label"] = None
         search["created"] = min((t["created"] for t in trials if t["created"]), default=None)
         search["metrics"] = best["metrics"] if best else {}
         search["best_job_name"] = best["job_name"] if best else None

@@ -1,6 +1,6 @@
 // One job's page (#/job/<dag_id>/<run_id>/<map_index>[/<section>]): its failure, metrics (charts.js), spec, stages,
 // artifacts, output files and logs, with Stop, Clone and "Train again from this model"; re-read while it runs.
-import {STAGE_LABELS, apiJob, badge, esc, fmtDur, fmtTime, jobHref, tagChips} from "./console-util.js";
+import {apiJob, badge, esc, fmtDur, fmtTime, jobHref, tagChips} from "./console-util.js";
 import {airflowLink, later, main, pageData, route} from "./console-router.js";
 import {clonePanel, stopPanel} from "./console-clone-stop.js";
 import {showFiles} from "./console-files.js";
@@ -61,11 +61,11 @@ export async function jobPage(key, section) {
   const ended = job.status === "failed" || job.status === "stopped";
   const running = job.status === "running" || job.status === "queued";
   const failure = ended ? `<section id="failure"><h2>${job.status === "stopped" ? "Stopped" : "Failure"}</h2>
-      ${kvTable([["stage", esc(STAGE_LABELS[job.failed_stage] || job.failed_stage || "")], ...(job.failure_class ? [["class", esc(job.failure_class)]] : [])])}
+      ${kvTable([["stage", esc(job.failed_stage_label || job.failed_stage || "")], ...(job.failure_class ? [["class", esc(job.failure_class)]] : [])])}
       <pre id="failure-reason">${esc(job.failure || "No reason recorded: see the failed task's log.")}</pre></section>` : "";
   const stageRows = job.stages.filter((s) => s.state).map((s) => {
     const secs = s.start ? ((s.end ? new Date(s.end) : new Date()) - new Date(s.start)) / 1000 : null;
-    return `<tr><td>${esc(STAGE_LABELS[s.stage])}</td><td>${esc(s.state)}</td><td class="num">${fmtDur(secs)}</td><td>${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}/tasks/${encodeURIComponent(s.task_id)}${job.map_index >= 0 ? "/mapped/" + job.map_index : ""}`, "task")}</td></tr>`;
+    return `<tr><td>${esc(s.label)}</td><td>${esc(s.state)}</td><td class="num">${fmtDur(secs)}</td><td>${airflowLink(`/dags/${encodeURIComponent(job.dag_id)}/runs/${encodeURIComponent(job.run_id)}/tasks/${encodeURIComponent(s.task_id)}${job.map_index >= 0 ? "/mapped/" + job.map_index : ""}`, "task")}</td></tr>`;
   }).join("");
   const artifactRows = job.artifacts.map((a) => {
     const downloadable = ["model.tar.gz", "metrics.json", "failure", "output.tar.gz"].includes(a.name) && a.available;

@@ -1,6 +1,6 @@
 // The list of training jobs (#/?<filters>): filters, sortable columns, the hyperparameter columns a user picks, a
 // search's trials under it, paging, and the selected rows compared or stopped. Re-read while jobs run.
-import {BASE, STAGE_LABELS, badge, esc, fmtDur, fmtNum, fmtTime, jobHref, jobKey, runKey, tagChips} from "./console-util.js";
+import {BASE, badge, esc, fmtDur, fmtNum, fmtTime, jobHref, jobKey, runKey, tagChips} from "./console-util.js";
 import {later, main, pageData, route} from "./console-router.js";
 import {stopManyPanel} from "./console-clone-stop.js";
 
@@ -23,7 +23,7 @@ const hpText = (v) => v == null ? "" : typeof v === "number" ? fmtNum(v) : Strin
 
 function jobCells(row, metricNames, hpNames = []) {
   const star = row.best ? `<span class="best" title="best trial">★</span> ` : "";
-  const failed = row.status === "failed" && row.failed_stage ? ` <span class="muted">at ${esc(STAGE_LABELS[row.failed_stage] || row.failed_stage)}${row.failure_class ? " (" + esc(row.failure_class) + ")" : ""}</span>` : "";
+  const failed = row.status === "failed" && row.failed_stage ? ` <span class="muted">at ${esc(row.failed_stage_label || row.failed_stage)}${row.failure_class ? " (" + esc(row.failure_class) + ")" : ""}</span>` : "";
   const cells = [
     `<input type="checkbox" class="select-job" value="${esc(jobKey(row))}" data-job="${esc(row.job_name)}" data-status="${esc(row.status)}" aria-label="select ${esc(row.job_name)}">`,
     `${star}<a href="${jobHref(row)}" class="job-link">${esc(row.job_name || row.run_id)}</a>`,

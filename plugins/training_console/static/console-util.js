@@ -4,9 +4,6 @@
 export const BASE = location.pathname.replace(/\/ui\/.*$/, "");  // /training-jobs
 export const ROOT = BASE.replace(/\/training-jobs$/, "");         // where Airflow is served
 
-export const STAGE_LABELS = {validate_spec: "validate", stage_code: "stage code", prefetch_data: "prefetch data",
-  write_configs: "write configs", restore: "restore", launch_training: "training", upload_artifacts: "upload",
-  publish_model: "publish"};
 
 // Everything a job, its tags, files or logs say is theirs: shown escaped.
 export const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));

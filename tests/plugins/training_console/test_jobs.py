@@ -28,6 +28,7 @@ OK = ["success"] * 8
 def test_status_names_the_failed_stage_and_durations_split_staging_training_upload():
     failed = job("a", ["success"] * 5 + ["failed", "success", "upstream_failed"]).summary(T0 + timedelta(hours=1))
     assert (failed["status"], failed["failed_stage"], failed["failure_class"]) == ("failed", "launch_training", "user_error")
+    assert failed["failed_stage_label"] == "training"  # the words the pages show: from here, never their own list
     assert failed["durations"] == {"staging": 40.0, "training": 10.0, "upload": 10.0}
     running = job("b", ["success"] * 5 + ["running", None, None]).summary(T0 + timedelta(seconds=75))
     assert running["status"] == "running" and running["durations"]["training"] == 25.0
