@@ -7,12 +7,13 @@ and nothing else of the platform; what it may use is `__all__`, and every name h
     layout_for, create_directories    the runtime's job-root layouts (training_runtime.layouts)
     write_job_configs                 the same input/config/ files as the write_configs stage
     LocalLauncherHook, LaunchRequest  the local backend's launcher and what it runs
-    MetricCollector, METRICS_FILE     the same metrics from the log and the metrics file
+    MetricCollector, METRICS_STREAM   the same metrics from the log and the metrics file (training_runtime.contract)
     pack_directory                    the same model.tar.gz / output.tar.gz
 """
 
 from __future__ import annotations
 
+from training_runtime.contract import METRICS_STREAM
 from training_runtime.layouts import create_directories, layout_for
 
 from operators.fs.safe_tar import pack_directory
@@ -20,10 +21,10 @@ from operators.launch.base import LaunchRequest
 from operators.launch.job_configs import write_job_configs
 from operators.launch.local.launcher import LocalLauncherHook
 from operators.jobspec.model import SpecError, validate_spec
-from operators.tracking.metrics import METRICS_FILE, MetricCollector
+from operators.tracking.metrics import MetricCollector
 
 __all__ = [
-    "METRICS_FILE",
+    "METRICS_STREAM",
     "LaunchRequest",
     "LocalLauncherHook",
     "MetricCollector",

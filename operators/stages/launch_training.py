@@ -51,13 +51,14 @@ class LaunchTrainingOperator(JobStageOperator):
         return self._launcher
 
     def launch_request(self, with_secrets: bool = False):
+        from training_runtime.contract import METRICS_FILE_ENV, METRICS_STREAM
+
         from operators.launch.base import LaunchRequest
-        from operators.tracking.metrics import METRICS_FILE
 
         spec = self.spec
         options = spec.backend_options()  # the section of the job's backend
         env = spec.literal_environment()  # secrets by reference: resolved in execute only (with_secrets)
-        env["TRAINING_METRICS_FILE"] = os.path.join(self.layout.root, METRICS_FILE)
+        env[METRICS_FILE_ENV] = os.path.join(self.layout.root, METRICS_STREAM)
         return LaunchRequest(
             job_name=spec.job_name,
             job_root=self.layout.root,
@@ -215,9 +216,9 @@ class LaunchTrainingOperator(JobStageOperator):
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from operators.launch.outcome import record_failure
-        from operators.tracking.metrics import METRICS_FILE
+        from training_runtime.contract import METRICS_STREAM
 
-        metrics.read_file(os.path.join(request.job_root, METRICS_FILE), job_root=request.job_root)
+        metrics.read_file(os.path.join(request.job_root, METRICS_STREAM), job_root=request.job_root)
         _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
         if tracking is not None:
             tracking.finish(metrics.series, "FINISHED" if result.succeeded else
@@ -264,10 +265,10 @@ class LaunchTrainingOperator(JobStageOperator):
 
     def _watch_metrics_file(self, monitor, request, lock) -> threading.Event:
         """Points the script writes to TRAINING_METRICS_FILE (not the log) are checked once a second."""
-        from operators.tracking.metrics import METRICS_FILE
+        from training_runtime.contract import METRICS_STREAM
 
         done = threading.Event()
-        path = os.path.join(request.job_root, METRICS_FILE)
+        path = os.path.join(request.job_root, METRICS_STREAM)
 
         def poll() -> None:
             while not done.wait(1.0):
@@ -305,11 +306,13 @@ class LaunchTrainingOperator(JobStageOperator):
 def _stream_view(metrics, job_root: str) -> dict:
     """The series so far: matched in the log, and written by the script (and the runtime's system metrics) to
     TRAINING_METRICS_FILE, which joins the collector only at the end."""
-    from operators.tracking.metrics import METRICS_FILE, MetricCollector
+    from training_runtime.contract import METRICS_STREAM
+
+    from operators.tracking.metrics import MetricCollector
 
     view = MetricCollector()
     view.series = {name: list(points) for name, points in list(metrics.series.items())}
-    view.read_file(os.path.join(job_root, METRICS_FILE), job_root=job_root)
+    view.read_file(os.path.join(job_root, METRICS_STREAM), job_root=job_root)
     return view.series
 
 

@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from operators.fs.job_root import JobRoot, bounded_int, finite_number, loads_strict
-from training_runtime.contract import METRICS_STREAM
 
-METRICS_FILE = METRICS_STREAM
 METRICS_READ_BYTES = 16 * 1024 * 1024  # the newest points of a larger file are kept
 MAX_NAME_CHARS = 200
 MAX_STEP = 2**53

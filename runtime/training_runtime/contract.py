@@ -5,3 +5,5 @@ imports these names; neither side writes the strings again."""
 ROOT_ENV = "TRAINING_ROOT"  # the job root as the process sees it (the container root in a container)
 CURRENT_HOST_ENV = "TRAINING_CURRENT_HOST"  # this host's name in resourceconfig.json
 METRICS_STREAM = "output/metrics.jsonl"  # below the job root: points a script (and `train`) appends, one JSON a line
+METRICS_FILE_ENV = "TRAINING_METRICS_FILE"  # the path of METRICS_STREAM as the script sees it
+JOB_VENV_ENV = "TRAINING_JOB_VENV"  # "1": requirements.txt goes into a venv of the job's own (local backend)

@@ -34,6 +34,7 @@ import sys
 import time
 
 from training_runtime import process
+from training_runtime.contract import JOB_VENV_ENV
 from training_runtime.errors import PlatformError, RequirementsError, StoppedError
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def prepare_python(layout, environ=None, python=None):
     python = python or sys.executable
     requirements = os.path.join(layout.code_dir, REQUIREMENTS_FILE)
     if not os.path.isfile(requirements):
-        if environ.get("TRAINING_JOB_VENV", "").lower() not in ("1", "true", "yes"):
+        if environ.get(JOB_VENV_ENV, "").lower() not in ("1", "true", "yes"):
             return python
         # Isolation without requirements (local mode): user code that pip-installs
         # at run time changes only this job's environment. Never shared.

@@ -31,7 +31,6 @@ from training_runtime.contract import METRICS_STREAM
 log = logging.getLogger(__name__)
 
 DEFAULT_SECONDS = 5.0
-METRICS_FILE = METRICS_STREAM
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
              "--format=csv,noheader,nounits")
 
@@ -172,7 +171,7 @@ class Sampler:
 def start(root, host, environ):
     """The sampler of this host's run (started), or None when sampling is off or output/ is missing."""
     seconds = interval(environ)
-    path = os.path.join(root, METRICS_FILE)
+    path = os.path.join(root, METRICS_STREAM)
     if not seconds or not os.path.isdir(os.path.dirname(path)):
         return None
     return Sampler(path, host, seconds).start()

@@ -202,7 +202,7 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     artifacts.mkdir(exist_ok=True)
     metric_definitions = [m.model_dump() for m in spec.metric_definitions]
     metrics = platform.MetricCollector(metric_definitions)
-    env = {**spec.literal_environment(), "TRAINING_METRICS_FILE": os.path.join(layout.root, platform.METRICS_FILE)}
+    env = {**spec.literal_environment(), "TRAINING_METRICS_FILE": os.path.join(layout.root, platform.METRICS_STREAM)}
     request = platform.LaunchRequest(
         job_name=spec.job_name, job_root=layout.root, workspace=str(workspace), layout=spec.layout,
         instance_count=spec.instance_count, hosts=tuple(hosts), max_run_seconds=spec.max_run_seconds, env=env,
@@ -215,7 +215,7 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
                 print(line, flush=True)
 
         result = launcher.run(request, on_line)
-    metrics.read_file(os.path.join(layout.root, platform.METRICS_FILE))
+    metrics.read_file(os.path.join(layout.root, platform.METRICS_STREAM))
     out = Path(spec.job_output_uri)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("model.tar.gz", "output.tar.gz", "failure", "metrics.json"):

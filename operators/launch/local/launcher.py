@@ -61,7 +61,7 @@ from operators.launch.local.limits import LimitError
 from operators.launch.worker_slots import GPU_QUEUE, NotEnoughGpus
 from operators.launch.outcome import read_failure_reason
 from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, LEASE, ensure_state_dir, state_path
-from training_runtime.contract import ROOT_ENV
+from training_runtime.contract import JOB_VENV_ENV, ROOT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class LocalLauncherHook:
         os.makedirs(home, exist_ok=True)
         return {**user_environment(os.environ, self.environment_names), **self._isolation.environment(), "HOME": home,
                 **request.env, **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1",
-                ROOT_ENV: request.job_root, "TRAINING_JOB_VENV": "1"}
+                ROOT_ENV: request.job_root, JOB_VENV_ENV: "1"}
 
     def _command(self, request: LaunchRequest, host: _Host, lease: str, status_fd: int | None = None,
                  block_fd: int | None = None, own_network: bool = True, seccomp_fd: int | None = None) -> list[str]:
