@@ -166,10 +166,12 @@ def job_request(cluster, job_name: str, hosts: int, mode: str = "ok", image: str
 
 
 def test_two_hosts_train_through_the_trigger_and_see_each_other(cluster):
+    from operators.launch.registry import trigger_for
+
     hook, request = job_request(cluster, f"e2e-ok-{uuid.uuid4().hex[:5]}", hosts=2)
     hook.start(request)
     hook.start(request)  # a retry reattaches
-    trigger = hook.trigger(request)
+    trigger = trigger_for(hook, request)
 
     async def first_event():
         return (await trigger.run().__anext__()).payload
@@ -203,11 +205,13 @@ def test_a_missing_image_fails_fast(cluster):
 def test_stop_leaves_nothing_behind(cluster):
     from kubernetes.client.rest import ApiException
 
+    from operators.launch.names import resource_name
+
     hook, request = job_request(cluster, f"e2e-kill-{uuid.uuid4().hex[:5]}", hosts=2, mode="sleep")
     hook.start(request)
     hook.stop(request)
     namespace = request.options["namespace"]
-    name = hook.trigger(request).name
+    name = resource_name(request.job_name)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         pods = hook.kube.core_v1_client.list_namespaced_pod(namespace, label_selector=f"airflow-training-jobs/job={name}")

@@ -15,6 +15,7 @@ from kubernetes.client.rest import ApiException
 import kueue
 from kube_cluster import PLAY, make_queues
 from operators.launch.kubernetes.launcher import KubernetesLauncherHook
+from operators.launch.registry import trigger_for
 from operators.launch.base import USER_ERROR
 from test_kubernetes_local_cluster import asyncio_run_trigger, gone, job_pods, make_request, wait_for
 
@@ -64,7 +65,7 @@ def test_a_two_host_job_is_admitted_whole_and_runs_through_the_trigger(kueue_que
     hook.start(request)
     job = batch.read_namespaced_job("kq-whole", kueue_queues)
     assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == "team-a"
-    event = asyncio_run_trigger(hook.trigger(request))  # the wait happens in the triggerer's watch
+    event = asyncio_run_trigger(trigger_for(hook, request))  # the wait happens in the triggerer's watch
     assert event["status"] == "success", event
     pods = job_pods(kube_admin["core"], kueue_queues, "kq-whole")
     assert sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1"]

@@ -17,7 +17,7 @@ STILL = ("[kubernetes] still queued in team-a (position 1, waiting for cpu: 2 mo
 
 def _record(event: str) -> str:
     return json.dumps({"timestamp": "2026-11-26T03:00:00Z", "level": "info", "event": event,
-                       "logger": "operators.triggers.kubernetes_job.KubernetesTrainingJobTrigger"}) + "\n"
+                       "logger": "operators.launch.kubernetes.trigger.KubernetesTrainingJobTrigger"}) + "\n"
 
 
 @pytest.fixture
