@@ -24,6 +24,7 @@ from _common import BENCH_DIR, RESULTS_DIR, tool, wait_for_low_load  # noqa: E40
 BENCHMARKS = [  # the search benchmark last: it depends on the newest DAG
     ("staging", "bench_staging.py"),
     ("engines", "bench_engines.py"),
+    ("checksums", "bench_checksums.py"),
     ("pack_upload", "bench_pack_upload.py"),
     ("pipeline", "bench_pipeline.py"),
     ("search", "bench_search.py"),

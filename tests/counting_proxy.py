@@ -45,7 +45,9 @@ class CountingProxy:
     down (per response) so a test can interrupt a transfer half-way or make it long enough to log
     progress. `corrupt_object_bodies` flips the first byte of every object GET response body (a
     transfer corrupted on the way, which only an MD5 check notices); `corrupt_put_etags` answers every PUT with an ETag
-that is no object's MD5 (a store that kept other bytes than it was sent). `fail_requests(status, code, count)` answers
+that is no object's MD5 (a store that kept other bytes than it was sent); `refuse_checksum_headers` answers every
+    PUT / POST that carries a checksum header (x-amz-checksum-*, x-amz-sdk-checksum-algorithm) with 400 InvalidArgument,
+    as an S3-compatible store that knows none would. `fail_requests(status, code, count)` answers
     the next `count` requests (-1: all) itself with that S3 error (a store shedding load with 503 SlowDown, say:
     the real server cannot be made to do that on demand).
     """
@@ -57,6 +59,7 @@ that is no object's MD5 (a store that kept other bytes than it was sent). `fail_
         self.throttle_bytes_per_s = 0
         self.corrupt_object_bodies = False
         self.corrupt_put_etags = False
+        self.refuse_checksum_headers = False
         self._failure: tuple[int, str, int] | None = None  # (status, code, how many more; -1 = all)
         self._lock = _threading.Lock()
         proxy = self
@@ -82,7 +85,7 @@ that is no object's MD5 (a store that kept other bytes than it was sent). `fail_
 
             def _forward(self) -> None:
                 body = self._read_body()
-                if proxy._take_failure(self):
+                if proxy._take_failure(self) or proxy._refuse_checksums(self):
                     return
                 upstream = _HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
                 # The Host header is forwarded unchanged: it is part of the SigV4 signature.
@@ -182,12 +185,33 @@ that is no object's MD5 (a store that kept other bytes than it was sent). `fail_
             handler.wfile.write(body)
         return True
 
+    def _refuse_checksums(self, handler) -> bool:
+        """Answer a write that carries a checksum header with 400 InvalidArgument, if `refuse_checksum_headers`."""
+        names = [key.lower() for key in handler.headers.keys()]
+        if not (self.refuse_checksum_headers and handler.command in ("PUT", "POST") and
+                any(n.startswith("x-amz-checksum-") or n == "x-amz-sdk-checksum-algorithm" for n in names)):
+            return False
+        with self._lock:
+            self.requests.append({"method": handler.command, "path": handler.path.split("?", 1)[0],
+                                  "query": handler.path.split("?", 1)[1] if "?" in handler.path else "",
+                                  "status": 400, "bytes_in": 0, "bytes_out": 0,
+                                  "headers": {key.lower(): value for key, value in handler.headers.items()}})
+        body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code>'
+                b"<Message>Unsupported header x-amz-checksum.</Message></Error>")
+        handler.send_response_only(400)
+        handler.send_header("Content-Type", "application/xml")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+        return True
+
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
         self.throttle_bytes_per_s = 0
         self.corrupt_object_bodies = False
         self.corrupt_put_etags = False
+        self.refuse_checksum_headers = False
         self._failure = None
 
     def snapshot(self) -> list[dict]:

@@ -23,6 +23,12 @@ DEFAULT_CONNECTIONS: dict[str, str] = {
     "obs": "obs_default",
 }
 REMOTE_SCHEMES: tuple[str, ...] = tuple(DEFAULT_CONNECTIONS)
+
+
+def connection_env_name(conn_id: str) -> str:
+    """The environment variable Airflow reads connection `conn_id` from (AIRFLOW_CONN_<ID>)."""
+    return "AIRFLOW_CONN_" + re.sub(r"[^A-Za-z0-9]", "_", conn_id).upper()
+
 LOCAL_SCHEME = "file"
 SCHEME_HINT = ", ".join(f"{scheme}://" for scheme in REMOTE_SCHEMES)  # "s3://, cos://, oss://, obs://"
 

@@ -2,9 +2,10 @@
 local copies.
 
 The engines themselves: storage.botocore (downloads, uploads, stream: s3transfer and worker threads) and
-storage.obstore (downloads, uploads: object_store on an event loop). Whatever lands is verified (size always, MD5
-where the ETag is a plain MD5) and renamed from a temp name to its final name only then: nothing partial or
-unverified is ever visible under a final name.
+storage.obstore (downloads, uploads: object_store on an event loop). Whatever lands is verified (size always, then
+the object's full-object CRC where it carries one, else MD5 where the ETag is a plain MD5: storage.checksums) and
+renamed from a temp name to its final name only then: nothing partial or unverified is ever visible under a final
+name.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from operators.storage import checksums
 from operators.storage.errors import StorageError
 from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
 from operators.storage.progress import TransferProgress
@@ -164,30 +166,54 @@ def copy_local_files(targets: list[tuple[Any, str]], progress: TransferProgress,
 MISMATCH_ATTEMPTS = 3
 
 
-def body_mismatch(written: int, digest, info: ObjectInfo, uri: str, remote: Remote, bucket: str) -> StorageError | None:
-    """What is wrong with a downloaded body (size, then MD5 where the ETag is one), or None."""
+def body_check(info: ObjectInfo, stored: checksums.Stored | None):
+    """What verifies a body while it is written (an object with `update`), or None (its size only): the object's
+    full-object CRC where it carries one (C, ~0.02 ms of CPU per MiB), else its MD5 where the ETag is one (~1.7 ms)."""
+    if stored is not None:
+        return checksums.Running(stored.algorithm)
+    if is_md5_etag(info.etag):
+        return hashlib.md5(usedforsecurity=False)
+    return None
+
+
+def body_mismatch(written: int, check, info: ObjectInfo, uri: str, remote: Remote, bucket: str,
+                  stored: checksums.Stored | None = None) -> StorageError | None:
+    """What is wrong with a downloaded body (size, then what `body_check` computed: CRC or MD5), or None."""
     if written != info.size:
         return StorageError(
             f"downloaded {uri} has {written} bytes but the listing said {info.size}; the object changed or the "
             f"transfer was cut short, {MISMATCH_ATTEMPTS} times; retry the task"
         )
-    if digest is not None and digest.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+    if isinstance(check, checksums.Running):
+        if stored is not None and check.value != stored.value:
+            return StorageError(f"{checksums.mismatch_text(uri, stored, check.value)}; the transfer was corrupted "
+                                f"or the object changed, {MISMATCH_ATTEMPTS} times; retry the task")
+        return None
+    if check is not None and check.hexdigest() != info.etag and not etag_is_not_md5(remote, bucket, info.key):
         return StorageError(
-            f"downloaded {uri} has MD5 {digest.hexdigest()} but its ETag is {info.etag}; the transfer was "
+            f"downloaded {uri} has MD5 {check.hexdigest()} but its ETag is {info.etag}; the transfer was "
             f"corrupted or the object changed, {MISMATCH_ATTEMPTS} times; retry the task"
         )
     return None
 
 
-def verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote | None, bucket: str) -> None:
-    """Check a downloaded file against its listing: its size, and its MD5 where the ETag is one (and `remote` can
-    tell an encrypted object's ETag from an MD5). Raises a StorageError naming what differs."""
+def verify_file(path: str, info: ObjectInfo, uri: str, remote: Remote | None, bucket: str,
+                stored: checksums.Stored | None = None) -> None:
+    """Check a downloaded file against its listing: its size, then its `stored` full-object CRC where it has one,
+    else its MD5 where the ETag is one (and `remote` can tell an encrypted object's ETag from an MD5). Raises a
+    StorageError naming what differs."""
     size = os.path.getsize(path)
     if size != info.size:
         raise StorageError(
             f"downloaded {uri} has {size} bytes but the listing said {info.size}; the object changed or the "
             "transfer was cut short; retry the task"
         )
+    if stored is not None:
+        computed = checksums.of_file(path, stored.algorithm)
+        if computed != stored.value:
+            raise StorageError(f"{checksums.mismatch_text(uri, stored, computed)}; the transfer was corrupted or "
+                               "the object changed; retry the task")
+        return
     if remote is not None and is_md5_etag(info.etag):
         digest = md5_file(path)
         if digest != info.etag and not etag_is_not_md5(remote, bucket, info.key):
@@ -202,6 +228,7 @@ __all__ = [
     "MISMATCH_ATTEMPTS",
     "TransferTuning",
     "UploadItem",
+    "body_check",
     "body_mismatch",
     "copy_local_files",
     "etag_hides_md5",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,10 +18,11 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from operators.storage import checksums
 from operators.storage.addressing import resolve_addressing
 from operators.storage.botocore.retries import install
 from operators.storage.errors import StorageError, display_endpoint
-from operators.storage.location import DEFAULT_CONNECTIONS, StorageLocation
+from operators.storage.location import DEFAULT_CONNECTIONS, StorageLocation, connection_env_name
 from operators.storage.retries import REQUEST_RETRIES
 
 log = logging.getLogger("operators.storage.hook")
@@ -126,6 +126,36 @@ class Remote:
         )
 
 
+def install_checksums(client) -> None:
+    """Make `client` ask for and send checksums as storage.checksums wants them.
+
+    - Every GetObject and HeadObject asks for the checksums the store keeps (x-amz-checksum-mode: ENABLED), which
+      the downloads verify with instead of MD5. A request header, so presigned links (no before-call) stay
+      unchanged: a browser could not send it.
+    - An upload request that names its checksum algorithm (checksums.UPLOAD_ARGS) gets the value of its body in a
+      header, computed here in C before botocore would: botocore itself puts it in an aws-chunked trailer over
+      https, which some S3-compatible stores refuse, and request_checksum_calculation="when_required" does not
+      stop that once the request names an algorithm."""
+    events = client.meta.events
+    for operation in ("GetObject", "HeadObject"):
+        events.register(f"before-call.s3.{operation}", _ask_for_checksums, unique_id=f"storage-checksums-{operation}")
+    for operation in ("PutObject", "UploadPart"):
+        events.register(f"before-call.s3.{operation}", _checksum_in_header, unique_id=f"storage-checksums-{operation}")
+
+
+def _ask_for_checksums(params, **_) -> None:
+    params["headers"][checksums.MODE_HEADER] = "ENABLED"
+
+
+def _checksum_in_header(params, **_) -> None:
+    headers = params["headers"]
+    algorithm = checksums.UPLOAD_ALGORITHM
+    # x-amz-sdk-checksum-algorithm: what botocore serialised from the request's ChecksumAlgorithm parameter
+    if (headers.get("x-amz-sdk-checksum-algorithm") or "").lower() != algorithm.name or algorithm.header in headers:
+        return
+    headers[algorithm.header] = algorithm.encode(checksums.of_body(params.get("body") or b"", algorithm))
+
+
 class _NotSent(Exception):
     """Raised by _request_url's hook: the request was built and signed; it is not to be sent."""
 
@@ -178,6 +208,7 @@ class _Connection:
                 permanent=True,
             ) from None
         install(client)
+        install_checksums(client)
         return client
 
     def engine_settings(self, bucket: str) -> EngineSettings | None:
@@ -319,7 +350,7 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
     if not wrapper and not (loc.scheme == "s3" and conn_id == DEFAULT_CONNECTIONS["s3"]):
         # Only plain s3:// with the default id may fall back to boto3's own credential chain (instance
         # roles, env vars); for cos/oss/obs or a named connection there is no sane default endpoint.
-        env_name = "AIRFLOW_CONN_" + re.sub(r"[^A-Za-z0-9]", "_", conn_id).upper()
+        env_name = connection_env_name(conn_id)
         raise StorageError(
             f"connection '{conn_id}' for {loc.uri} is not defined; create an Airflow connection of type aws "
             f"(or set {env_name}) with login/password and extra endpoint_url, region_name, addressing_style",
@@ -350,7 +381,8 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
         config = config.merge(Config(s3={"addressing_style": addressing_style}))
     if not is_aws:
         # boto3 >= 1.36 sends CRC checksums / aws-chunked bodies by default, which many S3-compatible stores
-        # reject; we verify size and MD5/ETag ourselves instead.
+        # reject; our uploads send a CRC64NVME in a plain header where the store takes one
+        # (botocore.uploads.store_takes_checksums, install_checksums), and we verify sizes, CRCs and MD5s ourselves.
         config = config.merge(
             Config(request_checksum_calculation="when_required", response_checksum_validation="when_required")
         )
@@ -380,4 +412,5 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
                   connection=_Connection(aws, loc, endpoint, region, config))
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "EngineSettings", "READ_TIMEOUT_S", "Remote", "is_aws_endpoint", "make_remote"]
+__all__ = ["CONNECT_TIMEOUT_S", "EngineSettings", "READ_TIMEOUT_S", "Remote", "install_checksums", "is_aws_endpoint",
+           "make_remote"]

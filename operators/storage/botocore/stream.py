@@ -7,6 +7,11 @@ non-seekable stream: s3transfer cuts it into parts and uploads each part as soon
 when the whole stream is below the multipart threshold). So packing and uploading overlap, and what is in memory
 is bounded by s3transfer's part buffers (at most `max_in_memory_upload_chunks` parts), whatever the size.
 
+Where the store takes checksums (storage.botocore.uploads.store_takes_checksums), the upload stores a full-object
+CRC64NVME: each part carries its own (a header computed by storage.botocore.client), the store composes the whole
+object's, and the HEAD after the upload checks it against the CRC of everything written (computed in C on the way,
+where the MD5 it replaces would cost ~1.7 ms per MiB).
+
 Failure either way ends both sides: a producer that fails makes the stream raise instead of ending (s3transfer then
 aborts the multipart upload, so no truncated object ever becomes visible), and an upload that fails closes the
 pipe, so the producer's next write raises instead of blocking for ever.
@@ -21,8 +26,9 @@ import os
 import threading
 from typing import Callable
 
+from operators.storage import checksums
 from operators.storage.botocore.client import Remote
-from operators.storage.botocore.uploads import abort_leftover_uploads
+from operators.storage.botocore.uploads import abort_leftover_uploads, store_takes_checksums
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
 from operators.storage.progress import TransferProgress
@@ -63,18 +69,22 @@ class _StreamReader:
 
 
 class _Writer:
-    """What the producer writes to: the pipe, counting bytes (and the MD5 while the stream is one part long)."""
+    """What the producer writes to: the pipe, counting bytes, with the CRC64NVME of everything written where the
+    store keeps one, else the MD5 while the stream is one part long (a single PUT's ETag)."""
 
-    def __init__(self, fd: int, progress: TransferProgress, md5_limit: int) -> None:
+    def __init__(self, fd: int, progress: TransferProgress, md5_limit: int, with_checksums: bool) -> None:
         self._fd = fd
         self._progress = progress
-        self._md5_limit = md5_limit
+        self._md5_limit = md5_limit if not with_checksums else 0
         self.size = 0
         self.digest = hashlib.md5(usedforsecurity=False)
+        self.crc = checksums.Running() if with_checksums else None
 
     def write(self, data) -> int:
         view = memoryview(data)
-        if self.size < self._md5_limit:
+        if self.crc is not None:
+            self.crc.update(view)
+        elif self.size < self._md5_limit:
             self.digest.update(view)
         while view:
             written = os.write(self._fd, view)  # BrokenPipeError once the uploader has given up
@@ -103,7 +113,8 @@ def upload_stream(
         fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_SIZE)
     except OSError:
         pass  # a smaller pipe works, with more wake-ups
-    writer = _Writer(write_fd, progress, transfer_config.multipart_threshold)
+    with_checksums = store_takes_checksums(remote, loc.bucket, loc.key)
+    writer = _Writer(write_fd, progress, transfer_config.multipart_threshold, with_checksums)
     produced: list[BaseException] = []
     reader = _StreamReader(read_fd, lambda: produced[0] if produced else None)
 
@@ -119,7 +130,8 @@ def upload_stream(
     producer.start()
     try:
         with TransferManager(remote.client, transfer_config) as manager:
-            reader.future = manager.upload(reader, loc.bucket, loc.key)
+            extra = dict(checksums.UPLOAD_ARGS) if with_checksums else {}
+            reader.future = manager.upload(reader, loc.bucket, loc.key, extra_args=extra)
             reader.future.result()
     except BaseException as err:
         reader.close()  # the producer's next write fails: it stops instead of waiting for a reader
@@ -151,6 +163,12 @@ def _verify(remote: Remote, loc: StorageLocation, writer: _Writer) -> None:
     size, etag = int(head["ContentLength"]), normalize_etag(head.get("ETag"))
     if size != writer.size:
         raise StorageError(f"uploaded {loc.uri} but it has {size} bytes instead of {writer.size}; retry the task")
+    stored = checksums.from_response(head)
+    if writer.crc is not None:
+        if stored is not None and stored.algorithm is writer.crc.algorithm and stored.value != writer.crc.value:
+            raise StorageError(f"uploaded {loc.uri} has {stored.describe()} but what was written has "
+                               f"{stored.describe(writer.crc.value)}; retry the task")
+        return
     if writer.size <= writer._md5_limit and is_md5_etag(etag) and writer.digest.hexdigest() != etag:
         if not etag_hides_md5(head):
             raise StorageError(

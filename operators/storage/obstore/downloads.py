@@ -7,12 +7,15 @@ stays ours, with the guarantees of the botocore path (storage.botocore.downloads
 - the same connection: endpoint, region, credentials (AwsBaseHook's session, refreshed through a provider) and the
   addressing style botocore itself resolves for the bucket (storage.botocore.client.Remote.engine_settings);
 - every GET carries If-Match with the listed ETag, so a changed object fails as "changed", never mixes versions;
-- objects below the multipart threshold are one GET each, streamed to a temp file with their MD5; objects at or
-  above it are split into ranges fetched in parallel and written at their offsets (os.pwrite): at most
-  `concurrency` requests in flight, each holding at most a chunk of IO_CHUNK, so memory stays bounded;
+- objects below the multipart threshold are one GET each, streamed to a temp file with their CRC or MD5
+  (transfers.body_check); objects at or above it are split into ranges fetched in parallel and written at their
+  offsets (os.pwrite), each range's CRC64NVME computed on the way: at most `concurrency` requests in flight, each
+  holding at most a chunk of IO_CHUNK, so memory stays bounded;
 - object_store retries requests (5xx incl. 503 SlowDown, 429, connection errors, timeouts) REQUEST_RETRIES times
   with jittered backoff; a body that breaks off or arrives short is retried here BODY_ATTEMPTS times;
-- sizes (always) and MD5s (where the ETag is one) are verified before the temp file is renamed into place;
+- sizes (always), then the CRC64NVME our uploads recorded in the object's metadata (storage.checksums: obstore
+  cannot see the store's own x-amz-checksum-* headers; a large object's from its ranges' CRCs, combined, with no
+  second read), else MD5s (where the ETag is one) are verified before the temp file is renamed into place;
 - errors become one-line StorageErrors in storage.errors (translate_error knows obstore's exceptions).
 
 No checksum headers are sent (GETs only), so COS/OSS/OBS accept the requests as they accept botocore's.
@@ -21,14 +24,14 @@ No checksum headers are sent (GETs only), so COS/OSS/OBS accept the requests as 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from operators.storage import checksums
 from operators.storage.botocore.client import EngineSettings, Remote
 from operators.storage.errors import StorageError, translate_error
-from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
+from operators.storage.location import ObjectInfo, StorageLocation
 from operators.storage.obstore.store import OFFLOAD_BYTES, make_store, run_coroutine, run_workers
 from operators.storage.progress import TransferProgress
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
@@ -36,6 +39,7 @@ from operators.storage.transfers import (
     IO_CHUNK,
     MISMATCH_ATTEMPTS,
     TransferTuning,
+    body_check,
     body_mismatch,
     make_parent_dirs,
     remove_quietly,
@@ -53,8 +57,11 @@ class _Large:
     info: ObjectInfo
     final: str
     temp: str
-    left: int
+    left: int  # ranges still to come, of `ranges`
+    ranges: int
     fd: int | None = None  # opened by its first range: a channel of thousands of large objects opens few at once
+    stored: checksums.Stored | None = None  # the CRC64NVME its metadata carries (every range answers it)
+    crcs: dict[int, tuple[int, int]] = field(default_factory=dict)  # range start -> (its CRC64NVME, its length)
 
 
 def download_objects_obstore(
@@ -82,7 +89,7 @@ async def _download_all(store, remote, loc, targets, progress, tuning) -> None:
                 jobs.append(("object", info, final))
                 continue
             ranges = [(start, min(start + part, info.size)) for start in range(0, info.size, part)]
-            large = _Large(info, final, temp_name(final), left=len(ranges))
+            large = _Large(info, final, temp_name(final), left=len(ranges), ranges=len(ranges))
             larges.append(large)
             jobs.extend(("range", large, start, end) for start, end in ranges)
         # Small objects and ranges each get `concurrency` workers, as the botocore path's thread pool and
@@ -116,12 +123,11 @@ def _options(info: ObjectInfo, byte_range: tuple[int, int] | None = None) -> dic
 
 async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectInfo, final: str,
                       progress: TransferProgress) -> None:
-    """GET (If-Match) into a temp file with its MD5, verify, rename; body failures retried as in
-    storage.botocore.downloads."""
+    """GET (If-Match) into a temp file with its CRC or MD5 (transfers.body_check), verify, rename; body failures
+    retried as in storage.botocore.downloads."""
     import obstore
 
     uri = _uri(loc, info)
-    check_md5 = is_md5_etag(info.etag)
     temp = temp_name(final)
     attempt = mismatches = 0
     try:
@@ -132,7 +138,8 @@ async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectI
             except Exception as err:  # noqa: BLE001 - object_store has retried what it retries
                 raise translate_error(err, "download", uri, remote) from None
             written = 0
-            digest = hashlib.md5(usedforsecurity=False) if check_md5 else None
+            stored = checksums.from_metadata(result.attributes)
+            digest = body_check(info, stored)
             try:
                 with open(temp, "wb") as fh:
                     if info.size <= IO_CHUNK:
@@ -156,7 +163,7 @@ async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectI
                 log.debug("reading %s was interrupted (attempt %d): %s; retrying", uri, attempt, err)
                 await asyncio.sleep(backoff_seconds(attempt))
                 continue
-            problem = body_mismatch(written, digest, info, uri, remote, loc.bucket)
+            problem = body_mismatch(written, digest, info, uri, remote, loc.bucket, stored)
             if problem is None:
                 break
             mismatches += 1
@@ -204,11 +211,15 @@ async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large,
         except Exception as err:  # noqa: BLE001
             raise translate_error(err, "download", uri, remote) from None
         offset = start
+        large.stored = large.stored or checksums.from_metadata(result.attributes)
+        crc = checksums.Running() if large.stored is not None else None
         try:
             async for chunk in result.stream(min_chunk_size=IO_CHUNK):
                 if offset + len(chunk) > end:
                     raise StorageError(f"{uri}: the store sent more than the range {start}-{end} asked for")
                 os.pwrite(large.fd, chunk, offset)
+                if crc is not None:
+                    crc.update(chunk)
                 offset += len(chunk)
                 progress.add_bytes(len(chunk))
             if offset != end:
@@ -223,14 +234,29 @@ async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large,
             await asyncio.sleep(backoff_seconds(attempt))
             continue
         break
+    if crc is not None:
+        large.crcs[start] = (crc.value, end - start)
     large.left -= 1
     if large.left == 0:
         os.close(large.fd)
         large.fd = None
-        # The MD5 of a large file is CPU and disk work: off the event loop, where the other transfers run.
-        await asyncio.to_thread(verify_file, large.temp, info, uri, remote, loc.bucket)
+        if not _verified_by_ranges(large, uri):
+            # The MD5 of a large file is CPU and disk work: off the event loop, where the other transfers run.
+            await asyncio.to_thread(verify_file, large.temp, info, uri, remote, loc.bucket)
         os.replace(large.temp, large.final)
         progress.add_file()
+
+
+def _verified_by_ranges(large: _Large, uri: str) -> bool:
+    """Check a large object against the CRC64NVME its metadata carries, from its ranges' CRCs combined (no byte read
+    again); False where it carries none (or a range answered without it): verify_file decides then."""
+    if large.stored is None or len(large.crcs) != large.ranges:
+        return False
+    computed = checksums.join(large.stored.algorithm, [large.crcs[start] for start in sorted(large.crcs)])
+    if computed != large.stored.value:
+        raise StorageError(f"{checksums.mismatch_text(uri, large.stored, computed)}; the transfer was corrupted or "
+                           "the object changed; retry the task")
+    return True
 
 
 class _ShortBody(Exception):
