@@ -52,9 +52,12 @@ def decision_record(event: Mapping[str, Any], timeout: timedelta, on_timeout: st
     reason = str((event.get("params_input") or {}).get("reason") or "").strip()
     if timed_out:
         reason = f"no answer within {duration(timeout)}: the DAG's default ({on_timeout})"
-    return {"asked": True, "approved": approved, "decision": "approved" if approved else "rejected",
-            "by": (event.get("responded_by_user") or {}).get("name"), "reason": reason,
-            "responded_at": event["responded_at"].isoformat(), "timed_out": timed_out}
+    record = {"asked": True, "approved": approved, "decision": "approved" if approved else "rejected",
+              "by": (event.get("responded_by_user") or {}).get("name"), "reason": reason,
+              "responded_at": event["responded_at"].isoformat(), "timed_out": timed_out}
+    if timed_out:  # the console's job page says how long the run waited (training_console/jobs.py)
+        record["timeout"] = duration(timeout)
+    return record
 
 
 def _code(text: Any) -> str:
@@ -102,8 +105,9 @@ class PromotionApprovalOperator(ApprovalOperator):
         {"asked": true, "approved": false, "decision": "rejected", "by": "olivia", "reason": "...",
          "responded_at": "2026-...", "timed_out": false}
 
-    ("asked": false with "decision" "not required" / "gate rejected" when nobody was asked; also the return value,
-    except after a rejection: ApprovalOperator then ends the task by skipping promote_model)."""
+    (with "timeout": "24h" when nobody answered in time; "asked": false with "decision" "not required" / "gate
+    rejected" when nobody was asked; also the return value, except after a rejection: ApprovalOperator then ends the
+    task by skipping promote_model)."""
 
     template_fields = (*ApprovalOperator.template_fields, "decision", "current", "job", "upload")
     ui_color = "#ffe0b2"

@@ -3,9 +3,10 @@
 A job is the stage chain of one spec in one DAG run: the tasks `[<group>.]validate_spec ... publish_model` with one map
 index (a hyperparameter search runs one job per trial, as mapped task group instances). What the pipeline records is
 enough: the validated spec (validate_spec's XCom), the launch summary (final metrics, failure class), the upload
-result (model URI, failure reason), task states and times. Four queries for every job of the instance, the rest is
-done in Python: sorting by a metric needs every row anyway, and it stays well under a second for thousands of jobs
-(tests/plugins/test_jobs_scale.py measures it).
+result (model URI, failure reason), task states and times, and in a retraining run the decision of its
+approve_promotion task. Four queries for every job of the instance, the rest is done in Python: sorting by a metric
+needs every row anyway, and it stays well under a second for thousands of jobs (tests/plugins/test_jobs_scale.py
+measures it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ RESULT_STAGES = ("validate_spec", "launch_training", "upload_artifacts")  # whos
 XCOM_STAGES = STAGES  # every stage: the "failure_reason" it recorded when it failed
 FAILURE_REASON_KEY = "failure_reason"  # operators/stages/failure_reasons.py
 QUEUE_KEY = "queue"  # operators/stages/launch_training.py: {queue, priority} of a Job waiting in Kueue
+APPROVAL_TASK, APPROVAL_KEY = "approve_promotion", "decision"  # operators/pipelines/approval.py (retraining runs)
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Job:
     launch_note: str | None = None  # the note of this job's launch_training task instance
     queue: dict[str, Any] | None = None  # the Kueue queue launch_training recorded before it deferred
     queue_line: str | None = None  # the latest line of the task log about its place there (queue_line.py)
+    approval: dict[str, Any] | None = None  # the run's approve_promotion decision, as that task recorded it
 
     @property
     def stop_note(self) -> str | None:
@@ -55,6 +58,16 @@ class Job:
         if not self.prefix and is_stop_note(self.run_note):
             return self.run_note
         return None
+
+    def approval_decision(self) -> dict[str, Any] | None:
+        """The promotion decision of the run, for the job page: {asked, decision, by, reason, at, timed_out, timeout}
+        (decision: approved | rejected, or "not required" / "gate rejected" when nobody was asked); None without one."""
+        record = self.approval
+        if not isinstance(record, dict) or not record.get("decision"):
+            return None
+        return {"asked": bool(record.get("asked")), "decision": record["decision"], "by": record.get("by"),
+                "reason": record.get("reason") or "", "at": record.get("responded_at"),
+                "timed_out": bool(record.get("timed_out")), "timeout": record.get("timeout")}
 
     def stage_reason(self) -> str | None:
         """What the first failed stage recorded about its failure."""
@@ -133,6 +146,7 @@ class Job:
         launch = self.xcoms.get("launch_training") if isinstance(self.xcoms.get("launch_training"), dict) else {}
         upload = self.xcoms.get("upload_artifacts") if isinstance(self.xcoms.get("upload_artifacts"), dict) else {}
         created = self.created()
+        approval = self.approval_decision()
         return {
             **self.key,
             "task_prefix": self.prefix,
@@ -157,6 +171,7 @@ class Job:
             "hyperparameters": spec.get("hyperparameters") or {},
             "queue": self.queued_in() if status == "queued" else None,
             "queue_line": self.queue_line if status == "queued" and self.queued_in() else None,
+            **({"approval": approval} if approval else {}),  # retraining runs only
         }
 
 
@@ -191,7 +206,7 @@ def _split(task_id: str) -> tuple[str, str] | None:
 
 def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | None = None) -> list[Job]:
     """Every training job (optionally of some DAGs / one run), with its task states and recorded XComs."""
-    from sqlalchemy import or_, select
+    from sqlalchemy import and_, or_, select
 
     from airflow.models.dagrun import DagRun, DagRunNote
     from airflow.models.taskinstance import TaskInstance as TI, TaskInstanceNote
@@ -235,18 +250,24 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
                                   .outerjoin(DagRunNote, DagRunNote.dag_run_id == DagRun.id)
                                   .where(DagRun.dag_id.in_(job_dags)), DagRun)).all()
     run_info = {(d, r): (s, after, conf, note) for d, r, s, after, conf, note in runs}
-    xcom_filter = or_(*(XComModel.task_id.like(f"%{s}") for s in XCOM_STAGES))
+    xcom_filter = or_(and_(XComModel.key.in_(("return_value", "outcome", FAILURE_REASON_KEY, QUEUE_KEY)),
+                           or_(*(XComModel.task_id.like(f"%{s}") for s in XCOM_STAGES))),
+                      and_(XComModel.task_id == APPROVAL_TASK, XComModel.key == APPROVAL_KEY))
     xcoms = session.execute(scoped(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
                                           XComModel.value, XComModel.key)
-                                   .where(XComModel.key.in_(("return_value", "outcome", FAILURE_REASON_KEY,
-                                                             QUEUE_KEY)),
-                                          XComModel.dag_id.in_(job_dags), xcom_filter),
+                                   .where(XComModel.dag_id.in_(job_dags), xcom_filter),
                                    XComModel)).all()
     for (dag_id, rid, prefix, map_index), job in jobs.items():
         state, after, conf, note = run_info.get((dag_id, rid), (None, None, None, None))
         job.run_state, job.run_after, job.run_note = state, after, note
         job.conf = _decode(conf) or {}
     for dag_id, rid, task_id, map_index, value, key in xcoms:  # "outcome": the summary of a failed launch
+        if task_id == APPROVAL_TASK:  # the run's decision: its job is the run's one plain job
+            job = jobs.get((dag_id, rid, "", map_index))
+            if job is not None:
+                record = _decode(value)
+                job.approval = record if isinstance(record, dict) else None
+            continue
         split = _split(task_id)
         job = jobs.get((dag_id, rid, split[0], map_index)) if split else None
         if job is not None and key == FAILURE_REASON_KEY:

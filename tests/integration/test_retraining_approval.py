@@ -115,6 +115,10 @@ def test_a_person_approves_rejects_or_lets_the_default_decide(approval_dag, tmp_
     assert server.task_states(DAG_ID, "approval-rejected")[("promote_model", -1)] == "skipped"
     rejected = xcom(server, "approval-rejected", "approve_promotion", "decision")
     assert (rejected["decision"], rejected["by"], rejected["reason"]) == ("rejected", "olivia", "drift on segment B")
+    # the training console's job page says who rejected it and why (its API: what the page renders)
+    status, job = server.api.call("GET", f"/training-jobs/api/jobs/{DAG_ID}/approval-rejected/-1")
+    assert status == 200 and job["approval"]["decision"] == "rejected", job
+    assert (job["approval"]["by"], job["approval"]["reason"]) == ("olivia", "drift on segment B")
     assert json.loads(pointer_file.read_text()) == promoted  # the promoted model stays
 
     # 3. Nobody answers: after 30 s the scheduler applies the DAG's default (reject), answered by no one.

@@ -42,6 +42,14 @@ function specRows(job) {
   return rows;
 }
 
+// The promotion decision of a retraining run (its approve_promotion task, from the API): one line, none when nobody
+// was asked. Its words are the API's (who, why): set as textContent, never as markup.
+function approvalLine(a) {
+  if (!a || !a.asked) return "";
+  if (a.timed_out) return `Promotion: no answer within ${a.timeout || "the timeout"}, ${a.decision} (the DAG's default)`;
+  return `Promotion ${a.decision} by ${a.by || "someone"}${a.at ? " at " + fmtTime(a.at) : ""}${a.reason ? ": " + a.reason : ""}`;
+}
+
 async function drawMetrics(key) {
   const data = await pageData(apiJob(key) + "/metrics");
   const el = document.getElementById("charts");
@@ -82,6 +90,7 @@ export async function jobPage(key, section) {
         ${job.model_uri ? '<button id="resume-btn">Train again from this model</button>' : ""}
       </div></div>
     ${job.status === "queued" && job.queue ? `<p id="queue-line" class="muted">${esc(job.queue_line || "queued in " + job.queue)}</p>` : ""}
+    ${approvalLine(job.approval) ? '<p id="approval"></p>' : ""}
     <div id="stop-confirm" class="confirm" hidden></div>
     <div id="clone"></div>
     ${failure}
@@ -102,6 +111,8 @@ export async function jobPage(key, section) {
         <label class="muted"><input type="checkbox" id="log-follow"> follow</label>
         <button id="log-download">Download log</button><span class="muted" id="log-count"></span></div>
       <pre id="host-log">Loading…</pre></section>`;
+  const approval = document.getElementById("approval");
+  if (approval) { approval.textContent = approvalLine(job.approval); approval.dataset.decision = job.approval.decision; }
   document.getElementById("clone-btn").onclick = () => clonePanel(job, false);
   if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
   if (running) document.getElementById("stop").onclick = () => stopPanel(job);

@@ -98,6 +98,7 @@ def test_decision_records_who_and_why_or_the_timeout():
                                 dt.timedelta(seconds=30), "reject")
     assert timed_out["timed_out"] and timed_out["by"] is None and timed_out["decision"] == "rejected"
     assert timed_out["reason"] == "no answer within 30s: the DAG's default (reject)"
+    assert timed_out["timeout"] == "30s" and "timeout" not in approved  # for the console's job page
 
 
 def test_the_operator_has_the_authors_default_timeout_and_approvers():
