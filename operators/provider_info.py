@@ -138,6 +138,22 @@ KUBERNETES = {
                               "queue's default.", "", example="low"),
     "queue_priorities": _option("Comma-separated WorkloadPriorityClasses a spec's kubernetes.queue_priority may "
                                 "pick besides the default.", "", example="low,high"),
+    "data_plane": _option("Where a job's bytes move: shared_volume (the Airflow workers mount workspace_pvc at "
+                          "[training] workspace) or cluster (platform pods in the training namespace stage, prefetch, "
+                          "restore, sync checkpoints and upload; the worker mounts nothing). A profile may set it.",
+                          "shared_volume", example="cluster"),
+    "data_plane_image": _option("The platform's image the in-cluster steps run (data_plane = cluster).",
+                                "training-airflow:latest", example="registry.example.com/training-airflow:3.3.2"),
+    "storage_secret": _option("Secret in the training namespace whose keys are AIRFLOW_CONN_<ID>: the connections "
+                              "the in-cluster steps use (never the training container). Empty = the steps' own "
+                              "identity (data_plane_service_account). A profile may set it.", "",
+                              example="training-storage"),
+    "data_plane_service_account": _option("Service account of the in-cluster steps (workload identity: IRSA, GKE "
+                                          "Workload Identity); empty = none. A profile may set it.", ""),
+    "data_plane_uid": _option("The uid the in-cluster steps run as (the Airflow image's user); never the "
+                              "training's.", "50000"),
+    "workspace_group": _option("The group the in-cluster steps and the training pods share on the cluster's "
+                               "workspace volume (fsGroup): its root must be writable by it.", "1000"),
 }
 
 DOCKER = {

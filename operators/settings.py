@@ -174,6 +174,9 @@ class TrainingSettings:
         return os.path.join(self.jobs_dir, job_name)
 
 
+DATA_PLANES = ("shared_volume", "cluster")
+
+
 @dataclass(frozen=True)
 class KubernetesSettings:
     conn_id: str = "kubernetes_default"
@@ -199,6 +202,14 @@ class KubernetesSettings:
     queues: tuple[str, ...] = ()
     queue_priority: str = ""
     queue_priorities: tuple[str, ...] = ()
+    # Where a job's bytes move (operators/launch/kubernetes/data_plane.py): "shared_volume" = on the Airflow worker,
+    # which mounts the workspace volume; "cluster" = in platform pods beside the training, the worker holds nothing.
+    data_plane: str = "shared_volume"
+    data_plane_image: str = "training-airflow:latest"  # the platform's image the in-cluster steps run
+    storage_secret: str = ""  # Secret of AIRFLOW_CONN_<ID> keys: the connections the in-cluster steps use
+    data_plane_service_account: str = ""  # their service account (workload identity: IRSA, GKE Workload Identity)
+    data_plane_uid: int = 50000  # their uid (the Airflow image's user); never the training's
+    workspace_group: int = 1000  # the group both write the cluster's workspace through (the training image's)
 
 
 @dataclass(frozen=True)
@@ -244,6 +255,14 @@ def training_settings() -> TrainingSettings:
     )
 
 
+def training_settings_env() -> dict[str, str]:
+    """The [training] settings as the environment of a platform pod in the cluster (AIRFLOW__TRAINING__<KEY>), so its
+    training_settings() are the worker's: admin settings, no secret among them (connections reach those pods through
+    the storage Secret, operators/launch/kubernetes/data_plane.py)."""
+    section = _conf().getsection("training") or {}
+    return {f"AIRFLOW__TRAINING__{key.upper()}": str(value) for key, value in section.items()}
+
+
 def kubernetes_settings() -> KubernetesSettings:
     s = "training.kubernetes"
     return KubernetesSettings(
@@ -266,6 +285,12 @@ def kubernetes_settings() -> KubernetesSettings:
         queues=_get_list(s, "queues"),
         queue_priority=_get(s, "queue_priority", "").strip(),
         queue_priorities=_get_list(s, "queue_priorities"),
+        data_plane=_choice(s, "data_plane", "shared_volume", DATA_PLANES),
+        data_plane_image=_get(s, "data_plane_image", KubernetesSettings.data_plane_image).strip(),
+        storage_secret=_get(s, "storage_secret", "").strip(),
+        data_plane_service_account=_get(s, "data_plane_service_account", "").strip(),
+        data_plane_uid=_get_int(s, "data_plane_uid", 50000, minimum=1),
+        workspace_group=_get_int(s, "workspace_group", 1000, minimum=1),
     )
 
 

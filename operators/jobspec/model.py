@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, Va
 from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
 from training_runtime.layouts import CONTAINER_ROOTS
 
-from operators.jobspec.errors import SpecError, first_error
+from operators.jobspec.errors import SpecError, first_error, problem_of
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
 from operators.jobspec.credentials import looks_like_secret
@@ -26,6 +26,7 @@ from operators.jobspec.parts import (
     REFERENCE_FORMS,
     ConnectionRef,
     Count,
+    DistributionOptions,
     DockerOptions,
     KubernetesOptions,
     MetricDefinition,
@@ -154,8 +155,10 @@ class JobSpec(Strict):
     instance_count: Count = Field(1, ge=1, le=256, description="Hosts.", json_schema_extra={"section": "Resources"})
     processes_per_host: Count = Field(1, ge=1, le=64, description="Processes per host (distribution pytorch or mpi).",
                                       json_schema_extra={"section": "Resources"})
-    distribution: Distribution | None = Field(None, description="Launcher environment for several hosts/processes.",
-                                              json_schema_extra={"section": "Resources"})
+    distribution: Distribution | DistributionOptions | None = Field(
+        None, description='Launcher environment for several hosts/processes: pytorch, tensorflow, mpi, or elastic '
+        'PyTorch: {"torch_distributed": {"elastic": {"min_hosts": 2, "max_hosts": 4, "max_restarts": 3}}}.',
+        json_schema_extra={"section": "Resources"})
     resources: Resources = Field(default_factory=Resources, description="Per host: cpu, memory, gpu.",
                                  json_schema_extra={"section": "Resources"})
     backend: Backend = Field("local", description="Where it runs; empty: airflow.cfg [training] default_backend.",
@@ -207,6 +210,28 @@ class JobSpec(Strict):
         if not value.endswith(".tar.gz"):
             raise spec_error(f"{value!r} must be 'latest' or the URI of a model.tar.gz")
         return value
+
+    @field_validator("distribution", mode="before")
+    @classmethod
+    def _distribution(cls, value: Any) -> Any:
+        # One line naming the field, rather than the errors of both forms of the union.
+        if value is None or isinstance(value, DistributionOptions):
+            return value
+        if isinstance(value, str):
+            if value not in DISTRIBUTIONS:
+                raise spec_error(f"{json_text(value)} is not one of {', '.join(DISTRIBUTIONS)} (or the object "
+                                 '{"torch_distributed": {"elastic": {...}}})')
+            return value
+        if not isinstance(value, dict):
+            raise spec_error(f"must be one of {', '.join(DISTRIBUTIONS)} or an object, got {json_text(value)}")
+        try:
+            return DistributionOptions.model_validate(value)
+        except ValidationError as err:
+            errors = err.errors(include_url=False)
+            # An unknown key first: {"pytorchddp": {...}} is a misspelt key more than a missing torch_distributed.
+            error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+            field, problem = problem_of({**error, "loc": ("distribution", *error["loc"])}, JobSpec)
+            raise spec_error(problem, field) from None
 
     @field_validator("hyperparameters")
     @classmethod
@@ -271,14 +296,48 @@ class JobSpec(Strict):
             raise spec_error("is also set by kubernetes.secret_env; keep one of them", f"environment.{clash[0]}")
         if "model" in self.inputs and self.resume_from:
             raise spec_error("the channel 'model' is reserved for resume_from; rename the channel", "inputs.model")
-        if self.processes_per_host > 1 and self.distribution not in ("pytorch", "mpi"):
+        self._check_elastic()
+        if self.processes_per_host > 1 and self.distribution_name not in ("pytorch", "mpi"):
             raise spec_error(f"{self.processes_per_host} processes per host need distribution pytorch or mpi; set "
                              "distribution or use processes_per_host 1", "processes_per_host")
-        if self.distribution == "tensorflow" and self.processes_per_host > 1:
+        if self.distribution_name == "tensorflow" and self.processes_per_host > 1:
             raise spec_error("tensorflow runs one process per host; use instance_count", "processes_per_host")
         return self
 
+    def _check_elastic(self) -> None:
+        torch = self.distribution.torch_distributed if isinstance(self.distribution, DistributionOptions) else None
+        if torch is not None and not torch.enabled:
+            raise spec_error("is false: leave distribution out for no launcher, or set it to pytorch",
+                             "distribution.torch_distributed.enabled")
+        elastic = torch.elastic if torch is not None else None
+        if elastic is None:
+            return
+        where = "distribution.torch_distributed.elastic"
+        if elastic.max_hosts is not None and elastic.max_hosts != self.instance_count:
+            raise spec_error(f"is {elastic.max_hosts} but instance_count is {self.instance_count}: the job starts "
+                             "instance_count hosts; make them equal, or leave max_hosts out", f"{where}.max_hosts")
+        max_hosts = elastic.max_hosts or self.instance_count
+        if elastic.min_hosts is not None and elastic.min_hosts > max_hosts:
+            raise spec_error(f"is {elastic.min_hosts}, more than max_hosts {max_hosts} (instance_count); give "
+                             f"1 to {max_hosts}", f"{where}.min_hosts")
+
     # ---- what the stages use --------------------------------------------------------------------------------
+    @property
+    def distribution_name(self) -> str | None:
+        """pytorch, tensorflow, mpi or None: what the runtime's trainingjobconfig.json calls the distribution."""
+        if isinstance(self.distribution, DistributionOptions):
+            return "pytorch"
+        return self.distribution
+
+    def elastic_settings(self) -> dict[str, int] | None:
+        """{min_hosts, max_hosts, max_restarts} with the defaults filled in, or None: not elastic."""
+        if not isinstance(self.distribution, DistributionOptions) or self.distribution.torch_distributed.elastic is None:
+            return None
+        elastic = self.distribution.torch_distributed.elastic
+        max_hosts = elastic.max_hosts or self.instance_count
+        return {"min_hosts": elastic.min_hosts or max_hosts, "max_hosts": max_hosts,
+                "max_restarts": elastic.max_restarts}
+
     @property
     def job_output_uri(self) -> str:
         """`<output_path>/<job_name>/output/`: where model.tar.gz, output.tar.gz, failure, metrics.json go."""

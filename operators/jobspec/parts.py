@@ -82,6 +82,32 @@ class Resources(Strict):
         return _quantity(value, "memory", "4Gi or 512Mi")
 
 
+class Elastic(Strict):
+    """Elastic training (torchrun's `--nnodes MIN:MAX --max-restarts`): the job goes on while at least min_hosts hosts
+    are there; a lost host (evicted, drained, killed, OOM) is started again and rejoins."""
+
+    min_hosts: Count | None = Field(None, ge=1, le=256, description="The fewest hosts the training goes on with; "
+                                    "empty: max_hosts (a fixed group that survives the loss of a host).")
+    max_hosts: Count | None = Field(None, ge=1, le=256, description="The most hosts: instance_count (empty: the "
+                                    "same).")
+    max_restarts: Count = Field(3, ge=0, le=100, description="How often each host may be started again (its pod "
+                                "replaced, its container restarted) and torchrun may restart its processes.")
+
+
+class TorchDistributed(Strict):
+    """SageMaker's `distribution={"torch_distributed": {"enabled": True}}`: torchrun on every host, here with an
+    optional elastic section."""
+
+    enabled: bool = Field(True, description="torchrun on every host.")
+    elastic: Elastic | None = Field(None, description="Elastic training: {min_hosts, max_hosts, max_restarts}.")
+
+
+class DistributionOptions(Strict):
+    """The object form of `distribution` (SageMaker's): {"torch_distributed": {"enabled": true, "elastic": {...}}}."""
+
+    torch_distributed: TorchDistributed = Field(description="PyTorch through torchrun.")
+
+
 class MetricDefinition(Strict):
     """A metric read from the training log, SageMaker style."""
 

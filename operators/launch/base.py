@@ -84,6 +84,12 @@ class LaunchRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # backend-specific per-job options
     metric_definitions: tuple = ()  # [{"Name", "Regex"}]: for backends whose logs stream outside the worker
+    # Elastic training (JobSpec.elastic_settings: {min_hosts, max_hosts, max_restarts}), or None: a lost host is
+    # started again (Kubernetes: its pod replaced; docker: its container restarted) up to max_restarts times.
+    elastic: Mapping[str, int] | None = None
+    # {"dir", "uri", "job_root", "interval", "connections"} for backends that sync checkpoint_path in their own pods
+    # while training runs (Kubernetes with the cluster's data plane); {} = the worker syncs, or no checkpoint_path.
+    checkpoints: Mapping[str, Any] = field(default_factory=dict)
     # Secrets by reference, resolved at launch (operators/jobspec/secret_refs.py): never serialized (to_dict is what
     # a deferred task stores in the metadata DB), never printed (repr).
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -97,6 +103,7 @@ class LaunchRequest:
         data["env"] = dict(self.env)
         data["options"] = dict(self.options)
         data["metric_definitions"] = [dict(m) for m in self.metric_definitions]
+        data["checkpoints"] = dict(self.checkpoints)
         return data
 
     @classmethod

@@ -1,12 +1,12 @@
 """Every cheap check of the world validate_spec makes before anything is staged, in the order a user would fix them:
-the spec's own (local paths, connections, secret references: operators/jobspec/) and its backend's (options, then
-whether it answers: operators/launch/<backend>/checks.py, found through the registry, so no backend is imported
+the spec's own (local paths, secret references: operators/jobspec/) and its backend's (options, where its bytes
+move from and with which connections, then whether it answers: operators/launch/<backend>/checks.py, found through the registry, so no backend is imported
 here and a worker loads only the backend a job uses)."""
 
 from __future__ import annotations
 
 from operators.launch.registry import backend_checks
-from operators.jobspec.checks import check_connections, check_local_paths
+from operators.jobspec.checks import check_local_paths
 from operators.jobspec.model import JobSpec
 
 
@@ -16,6 +16,6 @@ def check_world(spec: JobSpec, local_roots: tuple[str, ...] = (), areas: dict | 
     backend = backend_checks(spec.backend)
     check_local_paths(spec, local_roots, areas)
     backend.check_options(spec)
-    check_connections(spec)
+    backend.check_storage(spec)
     check_references(spec.secret_references())
     backend.check_reachable()

@@ -22,7 +22,7 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
         "layout": spec.layout,
         "entry_point": spec.entry_point,
         "command": spec.command,
-        "distribution": spec.distribution,
+        "distribution": spec.distribution_name,
         "processes_per_host": spec.processes_per_host,
         "master_port": launcher.master_port(),
         "num_gpus": int(resources.get("gpu") or 0),
@@ -34,6 +34,9 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
         from operators.quantities import parse_quantity  # the one quantity parser
 
         job_config["num_cpus"] = max(1, int(parse_quantity(resources["cpu"])))
+    elastic = spec.elastic_settings()
+    if elastic:
+        job_config["elastic"] = elastic
     addresses = launcher.host_addresses(spec.job_name, spec.instance_count)
     if addresses:
         job_config["host_addresses"] = addresses

@@ -33,6 +33,9 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
              "items": {"type": "string"}},
     "connections": {"additionalProperties": {"type": "string", "minLength": 1}, "propertyNames":
                     {"enum": list(SCHEMES)}},
+    # pytorch / tensorflow / mpi, or the object {"torch_distributed": {"elastic": {...}}} (the anyOf checks which): a
+    # field of several types, where the form takes a word or a JSON object (a dropdown could not offer the object).
+    "distribution": {"type": ["null", "string", "object"]},
 }
 
 

@@ -87,6 +87,15 @@ class JobStageOperator(BaseOperator):
         except JobNameTaken as err:
             raise AirflowFailException(str(err)) from None  # retrying cannot help while the other run holds it
 
+    def on_kill(self) -> None:
+        """A stage whose work runs in the cluster (operators/stages/in_cluster.py) stops it there."""
+        step = getattr(self, "_cluster_step", None)
+        if step is not None:
+            try:
+                step.delete()
+            except Exception as err:  # on_kill must not raise; say what may be left behind
+                self.log.error("Could not stop the step of %s in the cluster: %s", self.task_id, err)
+
     @cached_property
     def storage(self):
         from operators.storage.hook import ObjectStorageHook

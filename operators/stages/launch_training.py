@@ -73,8 +73,18 @@ class LaunchTrainingOperator(JobStageOperator):
             env=env,
             options=options,
             metric_definitions=tuple(m.model_dump() for m in spec.metric_definitions),
+            elastic=spec.elastic_settings(),
+            checkpoints=self._cluster_checkpoints(),
             secret_env=self._secret_values() if with_secrets else {},
         )
+
+    def _cluster_checkpoints(self) -> dict:
+        """What the backend's own pods need to sync checkpoint_path while training runs, when the worker cannot (the
+        cluster's data plane); else {} (the worker syncs: _checkpoint_sync)."""
+        if not self.spec.checkpoint_path or self.volume_here:
+            return {}
+        return {"dir": self.layout.checkpoint_dir, "uri": self.spec.checkpoint_path, "job_root": self.layout.root,
+                "interval": self.settings.checkpoint_sync_seconds, "connections": dict(self.spec.connections)}
 
     def _secret_values(self) -> dict[str, str]:
         from airflow.sdk.exceptions import AirflowFailException
@@ -89,13 +99,20 @@ class LaunchTrainingOperator(JobStageOperator):
         self._secrets = list(values.values())
         return values
 
+    @property
+    def volume_here(self) -> bool:
+        """The job root is on this worker's workspace; else (the cluster's data plane) only the backend's pods see it,
+        and the worker reads nothing from it and writes nothing to it."""
+        keeps = getattr(self.launcher, "keeps_data_plane", None)
+        return not (keeps is not None and keeps(self.spec.backend_options()))
+
     def _metrics(self):
         from operators.tracking.metrics import MetricCollector
 
         return MetricCollector([m.model_dump() for m in self.spec.metric_definitions])
 
     def _checkpoint_sync(self, *, before_training: bool = True):
-        if not self.spec.checkpoint_path:
+        if not self.spec.checkpoint_path or not self.volume_here:
             return None
         from operators.staging.checkpoints import CheckpointSync
 
@@ -108,7 +125,8 @@ class LaunchTrainingOperator(JobStageOperator):
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> dict:
         self._stop_reason = None
-        self.claim_job(context)
+        if self.volume_here:  # else the steps in the cluster claimed it (operators/stages/in_cluster.py)
+            self.claim_job(context)
         request = self.launch_request(with_secrets=True)
         context["ti"].xcom_push(key="job_root", value=request.job_root)
         use_defer = self.launcher.capabilities.deferrable and (
@@ -141,8 +159,10 @@ class LaunchTrainingOperator(JobStageOperator):
             context["ti"].xcom_push(key=QUEUE_KEY, value=self.launcher.queue_of(request))
         if sync:
             sync.start()
-        watching = self._watch_metrics_file(monitor, request, stop_lock) if monitor is not None else None
-        following = tracking.follow(lambda: _stream_view(metrics, request.job_root)) if tracking else None
+        watching = self._watch_metrics_file(monitor, request, stop_lock) if monitor is not None and self.volume_here \
+            else None
+        job_root = request.job_root if self.volume_here else None
+        following = tracking.follow(lambda: _stream_view(metrics, job_root)) if tracking else None
         try:
             result = self.launcher.run(request, on_line)
         finally:
@@ -178,6 +198,7 @@ class LaunchTrainingOperator(JobStageOperator):
 
         live = os.path.join(self.layout.output_dir, "metrics.json")
         root = self.layout.root
+        volume_here = self.volume_here
         last_write = [0.0]
 
         from operators.jobspec.secret_refs import redactor
@@ -190,7 +211,7 @@ class LaunchTrainingOperator(JobStageOperator):
             line = redact(line)
             self.log.info("%s", line)
             metrics.feed(line)
-            if metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
+            if volume_here and metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
                 last_write[0] = time.monotonic()
                 try:
                     _write_metrics(root, live, metrics.to_json())
@@ -218,8 +239,9 @@ class LaunchTrainingOperator(JobStageOperator):
         from operators.launch.outcome import record_failure
         from training_runtime.contract import METRICS_STREAM
 
-        metrics.read_file(os.path.join(request.job_root, METRICS_STREAM), job_root=request.job_root)
-        _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
+        if self.volume_here:
+            metrics.read_file(os.path.join(request.job_root, METRICS_STREAM), job_root=request.job_root)
+            _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
         if tracking is not None:
             tracking.finish(metrics.series, "FINISHED" if result.succeeded else
                             "KILLED" if self._stop_reason is not None else "FAILED")
@@ -238,7 +260,8 @@ class LaunchTrainingOperator(JobStageOperator):
 
         if result.failure_reason:
             result = replace(result, failure_reason=redactor(getattr(self, "_secrets", ()))(result.failure_reason))
-        record_failure(self.layout.root, str(result.failure_reason))
+        if self.volume_here:
+            record_failure(self.layout.root, str(result.failure_reason))
         self._record_outcome(summary)
         message = f"training job {self.spec.job_name} failed ({result.failure_class}): {result.failure_reason}"
         if result.retryable:
@@ -293,7 +316,8 @@ class LaunchTrainingOperator(JobStageOperator):
         from operators.launch.outcome import record_failure
 
         # Replaces the runtime's "stopped by SIGTERM": this is why it was stopped.
-        record_failure(self.layout.root, f"stopped early: {self._stop_reason}", replace=True)
+        if self.volume_here:
+            record_failure(self.layout.root, f"stopped early: {self._stop_reason}", replace=True)
         raise AirflowSkipException(f"training {self.spec.job_name} stopped early: {self._stop_reason}")
 
     def on_kill(self) -> None:
@@ -303,7 +327,7 @@ class LaunchTrainingOperator(JobStageOperator):
             self.log.error("Could not stop training %s: %s", self.spec.job_name, err)
 
 
-def _stream_view(metrics, job_root: str) -> dict:
+def _stream_view(metrics, job_root: str | None) -> dict:
     """The series so far: matched in the log, and written by the script (and the runtime's system metrics) to
     TRAINING_METRICS_FILE, which joins the collector only at the end."""
     from training_runtime.contract import METRICS_STREAM
@@ -312,7 +336,8 @@ def _stream_view(metrics, job_root: str) -> dict:
 
     view = MetricCollector()
     view.series = {name: list(points) for name, points in list(metrics.series.items())}
-    view.read_file(os.path.join(job_root, METRICS_STREAM), job_root=job_root)
+    if job_root is not None:
+        view.read_file(os.path.join(job_root, METRICS_STREAM), job_root=job_root)
     return view.series
 
 

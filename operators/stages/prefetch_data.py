@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
+from operators.stages.in_cluster import runs_in_cluster
 
 
 class PrefetchDataOperator(JobStageOperator):
@@ -14,6 +15,7 @@ class PrefetchDataOperator(JobStageOperator):
 
     ui_color = "#e3f2e1"
 
+    @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from operators.storage.disk_space import CACHE_TODO, DiskFullError, disk_full_error, is_disk_full

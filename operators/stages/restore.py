@@ -5,6 +5,7 @@ import tempfile
 
 from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
+from operators.stages.in_cluster import runs_in_cluster
 
 
 def find_latest_model(storage, output_path: str, base_job_name: str, exclude_job: str) -> str | None:
@@ -36,6 +37,7 @@ class RestoreOperator(JobStageOperator):
 
     ui_color = "#fff3e0"
 
+    @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from operators.fs.safe_tar import safe_extract

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
+from operators.stages.in_cluster import runs_in_cluster
 
 
 class StageCodeOperator(JobStageOperator):
@@ -8,6 +9,7 @@ class StageCodeOperator(JobStageOperator):
 
     ui_color = "#e3f2e1"
 
+    @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from training_runtime.layouts import create_directories

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
+from operators.stages.in_cluster import runs_in_cluster
 
 from operators.state.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
 
@@ -23,6 +24,7 @@ class UploadArtifactsOperator(JobStageOperator):
     operator_extra_links = stage_links()
     ui_color = "#e1bee7"
 
+    @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
         from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from operators.stages.base import JobStageOperator
+from operators.stages.in_cluster import runs_in_cluster
 
 
 class WriteConfigsOperator(JobStageOperator):
@@ -18,6 +19,7 @@ class WriteConfigsOperator(JobStageOperator):
         super().__init__(**kwargs)
         self.channels = channels
 
+    @runs_in_cluster
     def execute(self, context) -> dict:
         from operators.launch.registry import launcher_for
         from operators.launch.job_configs import write_job_configs

@@ -15,7 +15,9 @@ All four files live in ``input/config/`` of every layout:
 SageMaker job roots run too)
     ``{"job_name", "layout", "entry_point", "command", "distribution",
     "processes_per_host", "host_addresses", "master_port", "num_gpus",
-    "num_cpus", "channel_files", "parameter_servers"}`` (see :class:`JobConfig`).
+    "num_cpus", "channel_files", "parameter_servers", "elastic"}`` (see :class:`JobConfig`).
+    ``elastic`` (distribution pytorch only): ``{"min_hosts": 2, "max_hosts": 3,
+    "max_restarts": 3}``, elastic training under torchrun (see :mod:`training_runtime.distributed`).
 
 Which host this process is: ``--current-host`` > ``$TRAINING_CURRENT_HOST`` >
 ``hosts[$JOB_COMPLETION_INDEX]`` (Kubernetes Indexed Job) > ``current_host`` of
@@ -51,7 +53,7 @@ DISTRIBUTIONS = ("pytorch", "tensorflow", "mpi")
 _JOB_CONFIG_KEYS = (
     "job_name", "layout", "entry_point", "command", "distribution", "processes_per_host",
     "host_addresses", "master_port", "num_gpus", "num_cpus", "channel_files",
-    "parameter_servers",
+    "parameter_servers", "elastic",
 )
 
 
@@ -86,6 +88,8 @@ class JobConfig:
     channel_files: dict[str, str] = field(default_factory=dict)
     #: TensorFlow: the first n hosts are parameter servers, the rest workers.
     parameter_servers: int = 0
+    #: distribution pytorch: elastic training under torchrun (c10d rendezvous), or None.
+    elastic: Optional["Elastic"] = None
     resource_config: dict = field(default_factory=dict)
     input_data_config: dict = field(default_factory=dict)
 
@@ -107,6 +111,15 @@ class JobConfig:
         if hp is None:
             return default
         return hp.value if isinstance(hp.value, str) else hp.raw
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """trainingjobconfig ``elastic``: torchrun ``--nnodes min_hosts:max_hosts --max-restarts max_restarts``."""
+
+    min_hosts: int
+    max_hosts: int
+    max_restarts: int
 
 
 # --------------------------------------------------------------------------- reading
@@ -240,7 +253,38 @@ def load_job(root, layout_name=None, current_host=None, environ=None):
     job.parameter_servers = _int(job_doc, "parameter_servers", job_file, 0, minimum=0)
     job.host_addresses = _str_mapping(job_doc, "host_addresses", job_file)
     job.channel_files = _str_mapping(job_doc, "channel_files", job_file)
+    job.elastic = _elastic(job_doc, job_file, distribution, len(hosts))
     return layout, job
+
+
+def _elastic(job_doc, job_file, distribution, host_count):
+    doc = job_doc.get("elastic")
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise InvalidJobError(
+            '%s: \'elastic\' must be an object {"min_hosts": N, "max_hosts": M, "max_restarts": R}, got %s'
+            % (job_file, json.dumps(doc))
+        )
+    if distribution != "pytorch":
+        raise InvalidJobError(
+            "%s: 'elastic' needs distribution pytorch (torchrun), but distribution is %s"
+            % (job_file, json.dumps(distribution))
+        )
+    unknown = sorted(set(doc) - {"min_hosts", "max_hosts", "max_restarts"})
+    if unknown:
+        raise InvalidJobError(
+            "%s: 'elastic' has unknown key %r: use min_hosts, max_hosts and max_restarts" % (job_file, unknown[0])
+        )
+    where = "%s 'elastic'" % job_file
+    max_hosts = _int(doc, "max_hosts", where, host_count, minimum=1)
+    min_hosts = _int(doc, "min_hosts", where, max_hosts, minimum=1)
+    restarts = _int(doc, "max_restarts", where, 3, minimum=0)
+    if min_hosts > max_hosts:
+        raise InvalidJobError(
+            "%s: min_hosts %d is more than max_hosts %d: give min_hosts <= max_hosts" % (where, min_hosts, max_hosts)
+        )
+    return Elastic(min_hosts=min_hosts, max_hosts=max_hosts, max_restarts=restarts)
 
 
 def _detect_layout(hp_doc):

@@ -16,6 +16,27 @@ pytorch (any number of hosts)
     ``python -m torch.distributed.run --nnodes N --node_rank i --nproc_per_node P
     --master_addr A --master_port PORT <script> <args>`` and torchrun sets
     RANK/LOCAL_RANK/WORLD_SIZE per process; a command is not wrapped.
+pytorch with ``elastic`` (trainingjobconfig ``{"min_hosts", "max_hosts", "max_restarts"}``)
+    Every host runs its entry point under torch's elastic launcher, whatever
+    processes_per_host is: ``python -m torch.distributed.run --nnodes MIN:MAX
+    --nproc-per-node P --max-restarts R --rdzv-backend c10d --rdzv-endpoint
+    <address of hosts[0]>:PORT --rdzv-id <job name> --rdzv-conf is_host=1|0
+    --local-addr <this host's address> --monitor-interval 1 <worker shim> <script>
+    <args>``. The rendezvous store lives in host 0's torchrun (``is_host``: host 0
+    only, never guessed from names, so local hosts sharing 127.0.0.1 work too); the
+    hosts agree on ranks in each round, so RANK/WORLD_SIZE/MASTER_ADDR come from
+    torchrun per process and are not set here. A host that is lost makes the others'
+    processes fail; torchrun restarts them (at most R times) and re-forms the group
+    with whoever is there (at least MIN hosts; a replacement host, or one started
+    again, joins the next round), and the script resumes from its checkpoint.
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with the shared store (torch's
+    default), a host joining in a later round waits for ever for a MASTER_ADDR that
+    rank 0 publishes only in its first round (torch 2.13, measured). ``LOGLEVEL=INFO``
+    (unless set) shows torchrun's own lines about failures and rounds. The worker shim
+    (:mod:`training_runtime.elastic_worker`, run by path) tells the script's own
+    errors (no restart: the job fails at once) from a lost peer (restart) and logs
+    each (re)start with the newest checkpoint. A command is not wrapped; it gets the
+    same settings as PET_* variables, so a bare ``torchrun train.py`` joins the group.
 tensorflow (more than one host)
     All hosts are workers unless ``parameter_servers`` is n > 0: then hosts[:n]
     are parameter servers and the rest workers. Host k listens on
@@ -45,9 +66,20 @@ from training_runtime.files import write_atomically
 HOSTFILE = "hostfile"
 
 
+ELASTIC_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_worker.py")
+#: Where the shim keeps this host's elastic state (a private directory ``train`` makes; not the job root).
+ELASTIC_STATE_ENV = "TRAINING_ELASTIC_STATE"
+#: The job's checkpoint directory, for the shim's "resumes from" line.
+ELASTIC_CHECKPOINTS_ENV = "TRAINING_ELASTIC_CHECKPOINTS"
+
+
 @dataclass
 class Plan:
     env: dict[str, str] = field(default_factory=dict)
+    #: Variables set only when the job's environment does not set them already.
+    env_defaults: dict[str, str] = field(default_factory=dict)
+    #: Elastic training: the entry point runs under torchrun through the worker shim.
+    elastic: bool = False
     #: ``-m torch.distributed.run ...`` arguments to put between python and the script.
     torchrun_args: Optional[list[str]] = None
     #: ModelArts TensorFlow arguments for entry points in the modelarts layout.
@@ -66,6 +98,8 @@ class Plan:
 
 
 def plan(job, layout):
+    if job.distribution == "pytorch" and job.elastic is not None:
+        return _pytorch_elastic(job)
     if job.distribution == "pytorch":
         return _pytorch(job)
     if job.distribution == "tensorflow" and len(job.hosts) > 1:
@@ -104,6 +138,37 @@ def _pytorch(job):
             "--master_port", port,
         ]
     return Plan(env=env, torchrun_args=torchrun_args)
+
+
+def _pytorch_elastic(job):
+    elastic = job.elastic
+    index, per_host = job.host_index, job.processes_per_host
+    endpoint = "%s:%d" % (job.address_of(job.hosts[0]), job.master_port)
+    settings = {
+        "NNODES": "%d:%d" % (elastic.min_hosts, elastic.max_hosts),
+        "NPROC_PER_NODE": str(per_host),
+        "MAX_RESTARTS": str(elastic.max_restarts),
+        "RDZV_BACKEND": "c10d",
+        "RDZV_ENDPOINT": endpoint,
+        "RDZV_ID": job.job_name,
+        "RDZV_CONF": "is_host=%d" % (1 if index == 0 else 0),
+        "LOCAL_ADDR": job.address_of(job.current_host),
+        "MONITOR_INTERVAL": "1",
+    }
+    torchrun_args = ["-m", "torch.distributed.run"]
+    for name, value in settings.items():
+        torchrun_args += ["--" + name.lower().replace("_", "-"), value]
+    env = {"PET_" + name: value for name, value in settings.items()}
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return Plan(env=env, env_defaults={"LOGLEVEL": "INFO"}, torchrun_args=torchrun_args, elastic=True)
+
+
+def describe_elastic(job):
+    """One line for the log: what the elastic group is."""
+    elastic = job.elastic
+    return "elastic: torchrun with %d to %d hosts (%d process(es) each), rendezvous c10d at %s:%d on %s, at most %d " \
+        "restart(s)" % (elastic.min_hosts, elastic.max_hosts, job.processes_per_host, job.address_of(job.hosts[0]),
+                        job.master_port, job.hosts[0], elastic.max_restarts)
 
 
 def _tensorflow(job):

@@ -12,8 +12,9 @@ entry point
     <args>``. Each hyperparameter value is one argv element, so ``a b; touch x $(id)``
     arrives as one argument and runs nothing. The arguments per layout are those of
     :func:`training_runtime.hyperparameters.args_for`. With pytorch and
-    processes_per_host > 1 the script runs under ``python -m torch.distributed.run``
-    (see :mod:`training_runtime.distributed`).
+    processes_per_host > 1, or elastic, the script runs under ``python -m
+    torch.distributed.run`` (see :mod:`training_runtime.distributed`); elastic ``.py``
+    entry points through the worker shim ``training_runtime/elastic_worker.py``.
 
 In the modelarts layout an entry point (not a command) also gets, before the
 hyperparameters (so a hyperparameter of the same name wins with argparse):
@@ -35,7 +36,13 @@ def build(job, layout, python, plan, script):
         return commands.argv(job.command, job.hyperparameters)
     args = platform_args(job, layout, plan) + hps.args_for(layout.name, job.hyperparameters)
     if plan.torchrun_args:
-        program = [script] if script.endswith(".py") else ["--no_python"] + _program(script)
+        if plan.elastic and script.endswith(".py"):
+            # torchrun runs `python <shim> <script> <args>`: the shim tells the script's errors from a lost peer.
+            from training_runtime.distributed import ELASTIC_SHIM
+
+            program = [ELASTIC_SHIM, script]
+        else:
+            program = [script] if script.endswith(".py") else ["--no_python"] + _program(script)
         return [python] + plan.torchrun_args + program + args
     # ti-containers and sagemaker-training run the script by its path relative to the
     # code dir (the cwd): sys.argv[0] is "train.py" there, and so it is here.

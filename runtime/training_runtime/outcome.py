@@ -25,6 +25,10 @@ from training_runtime.files import write_atomically
 log = logging.getLogger(__name__)
 
 MAX_FAILURE_BYTES = 16 * 1024
+# Kubernetes keeps what a container writes here as its termination message (at most 4 KiB): the reason reaches the
+# launcher through the API where the launcher cannot read the job root (the cluster data plane).
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_BYTES = 4096
 MAX_LINE_CHARS = 1000
 
 
@@ -58,7 +62,22 @@ def write_failure(layout, text):
     if _has_content(layout.failure_file):
         log.info("keeping %s as the user code (or another host) wrote it", layout.failure_file)
         return
-    _write(layout.failure_file, _cap(text))
+    capped = _cap(text)
+    _write(layout.failure_file, capped)
+    _tell_kubernetes(capped)
+
+
+def _tell_kubernetes(text):
+    if not os.path.isfile(TERMINATION_LOG):
+        return  # not a Kubernetes container
+    data = text.encode("utf-8", "replace")
+    if len(data) > TERMINATION_BYTES:  # the start says why
+        data = data[: TERMINATION_BYTES - 16].decode("utf-8", "ignore").encode() + b"\n[... truncated]"
+    try:
+        with open(TERMINATION_LOG, "wb") as handle:
+            handle.write(data)
+    except OSError as err:
+        log.debug("could not write the termination message: %s", err)
 
 
 def _cap(text):

@@ -10,8 +10,10 @@ import errno
 import logging
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -145,6 +147,8 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
         ", distribution %s" % job.distribution if job.distribution else "",
     )
     plan = distributed.plan(job, layout)
+    if plan.elastic:
+        log.info("%s", distributed.describe_elastic(job))
     if check_only:
         argv = entrypoint.build(job, layout, sys.executable, plan, script)
         log.info("the job is valid; it would run: %s", _shown(job, argv))
@@ -156,6 +160,23 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
     argv = entrypoint.build(job, layout, python, plan, script)
     env = environment.build(job, layout, resources, environ, python)
     env.update(plan.env)
+    for name, value in plan.env_defaults.items():
+        env.setdefault(name, value)
+    elastic_state = None
+    if plan.elastic:  # the worker shim's notes for this host: private to this train, never in the job root
+        elastic_state = tempfile.mkdtemp(prefix="train-elastic-")
+        env[distributed.ELASTIC_STATE_ENV] = elastic_state
+        env[distributed.ELASTIC_CHECKPOINTS_ENV] = layout.checkpoint_dir
+    try:
+        return _run_user_code(job, layout, argv, env, script, deadline, limit, watch_parent, wait_seconds, environ,
+                              root, elastic_state)
+    finally:
+        if elastic_state is not None:
+            shutil.rmtree(elastic_state, ignore_errors=True)
+
+
+def _run_user_code(job, layout, argv, env, script, deadline, limit, watch_parent, wait_seconds, environ, root,
+                   elastic_state):
     what = "command" if job.command else "entry point %s" % job.entry_point
     os.makedirs(layout.code_dir, exist_ok=True)  # a command may need no code, but needs a cwd
     if layout.name == "sagemaker" and environ.get("SM_STUDIO_LOCAL_MODE", "").lower() == "true":
@@ -200,13 +221,69 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
         )
     if result.exit_code != 0:
         _raise_if_out_of_memory(what, result, oom_kills_before, stderr_tail)
+        if elastic_state is not None:
+            _raise_elastic_failure(what, result, elastic_state, script, stderr_tail)
         raise UserCodeError(
             "the user code (%s) failed with exit code %d%s"
             % (what, result.exit_code, _signal_hint(result.exit_code)),
             details=stderr_tail,
             child_exit_code=result.exit_code,
         )
+    if elastic_state is not None:
+        starts = _elastic_note(elastic_state, "starts") or "1"
+        log.info("elastic: finished; the workers of this host started %s time(s)", starts)
+        _forget_lost_hosts_failure(layout, elastic_state)
     return layout
+
+
+def _forget_lost_hosts_failure(layout, state):
+    """Hosts share the job root: a host lost earlier (stopped, killed) wrote output/failure before the group re-formed
+    without it. The group finished, so that failure is not the job's: remove it, or no host would write success. A
+    failure written after this host's last start came from a member of the group that finished, and stays."""
+    try:
+        last_start = os.stat(os.path.join(state, "starts")).st_mtime
+        written = os.stat(layout.failure_file).st_mtime
+    except OSError:
+        return
+    if written < last_start:
+        try:
+            with open(layout.failure_file, encoding="utf-8", errors="replace") as handle:
+                first = handle.readline().strip()
+            os.remove(layout.failure_file)
+        except OSError:
+            return
+        log.info("elastic: removed output/failure left by a host lost before the group re-formed (%s)", first[:300])
+
+
+def _elastic_note(state, name):
+    try:
+        with open(os.path.join(state, name), encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def _raise_elastic_failure(what, result, state, script, stderr_tail):
+    """torchrun failed: the script's own error (the worker shim said so: no restart was made), else the group could
+    not go on (restarts used up, the rendezvous lost): a platform error, retryable from the last checkpoint."""
+    user_error = _elastic_note(state, "user-error")
+    if user_error:
+        summary, _, traceback_text = user_error.partition("\n")
+        raise UserCodeError(
+            "the user code (%s) failed with exit code %d: %s (the script's own error: elastic training does not "
+            "restart it)" % (what, result.exit_code, summary),
+            details=traceback_text or stderr_tail,  # torchrun's lines end its stderr: the script's traceback instead
+            child_exit_code=result.exit_code,
+        )
+    if not script or not script.endswith(".py"):
+        return  # no shim in front of a command or a .sh: torchrun's failure is the user code's, as without elastic
+    lost = _elastic_note(state, "peer-lost")
+    raise PlatformError(
+        "the elastic group could not go on (torchrun exit code %d%s): its restarts are used up or its rendezvous "
+        "is gone (host 0 holds it); the job may be retried and resumes from its last checkpoint"
+        % (result.exit_code, "; last lost peer: " + lost if lost else ""),
+        details=stderr_tail,
+    )
 
 
 def _over_limit(limit, what):

@@ -66,7 +66,7 @@ class Estimator:
                  metric_definitions: list[Mapping[str, str]] | None = None, max_run_seconds: int | None = None,
                  environment: Mapping[str, str] | None = None, base_job_name: str | None = None,
                  dag_id: str = "training_job", resources: Mapping[str, Any] | None = None,
-                 distribution: str | None = None, resume_from: str | None = None, code_location: str | None = None,
+                 distribution: str | Mapping[str, Any] | None = None, resume_from: str | None = None, code_location: str | None = None,
                  code_max_bytes: int = DEFAULT_MAX_BYTES, session: Session | None = None, **spec_extra: Any):
         for alias, key in ALIASES.items():
             if alias in spec_extra:

@@ -85,6 +85,57 @@ DDP_SCRIPT = textwrap.dedent('''
 ''')
 
 
+# Elastic training (issue 38): DDP over gloo on a one-weight model, a checkpoint after every step (rank 0), resumed from
+# it after a restart; the hyperparameter fail makes every rank raise before training (the script's own error).
+ELASTIC_DDP = """\
+import json, os, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+if os.environ.get("SM_HP_FAIL"):
+    raise ValueError("learning rate must be positive")  # the script's own error, on every rank: exit code 1
+model = DistributedDataParallel(torch.nn.Linear(1, 1, bias=False))
+torch.nn.init.zeros_(model.module.weight)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+ck = os.path.join(os.environ["PAI_OUTPUT_CHECKPOINTS"], "state.pt")
+step = 0
+if os.path.exists(ck):
+    state = torch.load(ck)
+    model.module.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    step = state["step"]
+    print(f"rank={rank} resumed from checkpoint step {step}", flush=True)
+steps = int(os.environ["SM_HP_STEPS"])
+x = torch.tensor([[1.0]])
+while step < steps:
+    optimizer.zero_grad()
+    loss = ((model(x) - 2.0) ** 2).mean()  # w -> 2
+    loss.backward()  # DDP averages the gradient over the hosts
+    optimizer.step()
+    step += 1
+    if rank == 0:
+        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, ck + ".tmp")
+        os.replace(ck + ".tmp", ck)
+    print(f"rank={rank} world={world} step={step} loss={loss.item():.6f}", flush=True)
+    time.sleep(0.4)
+if rank == 0:
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.json"), "w") as f:
+        json.dump({"w": model.module.weight.item(), "step": step}, f)
+"""
+
+
+def expected_weight(steps: int) -> float:
+    """Full-batch gradient descent on (w - 2)^2 from w = 0, lr 0.1: the same whoever computes it, however often
+    the group re-forms, when each step is taken exactly once."""
+    w = 0.0
+    for _ in range(steps):
+        w -= 0.1 * 2 * (w - 2.0)
+    return w
+
+
 # A hostile training script (issue 23): it leaves links to files outside its job root at every name the platform reads
 # or writes, then succeeds (or fails, with --fail). The link targets are host paths the script cannot see; where a
 # check inside the training needs the target to exist (the runtime keeps a non-empty output/failure), it makes a decoy

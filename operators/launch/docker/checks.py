@@ -3,13 +3,18 @@ the Docker engine answers. (Its `user` and `host_workspace` are checked by the s
 
 from __future__ import annotations
 
-from operators.jobspec.checks import PING_TIMEOUT_SECONDS, short_error
+from operators.jobspec.checks import check_connections, PING_TIMEOUT_SECONDS, short_error
 from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
 
 
 def check_options(spec: JobSpec) -> None:
     """Nothing beyond the spec model's own checks."""
+
+
+def check_storage(spec: JobSpec) -> None:
+    """The worker moves the job's bytes: every scheme's Airflow connection exists."""
+    check_connections(spec)
 
 
 def check_reachable() -> None:

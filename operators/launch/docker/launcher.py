@@ -15,7 +15,9 @@ Lifecycle (blocking; not deferrable: the engine is local to the worker, there is
 network and containers are looked up by their labels first; a try finding all of its containers running or
 finished successfully reattaches (no second set); containers of a failed earlier try are removed and created
 afresh. Logs are followed per container with timestamps and caught up at the end after the last timestamp seen.
-When one host fails, the others are stopped (distributed peers would otherwise hang). Failure classes come from
+When one host fails, the others are stopped (distributed peers would otherwise hang); an elastic job's host that died
+of anything but a user error or the time limit is started again instead (at most elastic max_restarts times each),
+and torchrun in the others re-forms the group with it. Failure classes come from
 the container state: OOMKilled or the runtime's exit 137 (oom_killed), exit codes 1-3 (user), 4 (platform), a
 missing/invalid image (fail fast) vs a registry rate limit (retried for `image_pull_grace_seconds`),
 max_run_seconds (stopped -> timeout). Containers, network and credentials file are removed at the end (containers
@@ -27,7 +29,7 @@ from __future__ import annotations
 import os
 import time
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
 
@@ -36,6 +38,7 @@ from operators.jobspec.container_users import root_part
 from operators.launch.docker import access
 from operators.launch.docker import engine
 from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name
+from operators.launch.docker.elastic import restart_lost
 from operators.launch.docker.logs import LogFollower
 from operators.launch.base import (
     DEFAULT_MASTER_PORT,
@@ -186,7 +189,17 @@ class DockerLauncherHook(BaseHook):
         followers = {name: LogFollower(self.client, name, name if multi else None, on_line) for name in names}
         for follower in followers.values():
             follower.start()
-        states, timed_out = self._wait(request, names, options, started_at, on_line)
+
+        def follow_again(name: str) -> None:  # a restarted container's log, from where its last run's left off
+            old = followers[name]
+            old.stop()
+            old.join(timeout=2)
+            follower = LogFollower(self.client, name, name if multi else None, on_line)
+            follower.cursor = old.cursor
+            followers[name] = follower
+            follower.start()
+
+        states, timed_out = self._wait(request, names, options, started_at, on_line, follow_again)
         for follower in followers.values():
             follower.join(timeout=2)
             follower.stop()
@@ -333,9 +346,13 @@ class DockerLauncherHook(BaseHook):
         options: Mapping[str, Any],
         started_at: float,
         on_line: LineCallback,
+        on_restart: Callable[[str], None] | None = None,
     ) -> tuple[dict[str, dict], bool]:
-        """Until every container has exited, or one failed (then the others are stopped), or the deadline."""
+        """Until every container has exited, or one failed (then the others are stopped), or the deadline. An elastic
+        job's container that died of anything but a user error or the time limit is started again instead, at most
+        elastic max_restarts times per host: torchrun in the others re-forms the group with it."""
         stopping = False
+        restarts: dict[str, int] = {}
         while True:
             states = {name: self._inspect(name)["State"] for name in names}
             running = [name for name, state in states.items() if state.get("Running")]
@@ -344,6 +361,9 @@ class DockerLauncherHook(BaseHook):
                 for name, state in states.items()
                 if not state.get("Running") and (state.get("ExitCode") or state.get("OOMKilled"))
             ]
+            if failed and not stopping and restart_lost(self.client, request, failed, states, restarts, on_line,
+                                                        on_restart):
+                continue
             if not running:
                 return states, False
             if failed and not stopping:

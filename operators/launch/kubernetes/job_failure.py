@@ -80,8 +80,11 @@ def job_failure(condition: Any, pods: list[Any], host: Callable[[str], str], dis
         code = terminated.exit_code
         failure_class = exit_failure_class(code)
         what = describe_exit(code, f"the container was killed or crashed ({terminated.reason or 'Error'})")
-        result = failure_event(failure_class, f"{what} on {host(name)}, exit code {code}", exit_code=code,
-                               host=host(name))
+        message = f"{what} on {host(name)}, exit code {code}"
+        if reason == "FailedIndexes":  # an elastic job's host failed more often than backoffLimitPerIndex allows
+            message = (f"{host(name)} was lost more often than elastic max_restarts allows; the last time: {message}"
+                       "; retry to resume from the last checkpoint")
+        result = failure_event(failure_class, message, exit_code=code, host=host(name))
         # The pod's termination message: its last log lines (terminationMessagePolicy FallbackToLogsOnError).
         result["detail"] = short_text(terminated.message, 2000) or None
         return result

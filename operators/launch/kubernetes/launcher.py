@@ -42,7 +42,9 @@ from typing import Any, Mapping
 from airflow.providers.common.compat.sdk import BaseHook
 
 from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, delete_job, finished_state
+from operators.launch.kubernetes.data_plane import with_data_plane
 from operators.launch.kubernetes.secrets import JobSecret, with_secret_env
+from operators.launch.kubernetes.steps import ClusterStep
 from operators.launch.kubernetes.watch import JobWatch
 from operators.launch.kubernetes.workspace import (
     prepare_job_root,
@@ -142,7 +144,30 @@ class KubernetesLauncherHook(BaseHook):
     def job_manifest(self, request: LaunchRequest) -> dict[str, Any]:
         # Secrets by reference: only a secretKeyRef per variable, the values go into the Job's Secret.
         options = with_secret_env(self.options(request), resource_name(request.job_name), request.secret_env)
-        return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
+        if not options.in_cluster:
+            return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
+        # The cluster's data plane: the worker has no volume, the Job's own platform containers prepare the job root
+        # (and sync its checkpoints).
+        from operators.settings import training_settings_env
+
+        manifest = job_manifest(request, options, self.image(request), options.workspace_group)
+        return with_data_plane(manifest, request, self._mount_points(request), options,
+                               training_settings_env() if request.checkpoints else {})
+
+    @staticmethod
+    def _mount_points(request: LaunchRequest) -> list[str]:
+        return [os.path.join(request.job_root, "input", "data", channel) for channel in request.channel_entries]
+
+    def keeps_data_plane(self, options: Mapping[str, Any]) -> bool:
+        """The job's profile keeps its bytes in the cluster (data_plane = cluster): this worker has no volume."""
+        return resolve_options(options, self.settings).in_cluster
+
+    def cluster_step(self, job_name: str, options: Mapping[str, Any], step: str,
+                     on_line: LineCallback) -> ClusterStep | None:
+        """The runner of a stage's step in the cluster when the job's profile keeps the data plane there
+        (operators/launch/kubernetes/data_plane.py), else None: the stage works on the worker's workspace."""
+        resolved = resolve_options(options, self.settings)
+        return ClusterStep(self.kube, resolved, job_name, step, on_line=on_line) if resolved.in_cluster else None
 
     # ---- the protocol ---------------------------------------------------------------------------------
     def hosts(self, job_name: str, instance_count: int) -> list[str]:
@@ -162,14 +187,15 @@ class KubernetesLauncherHook(BaseHook):
         options = self.options(request)
         manifest = self.job_manifest(request)
         name, namespace = manifest["metadata"]["name"], options.namespace
-        if succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)) and self._read_job(name, namespace) is None:
+        on_volume = not options.in_cluster  # else the Job's init container does the job root's part
+        if on_volume and succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)) \
+                and self._read_job(name, namespace) is None:
             self.log.info(
                 "Job %s/%s is gone (ttlSecondsAfterFinished) but the job root's success marker is newer than its "
                 "creation: it succeeded; reporting that instead of training again", namespace, name)
             return
-        # Mount points the kubelet would otherwise create as root, and a job root the pods' uid can write.
-        prepare_job_root(request.job_root, [
-            os.path.join(request.job_root, "input", "data", channel) for channel in request.channel_entries])
+        if on_volume:  # mount points the kubelet would otherwise create as root, a job root the pods' uid can write
+            prepare_job_root(request.job_root, self._mount_points(request))
         problems = restricted_profile_violations(manifest["spec"]["template"]["spec"])
         if problems:
             self.log.warning("Job %s does not meet the restricted Pod Security profile (%s); namespaces enforcing "
@@ -190,8 +216,9 @@ class KubernetesLauncherHook(BaseHook):
                     secret.adopt(created.metadata.uid, request.secret_env)
                     self.log.info("Secrets %s: in Secret %s/%s, owned by the Job", ", ".join(sorted(
                         request.secret_env)), namespace, secret.secret)
-                clear_outcome_markers(request.job_root)
-                write_launch_record(state_dir(request.workspace, request.job_name), created.metadata.uid)
+                if on_volume:
+                    clear_outcome_markers(request.job_root)
+                    write_launch_record(state_dir(request.workspace, request.job_name), created.metadata.uid)
                 self.log.info("Created Job %s/%s: %d host(s) %s, image %s", namespace, name, request.instance_count,
                               ", ".join(self.hosts(request.job_name, request.instance_count)),
                               manifest["spec"]["template"]["spec"]["containers"][0]["image"])
@@ -284,7 +311,9 @@ class KubernetesLauncherHook(BaseHook):
         if not isinstance(event, Mapping) or event.get("status") not in ("success", "failed"):
             raise KubernetesLaunchError(f"unexpected trigger event {event!r} for job {request.job_name}")
         name = resource_name(request.job_name)
-        if event.get("job_missing") and succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)):
+        on_volume = not self.options(request).in_cluster
+        if on_volume and event.get("job_missing") and \
+                succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)):
             on_line(f"[kubernetes] Job {name} finished and was removed after ttlSecondsAfterFinished; "
                     "its success marker says it succeeded")
             return LaunchResult(succeeded=True, exit_code=0)
@@ -301,7 +330,9 @@ class KubernetesLauncherHook(BaseHook):
             on_line(f"[kubernetes] stopping Job {name}: {event['failure_class']} is not worth retrying in the cluster")
             self.stop(request)
         message = event.get("message") or "the training Job failed"
-        reason = read_failure_reason(request.job_root) if is_runtime_exit_code(event.get("exit_code")) else None
+        # The runtime's reason: output/failure, or (no volume here) the termination message it wrote too.
+        reason = read_failure_reason(request.job_root) if on_volume and is_runtime_exit_code(event.get("exit_code")) \
+            else None
         reason = reason or event.get("detail")
         return LaunchResult(
             succeeded=False,

@@ -45,7 +45,8 @@ SHM_VOLUME = "dshm"
 # The runtime's user exit codes (1-3) fail the Job at once through the pod failure policy instead of spending
 # the backoff limit on them; on one host 4 (platform error) counts against backoffLimit (retried by Kubernetes).
 # Several hosts are one static torch rendezvous: a replacement rank cannot join it late, so any pod failure or
-# disruption fails the whole Job (backoffLimit 0) and Airflow's task retry starts the whole job again.
+# disruption fails the whole Job (backoffLimit 0) and Airflow's task retry starts the whole job again. Elastic jobs
+# (torchrun's c10d rendezvous) take a replacement: each host's pod is replaced up to backoffLimitPerIndex times.
 _CHANNEL = CHANNEL_NAME
 _RESERVED_ENV = RESERVED_ENV
 
@@ -184,7 +185,7 @@ def volumes_and_mounts(request: Any, options: KubernetesJobOptions) -> tuple[lis
     return volumes, mounts
 
 
-def pod_failure_policy(instance_count: int = 1) -> dict[str, Any]:
+def pod_failure_policy(instance_count: int = 1, elastic: Mapping[str, int] | None = None) -> dict[str, Any]:
     return {
         "rules": [
             # The user's code failed or the job is invalid: retrying the pod cannot help.
@@ -192,10 +193,11 @@ def pod_failure_policy(instance_count: int = 1) -> dict[str, Any]:
                 "action": "FailJob",
                 "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": list(USER_EXIT_CODES)},
             },
-            # Evicted, preempted, node drained: not the job's fault. One host: the replacement pod resumes from
-            # the checkpoint and the disruption is not counted against backoffLimit. Several hosts: a lone
-            # replacement rank cannot join the running rendezvous; fail the Job, Airflow retries it whole.
-            {"action": "Ignore" if instance_count == 1 else "FailJob",
+            # Evicted, preempted, node drained: not the job's fault. One host, or an elastic job: the replacement pod
+            # resumes from the checkpoint (an elastic group re-forms with it) and the disruption is not counted against
+            # the backoff limit. Several static hosts: a lone replacement rank cannot join the running rendezvous;
+            # fail the Job, Airflow retries it whole.
+            {"action": "Ignore" if instance_count == 1 or elastic else "FailJob",
              "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         ]
     }
@@ -204,6 +206,16 @@ def pod_failure_policy(instance_count: int = 1) -> dict[str, Any]:
 def backoff_limit(options: KubernetesJobOptions, instance_count: int) -> int:
     """Pod retries inside the cluster: the option for one host, none for several (see pod_failure_policy)."""
     return options.backoff_limit if instance_count == 1 else 0
+
+
+def retry_policy(options: KubernetesJobOptions, instance_count: int,
+                 elastic: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The Job's retry fields. Elastic: each host (index) may fail `max_restarts` times and is replaced each time
+    (backoffLimitPerIndex; no Job-wide backoffLimit), a host past its limit fails the Job (maxFailedIndexes 0: the
+    group cannot finish without it). Else: backoffLimit (see backoff_limit)."""
+    if elastic:
+        return {"backoffLimitPerIndex": int(elastic["max_restarts"]), "maxFailedIndexes": 0}
+    return {"backoffLimit": backoff_limit(options, instance_count)}
 
 
 def spec_hash(manifest: Mapping[str, Any]) -> str:
@@ -225,6 +237,7 @@ def job_manifest(
     root = layout_root(request.layout)
     volumes, mounts = volumes_and_mounts(request, options)
     labels = job_labels(name, options.labels)
+    elastic = getattr(request, "elastic", None) or None
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
@@ -268,8 +281,8 @@ def job_manifest(
         "completionMode": "Indexed",
         "completions": request.instance_count,
         "parallelism": request.instance_count,
-        "backoffLimit": backoff_limit(options, request.instance_count),
-        "podFailurePolicy": pod_failure_policy(request.instance_count),
+        **retry_policy(options, request.instance_count, elastic),
+        "podFailurePolicy": pod_failure_policy(request.instance_count, elastic),
         # Never two pods of one index at once (two ranks with one name break distributed training).
         "podReplacementPolicy": "Failed",
         "template": {

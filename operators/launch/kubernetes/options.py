@@ -63,6 +63,18 @@ class KubernetesJobOptions:
     propagation_policy: str = "Foreground"
     queue: str = ""  # Kueue LocalQueue: the Job is created suspended and admitted whole (operators/launch/kubernetes/queues.py)
     queue_priority: str = ""  # Kueue WorkloadPriorityClass
+    # The profile's data plane (operators/launch/kubernetes/data_plane.py); never a spec's.
+    data_plane: str = "shared_volume"
+    data_plane_image: str = "training-airflow:latest"
+    storage_secret: str = ""
+    data_plane_service_account: str = ""
+    data_plane_uid: int = 50000
+    workspace_group: int = 1000
+
+    @property
+    def in_cluster(self) -> bool:
+        """The job's bytes move in the cluster: the Airflow worker has no workspace volume."""
+        return self.data_plane == "cluster"
 
     def waiting(self) -> dict[str, float]:
         """How the job's watch waits (the same in the worker and in the triggerer)."""
@@ -213,6 +225,12 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         propagation_policy=propagation,
         queue=queue,
         queue_priority=queue_priority,
+        data_plane=str(profile.get("data_plane") or "shared_volume"),
+        data_plane_image=str(getattr(settings, "data_plane_image", "") or KubernetesJobOptions.data_plane_image),
+        storage_secret=str(profile.get("storage_secret") or ""),
+        data_plane_service_account=str(profile.get("data_plane_service_account") or ""),
+        data_plane_uid=int(getattr(settings, "data_plane_uid", 50000)),
+        workspace_group=int(getattr(settings, "workspace_group", 1000)),
     )
 
 

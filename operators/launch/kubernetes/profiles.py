@@ -13,6 +13,9 @@ from typing import Any, Mapping
 
 PROFILE_FIELDS = ("namespace", "service_account", "workspace_pvc", "workspace_subpath", "run_as_user",
                   "security_context", "container_security_context")
+# Where the job's bytes move and with which credentials (operators/launch/kubernetes/data_plane.py): a profile's
+# only, a spec never names them.
+DATA_PLANE_FIELDS = ("data_plane", "storage_secret", "data_plane_service_account")
 DEFAULT_PROFILE = "default"
 
 
@@ -32,16 +35,21 @@ def profiles(settings: Any) -> dict[str, dict[str, Any]]:
     """name -> the profile's fields, `default` (the settings) included; a bad setting is one line naming it."""
     default = {"namespace": settings.namespace, "service_account": settings.service_account,
                "workspace_pvc": settings.workspace_pvc, "workspace_subpath": "", "run_as_user": settings.run_as_user,
-               "security_context": {}, "container_security_context": {}}
+               "security_context": {}, "container_security_context": {},
+               **{key: getattr(settings, key, "") for key in DATA_PLANE_FIELDS}}
     configured = getattr(settings, "profiles", None) or {}
     if not isinstance(configured, Mapping):
         raise ValueError("airflow.cfg [training.kubernetes] profiles must be a JSON object: name -> fields; fix it")
     result = {DEFAULT_PROFILE: default}
     for name, fields in configured.items():
-        if not isinstance(fields, Mapping) or set(fields) - set(PROFILE_FIELDS):
-            extra = sorted(set(fields) - set(PROFILE_FIELDS)) if isinstance(fields, Mapping) else []
+        allowed = (*PROFILE_FIELDS, *DATA_PLANE_FIELDS)
+        if not isinstance(fields, Mapping) or set(fields) - set(allowed):
+            extra = sorted(set(fields) - set(allowed)) if isinstance(fields, Mapping) else []
             raise ValueError(f"airflow.cfg [training.kubernetes] profiles.{name} must be an object of "
-                             f"{', '.join(PROFILE_FIELDS)}" + (f" (not {extra[0]!r})" if extra else "") + "; fix it")
+                             f"{', '.join(allowed)}" + (f" (not {extra[0]!r})" if extra else "") + "; fix it")
+        if fields.get("data_plane", "shared_volume") not in ("shared_volume", "cluster"):
+            raise ValueError(f"airflow.cfg [training.kubernetes] profiles.{name}.data_plane is "
+                             f"{fields['data_plane']!r}; use shared_volume or cluster")
         result[str(name)] = {**default, **dict(fields)}
     return result
 

@@ -38,6 +38,7 @@ from operators.launch.base import (
     USER_ERROR,
     is_rate_limited,
 )
+from operators.launch.kubernetes.elastic import ElasticHosts
 from operators.launch.kubernetes.events import list_warnings, read_warnings
 from operators.launch.kubernetes.job_failure import failure_event, job_failure
 from operators.launch.kubernetes.pods import (
@@ -105,6 +106,7 @@ class JobWatch:
         self.queue_said: str | None = None  # the last queue line (Kueue), said again only when it changes
         self.preempted: str | None = None  # Kueue's eviction of this Job, if any (see operators/launch/kubernetes/workload.py)
         self.queued_since: float | None = None
+        self.elastic_hosts = ElasticHosts()  # an elastic Job's lost hosts and their replacements (elastic.py)
         self.started = time.monotonic()
         self.last_heartbeat = self.started
 
@@ -191,10 +193,11 @@ class JobWatch:
     # ---- state ----------------------------------------------------------------------------------------
     def observe(self, pods: list[Any]) -> None:
         """Record what the pods tell and report changes (each once: the task log stays readable)."""
-        for pod in pods:
+        for pod in self.elastic_hosts.in_order(pods):
             name = pod.metadata.name
             self.pods.setdefault(name, pod_index(pod))
             host = self.host(name)
+            self.elastic_hosts.observe(pod, self.pods[name], host, self.say)
             phase = (pod.status and pod.status.phase) or "Pending"
             if self.phases.get(name) != phase:
                 self.say(f"{host} (pod {name}): {phase}")
@@ -237,7 +240,7 @@ class JobWatch:
             if status is None or status.state is None:
                 continue
             waiting, terminated = status.state.waiting, status.state.terminated
-            if terminated is not None and terminated.reason == "OOMKilled":
+            if terminated is not None and terminated.reason == "OOMKilled" and not self.elastic_hosts.enabled:
                 return failure_event(
                     OOM,
                     f"{host} ran out of memory (OOMKilled, exit code {terminated.exit_code}); "
@@ -343,6 +346,7 @@ class JobWatch:
                 self.say(f"still {status.message}; {int(now - self.queued_since)} s in the queue")
             self.started = now
             self.starting_since.clear()
+            self.elastic_hosts.suspended()
             return True
         return False
 
@@ -367,8 +371,9 @@ class JobWatch:
         return queue_status(workload_of(job.metadata.uid, workloads), workloads, queue)
 
     def verdict(self, job: Any, pods: list[Any], events: list[Any] = ()) -> dict[str, Any] | None:
-        self.observe(pods)
         conditions = {c.type: c for c in (job.status and job.status.conditions) or [] if c.status == "True"}
+        self.elastic_hosts.read_job(job, conditions)
+        self.observe(pods)
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
             return failure_event(None, "completed", exit_code=0, status="success")
         failed = conditions.get("Failed") or conditions.get("FailureTarget")

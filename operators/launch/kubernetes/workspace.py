@@ -73,3 +73,22 @@ def succeeded_since_launch(job_root: str, state: str) -> bool:
         return os.stat(os.path.join(job_root, "output", "success")).st_mtime >= created - CLOCK_SLACK_SECONDS
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def main(argv: list[str]) -> int:
+    """`python -m operators.launch.kubernetes.workspace JOB_ROOT [MOUNT_POINT...]`: what the worker does before a
+    Job on a shared volume, done by the training Job's init container when the data plane is the cluster's
+    (operators/launch/kubernetes/data_plane.py)."""
+    from operators.launch.outcome import clear_outcome_markers
+
+    job_root, mount_points = argv[0], argv[1:]
+    prepare_job_root(job_root, mount_points)
+    clear_outcome_markers(job_root)
+    print(f"job root {job_root} prepared: group-writable, {len(mount_points)} mount point(s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators.jobspec.checks import check_connections
 from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
 
@@ -27,6 +28,11 @@ def check_options(spec: JobSpec, settings: Any = None) -> None:
     if wanted > have:
         raise SpecError("resources.gpu", f"{wanted} GPU(s) asked for, but the local backend's worker has {have} "
                         "([training] local_gpu_devices); ask for fewer or use the kubernetes backend")
+
+
+def check_storage(spec: JobSpec) -> None:
+    """The worker moves the job's bytes: every scheme's Airflow connection exists."""
+    check_connections(spec)
 
 
 def check_reachable() -> None:

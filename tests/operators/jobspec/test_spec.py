@@ -194,3 +194,69 @@ def test_bad_tags_are_one_line_naming_the_tag(tags, field, words):
     with pytest.raises(SpecError) as err:
         validate_spec({**BASE, "tags": tags})
     assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
+
+
+ELASTIC = {"torch_distributed": {"elastic": {"min_hosts": 2, "max_hosts": 3, "max_restarts": 4}}}
+
+
+def test_elastic_pytorch_in_sagemaker_s_distribution_object_reaches_the_runtime_and_the_launcher(tmp_path):
+    from training_runtime.layouts import create_directories, layout_for
+
+    from operators.launch.job_configs import write_job_configs
+    from operators.launch.local.launcher import LocalLauncherHook
+
+    spec = validate_spec({**BASE, "instance_count": 3, "processes_per_host": 2, "distribution": ELASTIC})
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert spec.distribution_name == "pytorch"
+    assert spec.elastic_settings() == {"min_hosts": 2, "max_hosts": 3, "max_restarts": 4}
+    # Defaults: max_hosts = instance_count, min_hosts = max_hosts, 3 restarts; the plain forms are not elastic.
+    fixed = validate_spec({**BASE, "instance_count": 2, "distribution": {"torch_distributed": {"elastic": {}}}})
+    assert fixed.elastic_settings() == {"min_hosts": 2, "max_hosts": 2, "max_restarts": 3}
+    assert validate_spec({**BASE, "distribution": {"torch_distributed": {"enabled": True}}}).elastic_settings() is None
+    assert validate_spec({**BASE, "distribution": "pytorch"}).elastic_settings() is None
+    layout = create_directories(layout_for("ti", tmp_path / "job"), [])
+    write_job_configs(spec, layout, LocalLauncherHook())
+    import json
+
+    job_config = json.loads((tmp_path / "job" / "input" / "config" / "trainingjobconfig.json").read_text())
+    assert (job_config["distribution"], job_config["elastic"]) == ("pytorch", spec.elastic_settings())
+
+
+@pytest.mark.parametrize("elastic, field, message", [
+    ({"min_hosts": 4}, "distribution.torch_distributed.elastic.min_hosts",
+     "is 4, more than max_hosts 3 (instance_count); give 1 to 3"),
+    ({"min_hosts": 3, "max_hosts": 2}, "distribution.torch_distributed.elastic.max_hosts",
+     "is 2 but instance_count is 3: the job starts instance_count hosts; make them equal, or leave max_hosts out"),
+    ({"max_hosts": 5}, "distribution.torch_distributed.elastic.max_hosts", "is 5 but instance_count is 3"),
+    ({"min_hosts": 0}, "distribution.torch_distributed.elastic.min_hosts", "must be >= 1, got 0"),
+    ({"max_restarts": -1}, "distribution.torch_distributed.elastic.max_restarts", "must be >= 0, got -1"),
+    ({"max_restarts": 1000}, "distribution.torch_distributed.elastic.max_restarts", "must be <= 100, got 1000"),
+    ({"min_hosts": True}, "distribution.torch_distributed.elastic.min_hosts", "must be an integer, got true"),
+    ({"min_hosts": "two"}, "distribution.torch_distributed.elastic.min_hosts", "must be an integer"),
+    ({"min_host": 2}, "distribution.torch_distributed.elastic.min_host", "did you mean 'min_hosts'?"),
+])
+def test_bad_elastic_values_give_one_line_naming_the_field(elastic, field, message):
+    with pytest.raises(SpecError) as err:
+        validate_spec({**BASE, "instance_count": 3, "distribution": {"torch_distributed": {"elastic": elastic}}})
+    assert str(err.value) == f"{field}: {message}" or (err.value.field == field and message in str(err.value))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("distribution, field, message", [
+    ({"torch_distributed": {"enabled": False}}, "distribution.torch_distributed.enabled",
+     "is false: leave distribution out for no launcher, or set it to pytorch"),
+    ({"pytorchddp": {"enabled": True}}, "distribution.pytorchddp", "is not a field of"),
+    ({}, "distribution.torch_distributed", "is required"),
+    (["pytorch"], "distribution", "must be one of pytorch, tensorflow, mpi or an object, got [\"pytorch\"]"),
+    ("horovod", "distribution", '"horovod" is not one of pytorch, tensorflow, mpi'),
+])
+def test_a_bad_distribution_object_gives_one_line(distribution, field, message):
+    with pytest.raises(SpecError) as err:
+        validate_spec({**BASE, "instance_count": 2, "distribution": distribution})
+    assert err.value.field == field and message in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_processes_per_host_and_elastic_go_together():
+    spec = validate_spec({**BASE, "processes_per_host": 4, "distribution": {"torch_distributed": {"enabled": True}}})
+    assert spec.processes_per_host == 4 and spec.distribution_name == "pytorch"

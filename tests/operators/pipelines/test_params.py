@@ -53,10 +53,18 @@ def test_enums_are_dropdowns_with_labels_and_run_defaults_may_stay_empty():
     assert backend["values_display"]["kubernetes"] == "Kubernetes Job"
     assert backend["values_display"]["null"] == "(empty: the default)"  # not a bare "null" in the dropdown
     assert params["layout"].schema["values_display"]["pai"].startswith("PAI")
-    assert params["distribution"].schema["enum"][0] is None
+    # A word or the elastic object: a field of several types, each form checked by the schema's anyOf.
+    assert params["distribution"].schema["type"] == ["null", "string", "object"]
+    assert params["distribution"].schema["anyOf"][0]["enum"] == ["pytorch", "tensorflow", "mpi"]
     assert params["backend"].value is None and params["job_name"].value is None
     assert params["kubernetes"].schema["properties"]["image_pull_policy"]["enum"] == [
         None, "Always", "IfNotPresent", "Never"]
+
+
+@pytest.mark.parametrize("distribution", [None, "pytorch", "mpi", {"torch_distributed": {"enabled": True}},
+                                          {"torch_distributed": {"elastic": {"min_hosts": 2, "max_restarts": 3}}}])
+def test_the_form_takes_each_form_of_distribution(distribution):
+    assert resolved({**GOOD, "instance_count": 3, "distribution": distribution})["distribution"] == distribution
 
 
 def test_a_good_conf_passes_and_defaults_pre_fill_the_form():
@@ -78,6 +86,9 @@ def test_a_good_conf_passes_and_defaults_pre_fill_the_form():
         ({"metric_definitions": [{"Name": "loss"}]}, "Regex"),
         ({"connections": {"gcs": "x"}}, "gcs"),
         ({"instance_count": 0}, "minimum"),
+        ({"distribution": "horovod"}, "horovod"),
+        ({"distribution": {"torch_distributed": {"elastic": {"min_host": 2}}}}, "min_host"),
+        ({"distribution": {"torch_distributed": {"elastic": {"max_restarts": -1}}}}, "-1"),
     ],
 )
 def test_the_form_refuses_bad_values_before_a_run(change, words):

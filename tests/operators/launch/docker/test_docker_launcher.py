@@ -248,3 +248,71 @@ def test_a_definite_refusal_is_not_retried(registry):
     result = docker_engine.ensure_image(registry.client, IMAGE, 30, lambda line: None)
     assert result.failure_class == IMAGE_ERROR and "manifest unknown" in result.failure_reason
     assert registry.pulls == 1
+
+
+class ScriptedEngine:
+    """Containers whose states follow a script, one step per poll; start() of an exited container runs it again."""
+
+    def __init__(self, script: dict[str, list[dict]]):
+        self.script = {name: list(states) for name, states in script.items()}
+        self.started: list[str] = []
+        self.stopped: list[str] = []
+
+    def inspect_container(self, name):
+        states = self.script[name]
+        state = states.pop(0) if len(states) > 1 else states[0]
+        return {"State": state}
+
+    def start(self, name):
+        self.started.append(name)
+
+    def stop(self, name, timeout=None):
+        self.stopped.append(name)
+        self.script[name] = [{"Running": False, "ExitCode": 143}]
+
+
+RUNNING = {"Running": True, "ExitCode": 0}
+DONE = {"Running": False, "ExitCode": 0}
+
+
+def _waited(tmp_path, script, elastic):
+    hook = DockerLauncherHook(docker_url="tcp://127.0.0.1:1")
+    hook.__dict__["client"] = engine = ScriptedEngine(script)
+    lines: list[str] = []
+    restarted: list[str] = []
+    request = make_request(tmp_path, instance_count=2, hosts=("j-0", "j-1"), elastic=elastic)
+    states, timed_out = hook._wait(request, ["j-0", "j-1"], {"poll_interval": 0, "stop_timeout": 1}, 0.0,
+                                   lines.append, restarted.append)
+    return engine, lines, restarted, states
+
+
+def test_an_elastic_job_s_killed_container_is_started_again_and_the_job_goes_on(tmp_path):
+    killed = {"Running": False, "ExitCode": 137, "OOMKilled": False}
+    engine, lines, restarted, states = _waited(tmp_path, {
+        "j-0": [RUNNING, RUNNING, RUNNING, RUNNING, DONE],
+        "j-1": [RUNNING, killed, RUNNING, RUNNING, DONE],
+    }, {"min_hosts": 2, "max_hosts": 2, "max_restarts": 2})
+    assert engine.started == ["j-1"] and restarted == ["j-1"] and engine.stopped == []
+    assert lines == ["[docker] elastic: j-1 lost (exit code 137); starting its container again",
+                     "[docker] elastic: j-1 restarted (restart 1 of this host, at most 2); the group re-forms with it "
+                     "and resumes from the last checkpoint"]
+    assert all(state["ExitCode"] == 0 for state in states.values())
+
+
+@pytest.mark.parametrize("code", [1, 2, 3, 5])
+def test_a_user_error_or_the_time_limit_is_not_restarted(tmp_path, code):
+    engine, lines, restarted, _ = _waited(tmp_path, {
+        "j-0": [RUNNING], "j-1": [RUNNING, {"Running": False, "ExitCode": code}]},
+        {"min_hosts": 2, "max_hosts": 2, "max_restarts": 2})
+    assert engine.started == [] and engine.stopped == ["j-0"]
+    assert lines == ["[docker] j-1 failed; stopping the other hosts"]
+
+
+def test_restarts_are_bounded_per_host_and_without_elastic_there_are_none(tmp_path):
+    killed = {"Running": False, "ExitCode": 137}
+    engine, lines, _, _ = _waited(tmp_path, {"j-0": [RUNNING], "j-1": [RUNNING, killed, killed, killed]},
+                                  {"min_hosts": 2, "max_hosts": 2, "max_restarts": 1})
+    assert engine.started == ["j-1"] and engine.stopped == ["j-0"]
+    assert "[docker] elastic: j-1 lost again (exit code 137) after 1 restart(s): max_restarts is used up" in lines
+    static, lines, _, _ = _waited(tmp_path, {"j-0": [RUNNING], "j-1": [RUNNING, killed]}, None)
+    assert static.started == [] and static.stopped == ["j-0"]

@@ -120,6 +120,37 @@ def test_lifecycle_fields_failure_policy_deadline_and_cleanup():
     validate(kept)
 
 
+@pytest.mark.parametrize("queue", [None, "team-a"])
+def test_an_elastic_job_replaces_lost_hosts_up_to_max_restarts_and_still_fails_fast_on_user_errors(queue):
+    """Elastic (torchrun's c10d rendezvous takes a replacement): each host's pod is replaced up to max_restarts times
+    (backoffLimitPerIndex; a host past it fails the Job), disruptions are not counted, exit codes 1-3 fail the Job at
+    once; with a Kueue queue the Job is still created suspended for all its hosts (all-or-nothing admission)."""
+    from operators.launch.kubernetes.manifests import job_manifest
+    from operators.launch.kubernetes.options import resolve_options
+    from operators.settings import KubernetesSettings
+
+    options = {"backoff_limit": 5}
+    elastic = {"min_hosts": 2, "max_hosts": 3, "max_restarts": 4}
+    request = make_request(hosts=3, options=options, elastic=elastic)
+    job = job_manifest(request, resolve_options(options, KubernetesSettings(queue=queue)), request.image_uri)
+    validate(job)
+    spec = job["spec"]
+    assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (4, 0)
+    assert "backoffLimit" not in spec  # the per-index limit bounds the restarts; the backoff_limit option is not used
+    assert spec["podFailurePolicy"]["rules"] == [
+        {"action": "FailJob", "onExitCodes": {"containerName": "train", "operator": "In", "values": [1, 2, 3]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
+    assert spec["podReplacementPolicy"] == "Failed"  # never two pods of one host at once
+    if queue:
+        assert spec["suspend"] is True and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue
+        assert not any(k.startswith("kueue.x-k8s.io/job-min-parallelism") for k in job["metadata"]["annotations"])
+    # Without elastic the same request is one static rendezvous, as before.
+    static, _ = build(make_request(hosts=3, options=options))
+    assert static["spec"]["backoffLimit"] == 0 and "backoffLimitPerIndex" not in static["spec"]
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -1,0 +1,168 @@
+"""The data plane in the cluster ([training.kubernetes] data_plane = cluster): the pods that move a job's bytes beside
+its training, so the Airflow worker mounts no volume. Manifests only: pure functions, no I/O, no client (the runner
+that submits and follows a step is operators/launch/kubernetes/steps.py).
+
+- A *step* is one stage's work (stage code, prefetch data, write configs, restore, upload) run as a one-pod Job of the
+  platform's image (`data_plane_image`, the Airflow image: the same code the worker would run). It mounts the
+  workspace volume whole at `[training] workspace`, the path the worker's settings name, so every path in the job's
+  XComs means the same on both sides. Its storage credentials are the connections of the profile's `storage_secret`
+  (keys `AIRFLOW_CONN_<ID>`, what Airflow reads from the environment) or, without one, the pod's own identity
+  (`data_plane_service_account`: IRSA's AWS_ROLE_ARN / AWS_WEB_IDENTITY_TOKEN_FILE, GKE Workload Identity); never a
+  connection of the Airflow deployment copied in by whoever triggered the run.
+- The training Job gets an init container of the same image that makes the job root writable for the training's uid
+  and creates the read-only channels' mount points (what the worker does on a shared volume:
+  operators/launch/kubernetes/workspace.py), and clears an earlier try's outcome markers.
+- With a checkpoint_path, the training Job also gets a native sidecar (an init container with restartPolicy Always) of
+  the same image that syncs the checkpoint directory to it while training runs and once more at the end
+  (operators/staging/checkpoint_sidecar.py).
+- Steps run as `data_plane_uid` (not root, not the training's uid) in `workspace_group`; the training pods share that
+  group (fsGroup), so what a step wrote is the training's to write and the platform state (the workspace's `state/`,
+  mode 0700) is not: no training pod mounts more than its job root and its cache entries.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from operators.launch.kubernetes.manifests import WORKSPACE_VOLUME, container_security_context, spec_hash
+from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, job_labels
+from operators.launch.kubernetes.options import KubernetesJobOptions
+from operators.launch.names import ORIGINAL_NAME_ANNOTATION
+from operators.launch.steps import STEP_ENV
+from operators.staging.checkpoint_sidecar import CHECKPOINT_SYNC_ENV, READY_FILE
+
+STEP_CONTAINER = "step"
+PREPARE_CONTAINER = "prepare-job-root"
+CHECKPOINT_CONTAINER = "checkpoint-sync"
+# The sidecar's last pass after the training ended: the pod's grace period must cover it.
+FINAL_SYNC_SECONDS = 300
+STEP_COMPONENT = "data-plane"
+
+
+def data_plane_security(options: KubernetesJobOptions) -> dict[str, Any]:
+    """The platform pods' identity: their own uid, the workspace's group (restricted Pod Security profile)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": options.data_plane_uid,
+        "runAsGroup": options.workspace_group,
+        "fsGroup": options.workspace_group,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def workspace_mount(workspace: str, options: KubernetesJobOptions) -> dict[str, Any]:
+    mount: dict[str, Any] = {"name": WORKSPACE_VOLUME, "mountPath": workspace}
+    if options.workspace_subpath:
+        mount["subPath"] = options.workspace_subpath
+    return mount
+
+
+def storage_env_from(options: KubernetesJobOptions) -> list[dict[str, Any]]:
+    return [{"secretRef": {"name": options.storage_secret}}] if options.storage_secret else []
+
+
+def step_manifest(name: str, job_name: str, step: str, options: KubernetesJobOptions, *, workspace: str,
+                  command: list[str], payload: Mapping[str, Any], settings_env: Mapping[str, str]) -> dict[str, Any]:
+    """The one-pod Job of step `step` of job `job_name`: `command` in the platform image with `payload` as JSON in
+    TRAINING_STEP and the worker's [training] settings as AIRFLOW__TRAINING__* variables."""
+    env = [{"name": key, "value": str(value)} for key, value in sorted(settings_env.items())]
+    env.append({"name": STEP_ENV, "value": json.dumps(payload, separators=(",", ":"), sort_keys=True)})
+    container: dict[str, Any] = {
+        "name": STEP_CONTAINER,
+        "image": options.data_plane_image,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": list(command),
+        "env": env,
+        "volumeMounts": [workspace_mount(workspace, options)],
+        "securityContext": container_security_context(KubernetesJobOptions()),
+        "terminationMessagePolicy": "File",
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+    }
+    env_from = storage_env_from(options)
+    if env_from:
+        container["envFrom"] = env_from
+    labels = {**job_labels(name, options.labels), "app.kubernetes.io/component": STEP_COMPONENT}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": [{"name": WORKSPACE_VOLUME, "persistentVolumeClaim": {"claimName": options.workspace_pvc}}],
+        "securityContext": data_plane_security(options),
+        "automountServiceAccountToken": bool(options.data_plane_service_account),
+        "enableServiceLinks": False,
+    }
+    if options.data_plane_service_account:
+        pod_spec["serviceAccountName"] = options.data_plane_service_account
+    if options.node_selector:
+        pod_spec["nodeSelector"] = dict(options.node_selector)
+    if options.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in options.image_pull_secrets]
+    manifest: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": options.namespace, "labels": labels,
+                     "annotations": {ORIGINAL_NAME_ANNOTATION: job_name, "training-jobs/step": step}},
+        "spec": {
+            "backoffLimit": 0,  # a step is retried as the Airflow task it is, with its own log
+            "ttlSecondsAfterFinished": options.ttl_seconds_after_finished,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+    manifest["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(manifest)
+    return manifest
+
+
+def prepare_container(job_root: str, mount_points: list[str], workspace: str,
+                      options: KubernetesJobOptions) -> dict[str, Any]:
+    """The training Job's init container: the job root group-writable, the channels' mount points made, an
+    earlier try's outcome markers cleared (operators/launch/kubernetes/workspace.py's command line)."""
+    return {
+        "name": PREPARE_CONTAINER,
+        "image": options.data_plane_image,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": ["python3", "-m", "operators.launch.kubernetes.workspace", job_root, *mount_points],
+        "volumeMounts": [workspace_mount(workspace, options)],
+        "securityContext": {**container_security_context(KubernetesJobOptions()),
+                            "runAsUser": options.data_plane_uid, "runAsGroup": options.workspace_group},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+    }
+
+
+def checkpoint_sidecar(checkpoints: Mapping[str, Any], workspace: str, options: KubernetesJobOptions,
+                       settings_env: Mapping[str, str]) -> dict[str, Any]:
+    """The training Job's checkpoint sync: `checkpoints` is LaunchRequest.checkpoints."""
+    env = [{"name": key, "value": str(value)} for key, value in sorted(settings_env.items())]
+    env.append({"name": CHECKPOINT_SYNC_ENV, "value": json.dumps(dict(checkpoints), sort_keys=True)})
+    container: dict[str, Any] = {
+        "name": CHECKPOINT_CONTAINER,
+        "image": options.data_plane_image,
+        "imagePullPolicy": options.image_pull_policy,
+        "restartPolicy": "Always",  # a native sidecar: runs beside the training, stopped after it
+        "command": ["python3", "-m", "operators.staging.checkpoint_sidecar"],
+        # The training starts once the sidecar knows which checkpoints were restored (see READY_FILE).
+        "startupProbe": {"exec": {"command": ["test", "-e", READY_FILE]}, "periodSeconds": 1,
+                         "failureThreshold": 300},
+        "env": env,
+        "volumeMounts": [workspace_mount(workspace, options)],
+        "securityContext": {**container_security_context(KubernetesJobOptions()),
+                            "runAsUser": options.data_plane_uid, "runAsGroup": options.workspace_group},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+    }
+    env_from = storage_env_from(options)
+    if env_from:
+        container["envFrom"] = env_from
+    return container
+
+
+def with_data_plane(manifest: dict[str, Any], request: Any, mount_points: list[str], options: KubernetesJobOptions,
+                    settings_env: Mapping[str, str]) -> dict[str, Any]:
+    """The training Job of `request` (LaunchRequest's attributes) with the platform's containers the cluster's data
+    plane needs: the job root's preparation and, with request.checkpoints, the checkpoint sync."""
+    pod = manifest["spec"]["template"]["spec"]
+    pod["initContainers"] = [prepare_container(request.job_root, mount_points, request.workspace, options)]
+    if request.checkpoints:
+        pod["initContainers"].append(checkpoint_sidecar(request.checkpoints, request.workspace, options, settings_env))
+        pod["terminationGracePeriodSeconds"] = FINAL_SYNC_SECONDS
+    manifest["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(manifest)
+    return manifest

@@ -1,0 +1,67 @@
+"""The entry point of a data-plane step's pod: `python -m operators.stages.step_pod` (operators/stages/in_cluster.py
+submits it). It builds the stage's operator from TRAINING_STEP, runs its work here, on the cluster's workspace, and
+reports the outcome where the kubelet keeps it for the worker: the container's termination message, written by this
+code only (no log line of a job's can forge it)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import traceback
+from typing import Any
+
+from operators.launch.steps import OUTCOME_BYTES, STEP_ENV
+
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def _say(message: dict[str, Any]) -> None:
+    text = json.dumps(message, separators=(",", ":"), default=str)
+    if len(text.encode()) > OUTCOME_BYTES:
+        text = json.dumps({"error": f"the step's result is {len(text.encode())} bytes, more than a termination "
+                                    f"message holds ({OUTCOME_BYTES})"})
+    with open(os.environ.get("TRAINING_TERMINATION_LOG", TERMINATION_LOG), "w") as handle:
+        handle.write(text)
+
+
+def _step_entry(operator_class: type):
+    """The class's execute below Airflow's wrappers (the task-runner guard, the failure-reason recorder, which need
+    a task instance the pod has not: the worker records the reason from the outcome): the in_cluster decorator's."""
+    execute = getattr(operator_class.execute, "step_entry", None)
+    if execute is None:
+        raise TypeError(f"{operator_class.__name__}.execute is not decorated with runs_in_cluster")
+    return execute
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s",
+                        force=True)
+    payload = json.loads(os.environ[STEP_ENV])
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    try:
+        module, _, name = payload["operator"].partition(":")
+        operator_class = getattr(importlib.import_module(module), name)
+        with DAG(payload["dag_id"], schedule=None):
+            op = operator_class(task_id=payload["task_id"], **payload["fields"])
+        result = _step_entry(operator_class)(op, {"run_id": payload["run_id"], "dag_id": payload["dag_id"]})
+    except AirflowSkipException as err:
+        _say({"skip": str(err)})
+        return 0
+    except AirflowFailException as err:
+        _say({"fail": str(err)})
+        return 1
+    except Exception as err:  # noqa: BLE001 - reported to the worker, which retries it as the task's retries say
+        traceback.print_exc(file=sys.stdout)
+        _say({"error": f"{type(err).__name__}: {err}"})
+        return 1
+    _say({"result": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The cluster's data plane ([training.kubernetes] data_plane = cluster) on the real node: Airflow's worker mounts no
+volume and holds no storage connection; the platform's image stages the code, fills the cache, writes the configs and
+uploads the model in pods beside the training, with the connections of the namespace's storage Secret. The node's
+workspace volume is a directory the worker's [training] workspace is not.
+
+Each job is one `airflow dags test` run, as a user types it; figures are printed (pytest -s)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from counting_proxy import aws_connection_json
+from kube_cluster import make_namespace
+from real_node import TcpRelay
+from test_kubernetes_local_cluster_dag import dags_test
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
+
+PLATFORM_IMAGE = os.environ.get("TRAINING_AIRFLOW_IMAGE", "training-airflow:latest")
+TRAINING_IMAGE = os.environ.get("TRAINING_E2E_IMAGE", "training-base:latest")
+STORAGE_SECRET = "training-storage"
+
+TRAIN = """\
+import os, socket
+data = os.environ["SM_CHANNEL_TRAIN"]
+for name in sorted(os.listdir(data)):
+    print(f"{socket.gethostname()} reads {name}: {open(os.path.join(data, name)).read()}", flush=True)
+model = os.environ["SM_MODEL_DIR"]
+if os.environ.get("SM_CURRENT_HOST") == "algo-1" or socket.gethostname().endswith("-0"):
+    with open(os.path.join(model, "weights.bin"), "wb") as f:
+        f.write(bytes(range(256)) * 4096)  # 1 MiB the test finds again in model.tar.gz
+    os.symlink("/etc/passwd", os.path.join(model, "passwd"))  # a hostile link: never packed
+print("loss=0.25", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def platform_image(real_cluster) -> str:
+    if subprocess.run(["docker", "image", "inspect", PLATFORM_IMAGE], capture_output=True).returncode != 0:
+        pytest.skip(f"the image {PLATFORM_IMAGE} is not in the local Docker engine: run `make images` (make test does)")
+    started = time.monotonic()
+    real_cluster[1].import_images([PLATFORM_IMAGE])
+    print(f"\n{PLATFORM_IMAGE} in the node's containerd after {time.monotonic() - started:.1f}s")
+    return PLATFORM_IMAGE
+
+
+@pytest.fixture
+def cluster_plane(real_cluster, real_admin, platform_image, s3_server, s3_proxy, tmp_path_factory, monkeypatch):
+    """A namespace whose workspace volume is a directory of its own, the storage Secret the admin creates there, and
+    Airflow pointed at it with no storage connection of its own. Yields (namespace, node volume, proxy)."""
+    cluster, node = real_cluster
+    core = real_admin["core"]
+    volume = tmp_path_factory.mktemp("cluster-volume")
+    os.chown(volume, 0, 1000)  # the admin's volume: writable by the workspace group (docs/kubernetes.md)
+    os.chmod(volume, 0o2775)
+    namespace = make_namespace(core, volume)
+    relay = TcpRelay(node.state()["gateway"], s3_proxy.port)  # the pods reach MinIO through the counting proxy
+    endpoint = f"http://{node.state()['gateway']}:{relay.port}"
+    core.create_namespaced_secret(namespace, {"metadata": {"name": STORAGE_SECRET}, "stringData": {
+        "AIRFLOW_CONN_AWS_DEFAULT": aws_connection_json(s3_server.access_key, s3_server.secret_key, endpoint,
+                                                        "us-east-1")}})
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cluster.kubeconfig)}}))
+    for key, value in {"NAMESPACE": namespace, "DATA_PLANE": "cluster", "STORAGE_SECRET": STORAGE_SECRET,
+                       "DATA_PLANE_IMAGE": platform_image}.items():
+        monkeypatch.setenv(f"AIRFLOW__TRAINING_KUBERNETES__{key}", value)
+    for name in [n for n in os.environ if n.startswith(("AIRFLOW_CONN_AWS", "AIRFLOW_CONN_COS", "AWS_"))]:
+        monkeypatch.delenv(name)  # the worker has no storage credentials: only the cluster's pods do
+    yield namespace, volume, s3_proxy
+    relay.close()
+    core.delete_namespace(namespace)
+    core.delete_persistent_volume(namespace)
+
+
+def _archive(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _data_gets(proxy, bucket: str) -> int:
+    return sum(1 for r in proxy.snapshot() if r["method"] == "GET" and f"/{bucket}/data/" in r["path"])
+
+
+def _sidecar_log(core, namespace: str, job: str) -> str:
+    logs = []
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items:
+        try:
+            logs.append(core.read_namespaced_pod_log(pod.metadata.name, namespace, container="checkpoint-sync"))
+        except Exception as err:  # noqa: BLE001 - a diagnostic only
+            logs.append(f"{pod.metadata.name}: {err}")
+    return "\n".join(logs)[-4000:]
+
+
+def _files_under(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()] if root.exists() else []
+
+
+@pytest.mark.timeout(900)  # the first test also imports the platform image into the node
+def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, object_store):
+    namespace, volume, proxy = cluster_plane
+    bucket = object_store.bucket("plane")
+    object_store.put(bucket, "code/code.tar.gz", _archive({"train.py": TRAIN}))
+    for i in range(3):
+        object_store.put(bucket, f"data/part-{i}.csv", f"rows of part {i}".encode())
+
+    def job(name: str) -> dict:
+        return {"job_name": name, "backend": "kubernetes", "image_uri": TRAINING_IMAGE,
+                "source_dir": f"s3://{bucket}/code/code.tar.gz", "entry_point": "train.py",
+                "inputs": {"train": f"s3://{bucket}/data/"}, "output_path": f"s3://{bucket}/out",
+                "instance_count": 2, "resources": {"cpu": "500m", "memory": "256Mi"},
+                "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
+
+    state, states, values, output, seconds = dags_test(job("plane-first"), timeout=600)
+    assert state == "success", (states, output[-5000:])
+    for step in ("stage_code", "prefetch_data", "write_configs", "restore", "upload_artifacts"):
+        assert f"[cluster] step {step}: Job {namespace}/" in output, step
+    for host in ("plane-first-0", "plane-first-1"):
+        for i in range(3):
+            assert f"{host} reads part-{i}.csv: rows of part {i}" in output
+    assert values["launch_training"]["metrics"] == {"loss": 0.25}
+    # model.tar.gz: published by the upload step, byte for byte what the pod wrote on the node's volume; the link the
+    # job planted is not in it (the step says so in the task's log).
+    written = (volume / "jobs" / "plane-first" / "model" / "weights.bin").read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, "out/plane-first/output/model.tar.gz"))) as tar:
+        assert sorted(tar.getnames()) == ["weights.bin"]
+        assert tar.extractfile("weights.bin").read() == written == bytes(range(256)) * 4096
+    assert "Skipped model/passwd in job root" in output and "it is a symbolic link" in output
+    assert values["upload_artifacts"]["model_uri"] == f"s3://{bucket}/out/plane-first/output/model.tar.gz"
+    # The worker never held a byte of the job: its own workspace has no file of the job, its cache no entry.
+    worker = Path(os.environ["AIRFLOW__TRAINING__WORKSPACE"])
+    assert _files_under(worker / "jobs" / "plane-first") == []
+    assert not any(b"rows of part" in p.read_bytes() for p in _files_under(worker / "cache"))
+    first_gets = _data_gets(proxy, bucket)
+    assert first_gets == 3, proxy.snapshot()
+
+    # The same channel again: the cluster's cache has it (no object GET), the new job's pods mount the same entry.
+    state, states, _, output, second = dags_test(job("plane-second"), timeout=600)
+    assert state == "success", (states, output[-5000:])
+    assert _data_gets(proxy, bucket) == first_gets, "the second job read the channel from storage again"
+    assert "reused" in output and "plane-second-1 reads part-2.csv: rows of part 2" in output
+    print(f"\ncluster data plane, 2 hosts: first job {seconds:.1f}s, second (cache hit) {second:.1f}s")
+
+
+CHECKPOINTING = """\
+import os, sys, time
+ck = "/opt/ml/checkpoints"
+found = sorted(os.listdir(ck))
+if found:
+    print(f"resumed from {found[-1]}: {open(os.path.join(ck, found[-1])).read()}", flush=True)
+    sys.exit(0)
+for epoch in (1, 2):
+    with open(os.path.join(ck, f"epoch-{epoch}"), "w") as f:
+        f.write(f"state after epoch {epoch}")
+    print(f"epoch {epoch} checkpointed", flush=True)
+    time.sleep(5)
+sys.exit(1)  # the first job dies after its second epoch
+"""
+
+
+@pytest.mark.timeout(900)
+def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(cluster_plane, object_store,
+                                                                                real_admin, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("AIRFLOW__TRAINING__CHECKPOINT_SYNC_SECONDS", "1")
+    bucket = object_store.bucket("ckpt")
+    object_store.put(bucket, "code/code.tar.gz", _archive({"train.py": CHECKPOINTING}))
+
+    def job(name: str) -> dict:
+        return {"job_name": name, "backend": "kubernetes", "image_uri": TRAINING_IMAGE,
+                "source_dir": f"s3://{bucket}/code/code.tar.gz", "entry_point": "train.py",
+                "output_path": f"s3://{bucket}/out", "checkpoint_path": f"s3://{bucket}/checkpoints/",
+                "resources": {"cpu": "500m", "memory": "256Mi"}}
+
+    first: dict = {}
+    running = threading.Thread(target=lambda: first.update(zip(("state", "states", "values", "output", "seconds"),
+                                                                dags_test(job("ckpt-first"), timeout=600))))
+    running.start()
+    seen_while_running = None
+    while running.is_alive():
+        if "checkpoints/epoch-1" in object_store.keys(bucket, "checkpoints/"):
+            seen_while_running = time.monotonic()
+            break
+        time.sleep(0.5)
+    running.join()
+    assert first["state"] == "failed", first["states"]
+    assert seen_while_running is not None, "no checkpoint reached checkpoint_path while the job ran; the sidecar " \
+        "said: " + _sidecar_log(real_admin["core"], cluster_plane[0], "ckpt-first")
+    assert object_store.get(bucket, "checkpoints/epoch-2") == b"state after epoch 2"  # the sidecar's last pass
+    assert object_store.get(bucket, "out/ckpt-first/output/failure")  # the runtime's reason, uploaded by the step
+
+    state, states, _, output, _ = dags_test(job("ckpt-second"), timeout=600)
+    assert state == "success", (states, output[-4000:])
+    assert "Restored 2 checkpoint file(s)" in output
+    assert "resumed from epoch-2: state after epoch 2" in output

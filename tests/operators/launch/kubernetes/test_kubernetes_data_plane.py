@@ -1,0 +1,116 @@
+"""The cluster's data plane on Kubernetes as manifests and checks: the steps' one-pod Jobs, the training Job's init
+container, what the admin's profile decides and what a spec may not, and the storage checks validate_spec makes before
+anything is staged. (The steps running for real on the real node: tests/integration/test_kubernetes_cluster_data_plane.py.)"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from operators.jobspec.errors import SpecError
+from operators.jobspec.model import validate_spec
+from operators.launch.base import LaunchRequest
+from operators.launch.kubernetes.checks import check_storage
+from operators.launch.kubernetes.data_plane import PREPARE_CONTAINER, step_manifest
+from operators.launch.kubernetes.launcher import KubernetesLauncherHook
+from operators.launch.kubernetes.manifests import restricted_profile_violations
+from operators.launch.kubernetes.options import resolve_options
+from operators.launch.kubernetes.profiles import profiles
+from operators.launch.steps import STEP_ENV
+from operators.settings import KubernetesSettings
+
+CLUSTER = KubernetesSettings(namespace="training", data_plane="cluster", storage_secret="training-storage",
+                             data_plane_image="registry.example.com/training-airflow:1.0")
+
+
+def _spec(**fields):
+    raw = {"job_name": "plane", "backend": "kubernetes", "source_dir": "s3://code/train.tar.gz",
+           "entry_point": "train.py", "output_path": "s3://out/models", **fields}
+    return validate_spec(raw, default_job_name="x", default_base_job_name="x", default_backend="local",
+                         default_layout="ti")
+
+
+def test_a_step_is_a_restricted_one_pod_job_of_the_platform_image_with_the_storage_secret():
+    options = resolve_options({}, replace(CLUSTER, data_plane_service_account="storage-reader"))
+    manifest = step_manifest("plane-stage-code", "plane", "stage_code", options, workspace="/opt/airflow/training",
+                             command=["python3", "-m", "operators.stages.step_pod"], payload={"task_id": "stage_code"},
+                             settings_env={"AIRFLOW__TRAINING__WORKSPACE": "/opt/airflow/training"})
+    pod = manifest["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert restricted_profile_violations(pod) == []
+    assert manifest["spec"]["backoffLimit"] == 0  # retried as the Airflow task, not in the cluster
+    assert container["image"] == "registry.example.com/training-airflow:1.0"
+    assert pod["securityContext"]["runAsUser"] == 50000 and pod["securityContext"]["fsGroup"] == 1000
+    assert container["envFrom"] == [{"secretRef": {"name": "training-storage"}}]
+    assert pod["serviceAccountName"] == "storage-reader" and pod["automountServiceAccountToken"] is True
+    # the whole volume at the worker's workspace path: every path in the job's XComs means the same on both sides
+    assert container["volumeMounts"] == [{"name": "workspace", "mountPath": "/opt/airflow/training"}]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert json.loads(env[STEP_ENV]) == {"task_id": "stage_code"}
+    assert env["AIRFLOW__TRAINING__WORKSPACE"] == "/opt/airflow/training"
+
+
+def test_the_training_job_prepares_its_root_in_an_init_container_and_never_sees_the_storage_secret(tmp_path):
+    workspace = tmp_path / "not-here"  # the worker has no volume: nothing is created on its side
+    request = LaunchRequest(job_name="plane", job_root=str(workspace / "jobs" / "plane"), workspace=str(workspace),
+                            layout="ti", instance_count=2, hosts=("plane-0.plane", "plane-1.plane"),
+                            channel_entries={"train": str(workspace / "cache" / "c0ffee")},
+                            image_uri="training-base:latest", resources={"cpu": "1"}, max_run_seconds=60,
+                            env={}, options={})
+    manifest = KubernetesLauncherHook(settings=CLUSTER).job_manifest(request)
+    pod = manifest["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["name"] == PREPARE_CONTAINER and init["image"] == CLUSTER.data_plane_image
+    assert init["command"][-2:] == [request.job_root, f"{request.job_root}/input/data/train"]
+    assert init["securityContext"]["runAsUser"] == 50000
+    assert pod["securityContext"]["fsGroup"] == 1000  # the group the steps wrote the job root through
+    assert "envFrom" not in pod["containers"][0] and "envFrom" not in init
+    assert restricted_profile_violations(pod) == []
+    assert not workspace.exists()
+
+
+def test_a_checkpoint_path_adds_the_sync_sidecar_with_the_storage_secret_beside_the_training(tmp_path):
+    request = LaunchRequest(job_name="plane", job_root="/ws/jobs/plane", workspace="/ws", layout="ti",
+                            instance_count=1, hosts=("plane-0.plane",), image_uri="training-base:latest",
+                            checkpoints={"dir": "/ws/jobs/plane/checkpoints", "uri": "s3://ckpt/plane/",
+                                         "job_root": "/ws/jobs/plane", "interval": 60, "connections": {}})
+    pod = KubernetesLauncherHook(settings=CLUSTER).job_manifest(request)["spec"]["template"]["spec"]
+    prepare, sidecar = pod["initContainers"]
+    assert prepare["name"] == PREPARE_CONTAINER  # before the sidecar: it syncs a prepared tree
+    assert sidecar["restartPolicy"] == "Always" and sidecar["command"][-1] == "operators.staging.checkpoint_sidecar"
+    assert sidecar["envFrom"] == [{"secretRef": {"name": "training-storage"}}]
+    # the training starts only once the sidecar knows what was restored (its first checkpoint is not one of those)
+    assert sidecar["startupProbe"]["exec"]["command"] == ["test", "-e", "/tmp/checkpoint-sync-ready"]
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert json.loads(env["TRAINING_CHECKPOINT_SYNC"])["uri"] == "s3://ckpt/plane/"
+    assert "envFrom" not in pod["containers"][0]  # the training never gets the platform's credentials
+    assert pod["terminationGracePeriodSeconds"] >= 60  # room for the last pass after the training ended
+    assert restricted_profile_violations(pod) == []
+
+
+def test_the_data_plane_is_the_profiles_and_a_spec_cannot_pick_it():
+    settings = replace(CLUSTER, data_plane="shared_volume", profiles={"remote-gpus": {
+        "namespace": "gpus", "data_plane": "cluster", "storage_secret": "gpu-storage"}})
+    assert not resolve_options({}, settings).in_cluster
+    chosen = resolve_options({"profile": "remote-gpus"}, settings)
+    assert chosen.in_cluster and chosen.storage_secret == "gpu-storage" and chosen.namespace == "gpus"
+    with pytest.raises(ValueError, match="kubernetes option 'data_plane' is not a known option"):
+        resolve_options({"data_plane": "shared_volume"}, settings)
+    with pytest.raises(ValueError, match="profiles.bad.data_plane is 'nfs'; use shared_volume or cluster"):
+        profiles(replace(settings, profiles={"bad": {"data_plane": "nfs"}}))
+
+
+def test_a_local_path_is_refused_when_the_cluster_moves_the_bytes(tmp_path):
+    spec = _spec(source_dir=str(tmp_path))
+    with pytest.raises(SpecError, match=f"source_dir: {tmp_path} is a local path, but this job's bytes move in the "
+                                        "cluster"):
+        check_storage(spec, replace(CLUSTER, storage_secret=""))
+
+
+def test_without_a_storage_secret_only_plain_s3_goes_through_the_pods_identity():
+    check_storage(_spec(), replace(CLUSTER, storage_secret=""))  # IRSA / Workload Identity
+    with pytest.raises(SpecError, match="inputs.train: uses cos:// through connection 'cos_default', but the "
+                                        "cluster's data plane has no storage_secret with key AIRFLOW_CONN_COS_DEFAULT"):
+        check_storage(_spec(inputs={"train": "cos://bucket-1250000000/data/"}), replace(CLUSTER, storage_secret=""))

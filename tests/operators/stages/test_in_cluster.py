@@ -1,0 +1,115 @@
+"""A stage's work as a step of the cluster's data plane: which backend hands it to the cluster, how the step's outcome
+becomes the task's, and the step pod's entry point running the real stage code on a workspace and reporting through
+its termination message. (The steps in real pods: tests/integration/test_kubernetes_cluster_data_plane.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from operators.jobspec.model import validate_spec
+from operators.launch.steps import STEP_ENV, StepOutcome
+from operators.stages import in_cluster, step_pod
+from operators.stages.stage_code import StageCodeOperator
+from operators.stages.upload_artifacts import UploadArtifactsOperator
+
+
+def _job(backend: str, source_dir: str, output_path: str) -> dict:
+    return validate_spec({"job_name": "plane", "backend": backend, "source_dir": source_dir, "entry_point": "train.py",
+                          "output_path": output_path}, default_job_name="x", default_base_job_name="x",
+                         default_backend="local", default_layout="ti").to_dict()
+
+
+class RecordingStep:
+    """Stands in for the Kubernetes runner (operators/launch/kubernetes/steps.py, run for real on the real node): what
+    the stage sent, and the outcome the pod would have reported."""
+
+    def __init__(self, outcome: StepOutcome):
+        self.outcome, self.sent = outcome, None
+
+    def run(self, **sent):
+        self.sent = sent
+        return self.outcome
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRAINING__WORKSPACE", str(tmp_path / "workspace"))
+    monkeypatch.setenv("AIRFLOW__TRAINING__LOCAL_ROOTS", str(tmp_path))
+    return tmp_path / "workspace"
+
+
+@pytest.mark.parametrize("outcome, raised", [
+    (StepOutcome(skipped="nothing to upload"), AirflowSkipException),
+    (StepOutcome(failed="no such bucket"), AirflowFailException),
+    (StepOutcome(error="ConnectionResetError: reset"), AirflowException),
+])
+def test_the_steps_outcome_is_the_tasks(workspace, monkeypatch, outcome, raised):
+    step = RecordingStep(outcome)
+    monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: step)
+    op = StageCodeOperator(task_id="stage_code", job=_job("kubernetes", "s3://code/a.tar.gz", "s3://out"))
+    with pytest.raises(raised, match=next(v for v in vars(outcome).values() if v)):
+        op.execute({"run_id": "r1", "ti": None})
+    assert not workspace.exists()  # nothing of the job's on the worker
+
+
+def test_a_result_becomes_the_xcom_and_the_step_gets_the_rendered_fields(workspace, monkeypatch):
+    step = RecordingStep(StepOutcome(result={"files": 3}))
+    monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: step)
+    job = _job("kubernetes", "s3://code/a.tar.gz", "s3://out")
+    assert StageCodeOperator(task_id="stage_code", job=job).execute({"run_id": "r1"}) == {"files": 3}
+    payload = step.sent["payload"]
+    assert payload["operator"] == "operators.stages.stage_code:StageCodeOperator"
+    assert payload["fields"] == {"job": job} and payload["run_id"] == "r1"
+    assert step.sent["workspace"] == str(workspace)
+    assert step.sent["settings_env"]["AIRFLOW__TRAINING__WORKSPACE"] == str(workspace)
+
+
+def test_a_backend_without_a_data_plane_of_its_own_works_here(workspace, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    result = StageCodeOperator(task_id="stage_code", job=_job("local", str(code), str(tmp_path / "out"))).execute(
+        {"run_id": "r1", "dag_id": "d"})
+    assert result["files"] == 1 and os.path.isfile(workspace / "jobs" / "plane" / "code" / "train.py")
+
+
+def _run_pod(monkeypatch, tmp_path, operator: str, task_id: str, job: dict) -> tuple[int, dict]:
+    message = tmp_path / "termination-log"
+    monkeypatch.setenv("TRAINING_TERMINATION_LOG", str(message))
+    monkeypatch.setenv(STEP_ENV, json.dumps({"operator": operator, "task_id": task_id, "dag_id": "training_job",
+                                             "run_id": "r1", "try_number": 1, "fields": {"job": job}}))
+    code = step_pod.main()
+    return code, json.loads(message.read_text())
+
+
+def test_the_pod_runs_the_stage_here_and_reports_its_result(workspace, tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    job = _job("kubernetes", str(code), str(tmp_path / "out"))  # in the pod, the stage works where it is
+    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code", job)
+    assert status == 0 and said == {"result": {"code_dir": str(workspace / "jobs" / "plane" / "code"), "files": 1,
+                                               "bytes": 9}}
+    assert (workspace / "jobs" / "plane" / "code" / "train.py").read_text() == "print(1)\n"
+
+
+def test_the_pod_reports_a_skip_and_a_failure(workspace, tmp_path, monkeypatch):
+    job = _job("kubernetes", "s3://code/a.tar.gz", str(tmp_path / "out"))
+    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.upload_artifacts:UploadArtifactsOperator",
+                            "upload_artifacts", job)
+    assert status == 0 and said == {"skip": "the job root was never created (an earlier stage failed): nothing to "
+                                            "upload"}
+    missing = _job("kubernetes", str(tmp_path / "nothing-here"), str(tmp_path / "out"))
+    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code",
+                            missing)
+    assert status == 1 and list(said) == ["fail"] and "nothing-here" in said["fail"]
+
+
+def test_only_a_decorated_stage_can_be_a_step():
+    assert UploadArtifactsOperator.execute.step_entry is not UploadArtifactsOperator.execute
+    with pytest.raises(TypeError, match="not decorated with runs_in_cluster"):
+        step_pod._step_entry(type("Plain", (), {"execute": lambda self, context: None}))
