@@ -93,10 +93,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+# The script's own error, on every rank (exit code 1), before the group forms: else a rank whose error came first
+# could be seen by another, still forming the group, as a lost peer (a restart) on a busy machine.
+if os.environ.get("SM_HP_FAIL"):
+    raise ValueError("learning rate must be positive")
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-if os.environ.get("SM_HP_FAIL"):
-    raise ValueError("learning rate must be positive")  # the script's own error, on every rank: exit code 1
 model = DistributedDataParallel(torch.nn.Linear(1, 1, bias=False))
 torch.nn.init.zeros_(model.module.weight)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -217,10 +217,10 @@ TRAIN = """\
 import json, os, time
 import torch
 import torch.distributed as dist
+if os.environ.get("SM_HP_FAIL"):  # before the group forms: no host's error can reach the other as a lost peer
+    raise ValueError("learning rate must be positive")
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-if os.environ.get("SM_HP_FAIL"):
-    raise ValueError("learning rate must be positive")
 ck = os.path.join(os.environ["PAI_OUTPUT_CHECKPOINTS"], "state.json")
 state = json.load(open(ck)) if os.path.exists(ck) else {"step": 0, "total": 0.0}
 if state["step"]:
