@@ -152,6 +152,9 @@ KUBERNETES = {
                                           "Workload Identity); empty = none. A profile may set it.", ""),
     "data_plane_uid": _option("The uid the in-cluster steps run as (the Airflow image's user); never the "
                               "training's.", "50000"),
+    "data_plane_workspace": _option("Where the platform pods mount the workspace volume (data_plane = cluster): "
+                                    "every path of such a job, whatever [training] workspace the Airflow workers "
+                                    "have.", "/workspace"),
     "workspace_group": _option("The group the in-cluster steps and the training pods share on the cluster's "
                                "workspace volume (fsGroup): its root must be writable by it.", "1000"),
 }

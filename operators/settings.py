@@ -210,6 +210,9 @@ class KubernetesSettings:
     data_plane_service_account: str = ""  # their service account (workload identity: IRSA, GKE Workload Identity)
     data_plane_uid: int = 50000  # their uid (the Airflow image's user); never the training's
     workspace_group: int = 1000  # the group both write the cluster's workspace through (the training image's)
+    # Where the platform pods mount the workspace volume: the paths of a job whose bytes move in the cluster, the same
+    # whatever [training] workspace each Airflow worker has (its own, or none).
+    data_plane_workspace: str = "/workspace"
 
 
 @dataclass(frozen=True)
@@ -255,12 +258,15 @@ def training_settings() -> TrainingSettings:
     )
 
 
-def training_settings_env() -> dict[str, str]:
+def training_settings_env(workspace: str) -> dict[str, str]:
     """The [training] settings as the environment of a platform pod in the cluster (AIRFLOW__TRAINING__<KEY>), so its
-    training_settings() are the worker's: admin settings, no secret among them (connections reach those pods through
-    the storage Secret, operators/launch/kubernetes/data_plane.py)."""
+    training_settings() are the worker's but for the workspace, which is where the pod mounts it: admin settings, no
+    secret among them (connections reach those pods through the storage Secret, operators/launch/kubernetes/
+    data_plane.py)."""
     section = _conf().getsection("training") or {}
-    return {f"AIRFLOW__TRAINING__{key.upper()}": str(value) for key, value in section.items()}
+    env = {f"AIRFLOW__TRAINING__{key.upper()}": str(value) for key, value in section.items()}
+    env["AIRFLOW__TRAINING__WORKSPACE"] = workspace
+    return env
 
 
 def kubernetes_settings() -> KubernetesSettings:
@@ -291,6 +297,7 @@ def kubernetes_settings() -> KubernetesSettings:
         data_plane_service_account=_get(s, "data_plane_service_account", "").strip(),
         data_plane_uid=_get_int(s, "data_plane_uid", 50000, minimum=1),
         workspace_group=_get_int(s, "workspace_group", 1000, minimum=1),
+        data_plane_workspace=os.path.normpath(_get(s, "data_plane_workspace", "/workspace").strip() or "/workspace"),
     )
 
 

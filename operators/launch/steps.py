@@ -19,3 +19,12 @@ class StepOutcome:
     skipped: str | None = None
     failed: str | None = None
     error: str | None = None
+
+
+class StepError(RuntimeError):
+    """A step could not run (one line: what, where, what to do); `permanent`: no retry of the task can fix it (the
+    platform image cannot be pulled, the storage Secret is missing)."""
+
+    def __init__(self, message: str, *, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent

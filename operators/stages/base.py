@@ -62,9 +62,27 @@ class JobStageOperator(BaseOperator):
 
     @cached_property
     def settings(self):
+        """airflow.cfg's [training]; for a job whose backend keeps its files in the cluster, with the workspace where
+        that backend's pods mount it (every path of the job, on the worker and in the pods, is the cluster's)."""
+        from dataclasses import replace
+
         from operators.settings import training_settings
 
-        return training_settings()
+        settings = training_settings()
+        return replace(settings, workspace=self.cluster_workspace) if self.cluster_workspace else settings
+
+    @cached_property
+    def cluster_workspace(self) -> str | None:
+        """Where the job's files are when its backend keeps them in the cluster (seen from this worker, which has no
+        such directory); None: in this worker's [training] workspace."""
+        from operators.stages.in_cluster import in_step_pod
+
+        if not self.job or in_step_pod():  # a step's pod has that workspace in its own settings already
+            return None
+        from operators.launch.registry import launcher_for
+
+        where = getattr(launcher_for(self.spec.backend), "cluster_workspace", None)
+        return where(self.spec.backend_options()) if where is not None else None
 
     @cached_property
     def layout(self):

@@ -16,7 +16,7 @@ import functools
 import os
 from typing import Any
 
-from operators.launch.steps import STEP_ENV
+from operators.launch.steps import STEP_ENV, StepError
 
 STEP_COMMAND = ["python3", "-m", "operators.stages.step_pod"]
 
@@ -65,8 +65,11 @@ def _run_step(op, context, step) -> Any:
                "dag_id": op.dag_id, "run_id": context["run_id"], "try_number": getattr(ti, "try_number", 1),
                "fields": {name: getattr(op, name) for name in op.template_fields}}
     op._cluster_step = step  # on_kill stops it
-    outcome = step.run(workspace=op.settings.workspace, command=STEP_COMMAND, payload=payload,
-                       settings_env=training_settings_env())
+    try:
+        outcome = step.run(workspace=op.settings.workspace, command=STEP_COMMAND, payload=payload,
+                           settings_env=training_settings_env(op.settings.workspace))
+    except StepError as err:
+        raise (AirflowFailException if err.permanent else AirflowException)(str(err)) from None
     if outcome.skipped is not None:
         raise AirflowSkipException(outcome.skipped)
     if outcome.failed is not None:

@@ -13,6 +13,9 @@ from operators.stages.base import JobStageOperator
 # the training-jobs view draws the curves as they grow.
 LIVE_METRICS_SECONDS = 2.0
 QUEUE_KEY = "queue"  # {queue, priority} of a Job waiting in Kueue; read by plugins/training_console/jobs.py
+# {"final", "series"} of a job whose job root this worker cannot write (the cluster's data plane): where the training
+# console's curves come from instead of output/metrics.json (plugins/training_console/app.py)
+METRIC_SERIES_KEY = "metric_series"
 
 
 class LaunchTrainingOperator(JobStageOperator):
@@ -103,8 +106,7 @@ class LaunchTrainingOperator(JobStageOperator):
     def volume_here(self) -> bool:
         """The job root is on this worker's workspace; else (the cluster's data plane) only the backend's pods see it,
         and the worker reads nothing from it and writes nothing to it."""
-        keeps = getattr(self.launcher, "keeps_data_plane", None)
-        return not (keeps is not None and keeps(self.spec.backend_options()))
+        return self.cluster_workspace is None
 
     def _metrics(self):
         from operators.tracking.metrics import MetricCollector
@@ -242,6 +244,8 @@ class LaunchTrainingOperator(JobStageOperator):
         if self.volume_here:
             metrics.read_file(os.path.join(request.job_root, METRICS_STREAM), job_root=request.job_root)
             _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
+        else:
+            self._push(METRIC_SERIES_KEY, metrics.to_json())
         if tracking is not None:
             tracking.finish(metrics.series, "FINISHED" if result.succeeded else
                             "KILLED" if self._stop_reason is not None else "FAILED")
@@ -271,12 +275,16 @@ class LaunchTrainingOperator(JobStageOperator):
     def _record_outcome(self, summary: dict) -> None:
         """A failed task returns no XCom: the summary (failure class, metrics so far) goes under key "outcome",
         where the training-jobs view reads it."""
+        self._push("outcome", summary)
+
+    def _push(self, key: str, value: Any) -> None:
+        """An XCom for the training-jobs view, from wherever the task is (after a deferral, too)."""
         from airflow.sdk import get_current_context
 
         try:
-            get_current_context()["ti"].xcom_push(key="outcome", value=summary)
-        except Exception as err:  # noqa: BLE001 - the UI's detail must never hide the training's own failure
-            self.log.warning("Could not record the outcome of %s for the UI: %s", self.spec.job_name, err)
+            get_current_context()["ti"].xcom_push(key=key, value=value)
+        except Exception as err:  # noqa: BLE001 - the UI's detail must never hide the training's own result
+            self.log.warning("Could not record %s of %s for the UI: %s", key, self.spec.job_name, err)
 
     # -- early stopping (optional: hyperparameter search trials) ------------------------------------------
     def _trial_monitor(self):

@@ -41,7 +41,7 @@ from training_console.spec_access import (ANOTHER_RUN, OTHER_RUN, THIS_RUN, chec
 from training_console.web_boundary import refuse_cross_site, security_headers
 from training_console.list_filters import FilterError, parse_filters
 from operators.stage_names import STAGE_LABELS, STAGES
-from training_console.jobs import Job, load_jobs, load_jobs_cached, query_items
+from training_console.jobs import Job, decode_xcom, load_jobs, load_jobs_cached, query_items
 from training_console.warmup import warm_up
 
 STATIC = Path(__file__).parent / "static"
@@ -237,7 +237,23 @@ def get_metrics(dag_id: str, run_id: str, map_index: int, session: SessionDep) -
                 "note": OTHER_RUN if owner == ANOTHER_RUN else None}
     check_served_paths(job.spec)
     return {"status": status, "queue_line": queue_line,
-            **artifacts.metrics(job.spec, live=status in ("running", "queued"))}
+            **artifacts.metrics(job.spec, live=status in ("running", "queued"),
+                                recorded=_metric_series(session, job))}
+
+
+def _metric_series(session, job: Job) -> Any:
+    """The series the launch task recorded as XCom (the cluster's data plane: no metrics.json on this side); read for
+    one job's page only, never for the list."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    from operators.stages.launch_training import METRIC_SERIES_KEY
+
+    value = session.scalar(select(XComModel.value).where(
+        XComModel.dag_id == job.dag_id, XComModel.run_id == job.run_id,
+        XComModel.task_id == job.prefix + "launch_training", XComModel.map_index == job.map_index,
+        XComModel.key == METRIC_SERIES_KEY))
+    return decode_xcom(value) if value is not None else None
 
 
 @app.get("/api/compare")

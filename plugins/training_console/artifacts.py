@@ -88,8 +88,10 @@ def parent_of(session, resume_from: str | None, dag_ids=None) -> dict[str, Any] 
     return {"job_name": parent_name, "uri": resume_from}
 
 
-def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
-    """{"final": {...}, "series": {name: [{"step", "value", "timestamp"}]}}, live from the job root when running."""
+def metrics(spec: Mapping[str, Any], *, live: bool, recorded: Any = None) -> dict[str, Any]:
+    """{"final": {...}, "series": {name: [{"step", "value", "timestamp"}]}}, live from the job root when running;
+    `recorded`: what the launch task recorded where it could not write the job root (the cluster's data plane), used
+    when neither the job root nor the output has a metrics.json."""
     from operators.tracking.metrics import MetricCollector
 
     from operators.fs.job_root import JobRoot
@@ -106,6 +108,8 @@ def metrics(spec: Mapping[str, Any], *, live: bool) -> dict[str, Any]:
             data = json.loads(storage_of(spec).read_bytes(output_uri(spec) + "metrics.json"))
         except Exception as err:  # noqa: BLE001 - no metrics is a normal state (failed early, no definitions)
             log.debug("no metrics.json for %s: %s", spec.get("job_name"), err)
+    if data is None:
+        data = recorded
     collector = MetricCollector()
     collector.load_series(data.get("series") if isinstance(data, dict) else None)
     if live and root:  # points the script appended itself join only until the final metrics.json includes them

@@ -187,7 +187,7 @@ def _span(job: Job, stages: Iterable[str], now: datetime) -> float | None:
     return round((max(ends) - min(starts)).total_seconds(), 1)
 
 
-def _decode(value: Any) -> Any:
+def decode_xcom(value: Any) -> Any:
     if isinstance(value, (bytes, str)):
         try:
             return json.loads(value)
@@ -260,24 +260,24 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
     for (dag_id, rid, prefix, map_index), job in jobs.items():
         state, after, conf, note = run_info.get((dag_id, rid), (None, None, None, None))
         job.run_state, job.run_after, job.run_note = state, after, note
-        job.conf = _decode(conf) or {}
+        job.conf = decode_xcom(conf) or {}
     for dag_id, rid, task_id, map_index, value, key in xcoms:  # "outcome": the summary of a failed launch
         if task_id == APPROVAL_TASK:  # the run's decision: its job is the run's one plain job
             job = jobs.get((dag_id, rid, "", map_index))
             if job is not None:
-                record = _decode(value)
+                record = decode_xcom(value)
                 job.approval = record if isinstance(record, dict) else None
             continue
         split = _split(task_id)
         job = jobs.get((dag_id, rid, split[0], map_index)) if split else None
         if job is not None and key == FAILURE_REASON_KEY:
-            reason = _decode(value)
+            reason = decode_xcom(value)
             job.reasons[split[1]] = reason if isinstance(reason, str) else str(reason)
         elif job is not None and key == QUEUE_KEY:
-            queue = _decode(value)
+            queue = decode_xcom(value)
             job.queue = queue if isinstance(queue, dict) else None
         elif job is not None and split[1] in RESULT_STAGES and (key == "return_value" or split[1] not in job.xcoms):
-            job.xcoms[split[1]] = _decode(value)
+            job.xcoms[split[1]] = decode_xcom(value)
     return list(jobs.values())
 
 

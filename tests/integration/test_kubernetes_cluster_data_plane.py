@@ -95,6 +95,22 @@ def _data_gets(proxy, bucket: str) -> int:
     return sum(1 for r in proxy.snapshot() if r["method"] == "GET" and f"/{bucket}/data/" in r["path"])
 
 
+def _recorded_series(job_name: str) -> dict:
+    """The launch task's XCom "metric_series" of the last run of training_job (operators/stages/launch_training.py)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(select(DagRun).where(DagRun.dag_id == "training_job").order_by(DagRun.id.desc())).first()
+        assert run.conf["job_name"] == job_name
+        row = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job", key="metric_series",
+                                                 task_ids="launch_training")).first()
+        assert row is not None, "launch_training recorded no metric_series"
+        return XComModel.deserialize_value(row)
+
+
 def _sidecar_log(core, namespace: str, job: str) -> str:
     logs = []
     for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items:
@@ -132,6 +148,8 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
         for i in range(3):
             assert f"{host} reads part-{i}.csv: rows of part {i}" in output
     assert values["launch_training"]["metrics"] == {"loss": 0.25}
+    # no metrics.json on this side: the curves the job page draws are the launch task's record
+    assert _recorded_series("plane-first")["series"]["loss"][0]["value"] == 0.25
     # model.tar.gz: published by the upload step, byte for byte what the pod wrote on the node's volume; the link the
     # job planted is not in it (the step says so in the task's log).
     written = (volume / "jobs" / "plane-first" / "model" / "weights.bin").read_bytes()
@@ -207,3 +225,20 @@ def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(
     assert state == "success", (states, output[-4000:])
     assert "Restored 2 checkpoint file(s)" in output
     assert "resumed from epoch-2: state after epoch 2" in output
+
+
+def test_a_step_that_fails_says_why_in_one_line_and_is_not_retried_in_vain(cluster_plane, object_store, monkeypatch):
+    bucket = object_store.bucket("fail")
+    job = {"job_name": "plane-missing", "backend": "kubernetes", "image_uri": TRAINING_IMAGE,
+           "source_dir": f"s3://{bucket}/code/missing.tar.gz", "entry_point": "train.py",
+           "output_path": f"s3://{bucket}/out"}
+    # The step's storage error no retry can fix: the task fails at once with the step's own line.
+    state, states, _, output, _ = dags_test(job, timeout=300)
+    assert state == "failed" and states["stage_code"] == "failed" and states["launch_training"] != "success", states
+    assert f"s3://{bucket}/code/missing.tar.gz" in output and "[cluster] step stage_code" in output
+    assert output.count("[cluster] step stage_code: Job ") == 1, "a permanent failure was retried"
+    # A platform image the node cannot pull: the step fails at once naming the setting, instead of waiting.
+    monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__DATA_PLANE_IMAGE", "training-airflow:no-such-tag")
+    state, states, _, output, _ = dags_test({**job, "job_name": "plane-no-image"}, timeout=300)
+    assert state == "failed" and states["stage_code"] == "failed", states
+    assert "step stage_code cannot start" in output and "check [training.kubernetes] data_plane_image" in output

@@ -4,8 +4,9 @@ that submits and follows a step is operators/launch/kubernetes/steps.py).
 
 - A *step* is one stage's work (stage code, prefetch data, write configs, restore, upload) run as a one-pod Job of the
   platform's image (`data_plane_image`, the Airflow image: the same code the worker would run). It mounts the
-  workspace volume whole at `[training] workspace`, the path the worker's settings name, so every path in the job's
-  XComs means the same on both sides. Its storage credentials are the connections of the profile's `storage_secret`
+  workspace volume whole at `data_plane_workspace` (/workspace), under which the worker computes the job's paths too
+  (operators/stages/base.py), so every path in the job's XComs means the same on both sides, whatever [training]
+  workspace each Airflow worker has. Its storage credentials are the connections of the profile's `storage_secret`
   (keys `AIRFLOW_CONN_<ID>`, what Airflow reads from the environment) or, without one, the pod's own identity
   (`data_plane_service_account`: IRSA's AWS_ROLE_ARN / AWS_WEB_IDENTITY_TOKEN_FILE, GKE Workload Identity); never a
   connection of the Airflow deployment copied in by whoever triggered the run.

@@ -146,21 +146,21 @@ class KubernetesLauncherHook(BaseHook):
         options = with_secret_env(self.options(request), resource_name(request.job_name), request.secret_env)
         if not options.in_cluster:
             return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
-        # The cluster's data plane: the worker has no volume, the Job's own platform containers prepare the job root
-        # (and sync its checkpoints).
-        from operators.settings import training_settings_env
+        from operators.settings import training_settings_env  # the cluster's data plane: its containers in the Job
 
         manifest = job_manifest(request, options, self.image(request), options.workspace_group)
         return with_data_plane(manifest, request, self._mount_points(request), options,
-                               training_settings_env() if request.checkpoints else {})
+                               training_settings_env(request.workspace) if request.checkpoints else {})
 
     @staticmethod
     def _mount_points(request: LaunchRequest) -> list[str]:
         return [os.path.join(request.job_root, "input", "data", channel) for channel in request.channel_entries]
 
-    def keeps_data_plane(self, options: Mapping[str, Any]) -> bool:
-        """The job's profile keeps its bytes in the cluster (data_plane = cluster): this worker has no volume."""
-        return resolve_options(options, self.settings).in_cluster
+    def cluster_workspace(self, options: Mapping[str, Any]) -> str | None:
+        """Where the job's files are when its profile keeps its bytes in the cluster (data_plane = cluster): where the
+        platform pods mount the volume, whatever this worker's [training] workspace; None: this worker's."""
+        resolved = resolve_options(options, self.settings)
+        return resolved.data_plane_workspace if resolved.in_cluster else None
 
     def cluster_step(self, job_name: str, options: Mapping[str, Any], step: str,
                      on_line: LineCallback) -> ClusterStep | None:

@@ -16,12 +16,13 @@ import logging
 import time
 from typing import Any, Callable, Mapping
 
+from operators.launch.base import is_rate_limited
 from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, finished_state
 from operators.launch.kubernetes.data_plane import STEP_CONTAINER, step_manifest
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION
 from operators.launch.kubernetes.options import KubernetesJobOptions
 from operators.launch.names import resource_name
-from operators.launch.steps import StepOutcome
+from operators.launch.steps import StepError, StepOutcome
 
 log = logging.getLogger(__name__)
 
@@ -138,12 +139,14 @@ class ClusterStep:
                 if state and (state.running or state.terminated):
                     return pod
                 waiting = state.waiting if state else None
-                if waiting and waiting.reason in STUCK_REASONS:
+                # a registry's rate limit passes: waited out until the start timeout, as the training's pulls are
+                if waiting and waiting.reason in STUCK_REASONS and not is_rate_limited(waiting.message or ""):
                     self.delete()
-                    raise KubernetesLaunchError(
+                    raise StepError(
                         f"step {self.step} cannot start in namespace {self.namespace} ({waiting.reason}: "
                         f"{waiting.message or ''}); check [training.kubernetes] data_plane_image "
-                        f"({self.options.data_plane_image}) and storage_secret ({self.options.storage_secret or 'none'})")
+                        f"({self.options.data_plane_image}) and storage_secret ({self.options.storage_secret or 'none'})",
+                        permanent=True)
                 phase = waiting.reason if waiting else pod.status.phase
                 if phase != said:
                     self.on_line(f"[cluster] step {self.step}: pod {pod.metadata.name} {phase}")

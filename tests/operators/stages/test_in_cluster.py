@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from operators.jobspec.model import validate_spec
-from operators.launch.steps import STEP_ENV, StepOutcome
+from operators.launch.steps import STEP_ENV, StepError, StepOutcome
 from operators.stages import in_cluster, step_pod
 from operators.stages.stage_code import StageCodeOperator
 from operators.stages.upload_artifacts import UploadArtifactsOperator
@@ -32,6 +32,8 @@ class RecordingStep:
 
     def run(self, **sent):
         self.sent = sent
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
         return self.outcome
 
 
@@ -56,6 +58,16 @@ def test_the_steps_outcome_is_the_tasks(workspace, monkeypatch, outcome, raised)
     assert not workspace.exists()  # nothing of the job's on the worker
 
 
+@pytest.mark.parametrize("permanent, raised", [(True, AirflowFailException), (False, AirflowException)])
+def test_a_step_that_cannot_run_fails_the_task_at_once_only_when_no_retry_helps(workspace, monkeypatch, permanent,
+                                                                                 raised):
+    monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: RecordingStep(StepError("cannot start", permanent=permanent)))
+    op = StageCodeOperator(task_id="stage_code", job=_job("kubernetes", "s3://code/a.tar.gz", "s3://out"))
+    with pytest.raises(raised, match="cannot start") as caught:
+        op.execute({"run_id": "r1", "ti": None})
+    assert permanent or not isinstance(caught.value, AirflowFailException)
+
+
 def test_a_result_becomes_the_xcom_and_the_step_gets_the_rendered_fields(workspace, monkeypatch):
     step = RecordingStep(StepOutcome(result={"files": 3}))
     monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: step)
@@ -66,6 +78,18 @@ def test_a_result_becomes_the_xcom_and_the_step_gets_the_rendered_fields(workspa
     assert payload["fields"] == {"job": job} and payload["run_id"] == "r1"
     assert step.sent["workspace"] == str(workspace)
     assert step.sent["settings_env"]["AIRFLOW__TRAINING__WORKSPACE"] == str(workspace)
+
+
+def test_a_cluster_job_s_paths_are_the_clusters_whatever_this_workers_workspace(workspace, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__DATA_PLANE", "cluster")
+    step = RecordingStep(StepOutcome(result={}))
+    monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: step)
+    op = StageCodeOperator(task_id="stage_code", job=_job("kubernetes", "s3://code/a.tar.gz", "s3://out"))
+    op.execute({"run_id": "r1"})
+    assert op.layout.root == "/workspace/jobs/plane"  # [training.kubernetes] data_plane_workspace
+    assert step.sent["workspace"] == "/workspace"
+    assert step.sent["settings_env"]["AIRFLOW__TRAINING__WORKSPACE"] == "/workspace"
+    assert not workspace.exists()
 
 
 def test_a_backend_without_a_data_plane_of_its_own_works_here(workspace, tmp_path):

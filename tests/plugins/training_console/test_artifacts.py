@@ -76,6 +76,18 @@ def test_running_jobs_show_live_metrics_from_the_job_root(tmp_path):
     assert "val_loss" not in artifacts.metrics(spec, live=False)["series"]  # the final metrics.json already has them
 
 
+def test_a_job_whose_root_is_in_the_cluster_shows_the_series_its_launch_task_recorded(tmp_path):
+    """The cluster's data plane: no job root and no metrics.json on this side; the launch task's XCom has the curves
+    (and every point is checked as a metrics.json's would be)."""
+    recorded = {"final": {"loss": 0.25}, "series": {"loss": [{"value": 0.5, "step": 0}, {"value": 0.25, "step": 1}],
+                                                     "bad": [{"value": "DROP TABLE", "step": 0}]}}
+    spec = {"job_name": "in-the-cluster", "output_path": str(tmp_path / "nothing-uploaded")}
+    shown = artifacts.metrics(spec, live=False, recorded=recorded)
+    assert [p["value"] for p in shown["series"]["loss"]] == [0.5, 0.25] and shown["final"] == {"loss": 0.25}
+    assert "bad" not in shown["series"]
+    assert artifacts.metrics(spec, live=False)["series"] == {}
+
+
 def test_the_view_reads_no_link_the_job_left_in_its_root(tmp_path):
     """Issue 23: a Viewer must not get a file outside the job through links at output/failure or metrics.json."""
     from operators.settings import training_settings
