@@ -260,11 +260,14 @@ def test_the_script_s_own_error_fails_every_host_at_once_without_a_restart(make_
     procs = {h: _start(job, h, tmp_path / f"{h}.log") for h in HOSTS[:2]}
     codes = {h: p.wait(timeout=120) for h, p in procs.items()}
     logs = {h: (tmp_path / f"{h}.log").read_text() for h in HOSTS[:2]}
-    assert codes == {"algo-1": 1, "algo-2": 1}, logs
+    # Host 1 fails with the script's error. Host 2 does too, or, on a busy machine, first loses the rendezvous store
+    # that host 1's stopped agent held (exit 4, a platform error: on Kubernetes the Job has failed on host 1's exit 1
+    # already). Neither restarts.
+    assert codes["algo-1"] == 1 and codes["algo-2"] in (1, 4), logs
     for log in logs.values():
         assert "will restart worker group" not in log and "re-formed" not in log
-        assert "ValueError: learning rate must be positive (the script's own error: elastic training does not " \
-               "restart it)" in log
+    assert "ValueError: learning rate must be positive (the script's own error: elastic training does not restart " \
+           "it)" in logs["algo-1"]
     assert job.failure.startswith("the user code (entry point train.py) failed with exit code 1: ValueError: learning")
     assert "Rank " in job.failure and 'raise ValueError("learning rate must be positive")' in job.failure
     print(f"\nelastic user error on 2 local hosts: {time.monotonic() - started:.1f}s")
