@@ -122,6 +122,7 @@ class LaunchResult:
     failure_reason: str | None = None
     failure_class: str | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    restarts: Mapping[str, int] = field(default_factory=dict)  # elastic jobs: host -> times it was started again
 
     @property
     def retryable(self) -> bool:

@@ -253,6 +253,8 @@ class LaunchTrainingOperator(JobStageOperator):
             sync.sync_final()
         summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
                    "failure_class": result.failure_class}
+        if result.restarts:  # an elastic job's hosts that were started again (the training-jobs view shows them)
+            summary["restarts"] = dict(result.restarts)
         if self._stop_reason is not None and not result.succeeded:
             self._end_stopped_early()
         if result.succeeded:

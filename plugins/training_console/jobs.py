@@ -165,6 +165,7 @@ class Job:
             "resources": spec.get("resources") or {},
             "image_uri": spec.get("image_uri"),
             "metrics": launch.get("metrics") or {},
+            "restarts": launch.get("restarts") or {},  # an elastic job's hosts started again: host -> times
             "model_uri": upload.get("model_uri"),
             "resume_from": spec.get("resume_from"),
             "tags": spec.get("tags") or {},

@@ -96,6 +96,7 @@ def test_a_deleted_pod_of_a_three_host_elastic_job_is_replaced_and_the_training_
     result = outcome["result"]
     text = "\n".join(lines)
     assert result.succeeded, (result, text[-6000:])
+    assert result.restarts == {"real-elastic-1": 1}  # what the training-jobs view shows
 
     # Which host was lost, that it was replaced once, and from where the group went on.
     lost = [line for line in lines if line.startswith("[kubernetes] elastic: real-elastic-1 lost (pod "

@@ -4,6 +4,8 @@ and what the containers' final states mean (:func:`job_result`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Mapping
 
 from operators.launch.docker.containers import job_addresses, job_labels
@@ -133,8 +135,14 @@ def create_job_network(client, request: LaunchRequest) -> list[str]:
     raise RuntimeError(f"could not create the network {network}")  # not reached
 
 
-def job_result(request: LaunchRequest, states: Mapping[str, Mapping[str, Any]], timed_out: bool) -> LaunchResult:
-    """What the containers' final states mean for the job."""
+def job_result(request: LaunchRequest, states: Mapping[str, Mapping[str, Any]], timed_out: bool,
+               restarts: Mapping[str, int] | None = None) -> LaunchResult:
+    """What the containers' final states mean for the job; `restarts`: an elastic job's hosts started again."""
+    result = _verdict(request, states, timed_out)
+    return dataclasses.replace(result, restarts=dict(restarts)) if restarts else result
+
+
+def _verdict(request: LaunchRequest, states: Mapping[str, Mapping[str, Any]], timed_out: bool) -> LaunchResult:
     if timed_out:
         return LaunchResult(
             succeeded=False,

@@ -78,6 +78,7 @@ class DockerLauncherHook(BaseHook):
         self._default_image = default_image
         self._pids_limit = pids_limit
         self._gpus_leased = False
+        self.restarts: dict[str, int] = {}  # elastic jobs: container -> times it was started again (_wait)
 
     # ---- configuration --------------------------------------------------------------------------------
     @property
@@ -208,7 +209,7 @@ class DockerLauncherHook(BaseHook):
                 follower.catch_up()
             except Exception as err:
                 self.log.warning("Could not read the rest of the log of %s: %s", follower.container, err)
-        result = engine.job_result(request, states, timed_out)
+        result = engine.job_result(request, states, timed_out, self.restarts)
         if result.succeeded:
             on_line(f"[docker] job {resource_name(request.job_name)} completed on {request.instance_count} host(s)")
         self._cleanup(request, options)
@@ -352,7 +353,7 @@ class DockerLauncherHook(BaseHook):
         job's container that died of anything but a user error or the time limit is started again instead, at most
         elastic max_restarts times per host: torchrun in the others re-forms the group with it."""
         stopping = False
-        restarts: dict[str, int] = {}
+        restarts = self.restarts = {}
         while True:
             states = {name: self._inspect(name)["State"] for name in names}
             running = [name for name, state in states.items() if state.get("Running")]

@@ -38,6 +38,10 @@ class ElasticHosts:
         """Kueue suspended the Job (preemption): the pods it deleted are not restarts of their hosts."""
         self.index_pods.clear()
 
+    def restarts(self, name: str) -> dict[str, int]:
+        """Host -> how often a replacement pod started it again (the Job `name`'s hosts are `<name>-<index>`)."""
+        return {f"{name}-{index}": len(pods) - 1 for index, pods in sorted(self.index_pods.items()) if len(pods) > 1}
+
     def in_order(self, pods: list[Any]) -> list[Any]:
         """An elastic Job's pods with replacements after the pods they replace; other Jobs' as they are."""
         if not self.enabled:

@@ -325,7 +325,7 @@ class KubernetesLauncherHook(BaseHook):
                                                "pods were deleted")
         if event["status"] == "success":
             on_line(f"[kubernetes] Job {name} completed on {request.instance_count} host(s)")
-            return LaunchResult(succeeded=True, exit_code=0)
+            return LaunchResult(succeeded=True, exit_code=0, restarts=dict(event.get("restarts") or {}))
         if not event.get("job_finished", True):
             on_line(f"[kubernetes] stopping Job {name}: {event['failure_class']} is not worth retrying in the cluster")
             self.stop(request)
@@ -339,6 +339,7 @@ class KubernetesLauncherHook(BaseHook):
             exit_code=event.get("exit_code"),
             failure_reason=f"{message}: {reason}" if reason else message,
             failure_class=event.get("failure_class"),
+            restarts=dict(event.get("restarts") or {}),
         )
 
     def stop(self, request: LaunchRequest) -> None:

@@ -421,8 +421,8 @@ class JobWatch:
         finally:
             for task in self.followers.values():
                 task.cancel()
-        result.update(name=self.name, namespace=self.namespace, pods=dict(self.pods),
-                      log_cursors={pod: list(cursor) for pod, cursor in self.cursors.items()})
+        result.update(name=self.name, namespace=self.namespace, pods=dict(self.pods), log_cursors={
+            pod: list(cursor) for pod, cursor in self.cursors.items()}, restarts=self.elastic_hosts.restarts(self.name))
         return result
 
     async def _watch(self, core: Any, batch: Any, objects: Any = None) -> dict[str, Any]:

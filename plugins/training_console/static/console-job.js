@@ -50,6 +50,13 @@ function approvalLine(a) {
   return `Promotion ${a.decision} by ${a.by || "someone"}${a.at ? " at " + fmtTime(a.at) : ""}${a.reason ? ": " + a.reason : ""}`;
 }
 
+// An elastic job's hosts that were started again (the launch stage's result, from the API): one line, none without.
+function restartsLine(restarts) {
+  const hosts = Object.entries(restarts || {});
+  if (!hosts.length) return "";
+  return "Hosts started again: " + hosts.map(([host, n]) => `${host} (${n}×)`).join(", ");
+}
+
 async function drawMetrics(key) {
   const data = await pageData(apiJob(key) + "/metrics");
   const el = document.getElementById("charts");
@@ -91,6 +98,7 @@ export async function jobPage(key, section) {
       </div></div>
     ${job.status === "queued" && job.queue ? `<p id="queue-line" class="muted">${esc(job.queue_line || "queued in " + job.queue)}</p>` : ""}
     ${approvalLine(job.approval) ? '<p id="approval"></p>' : ""}
+    ${restartsLine(job.restarts) ? '<p id="restarts" class="muted"></p>' : ""}
     <div id="stop-confirm" class="confirm" hidden></div>
     <div id="clone"></div>
     ${failure}
@@ -113,6 +121,8 @@ export async function jobPage(key, section) {
       <pre id="host-log">Loading…</pre></section>`;
   const approval = document.getElementById("approval");
   if (approval) { approval.textContent = approvalLine(job.approval); approval.dataset.decision = job.approval.decision; }
+  const restarts = document.getElementById("restarts");
+  if (restarts) restarts.textContent = restartsLine(job.restarts);
   document.getElementById("clone-btn").onclick = () => clonePanel(job, false);
   if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
   if (running) document.getElementById("stop").onclick = () => stopPanel(job);

@@ -181,3 +181,10 @@ def test_a_filter_that_cannot_be_read_is_one_line_saying_what_to_write(kwargs, w
 
     with pytest.raises(FilterError, match=words.replace("(", r"\(").replace(")", r"\)")):
         parse_filters(**kwargs)
+
+
+def test_an_elastic_job_says_which_hosts_were_started_again():
+    elastic = job("elastic-run", OK)
+    elastic.xcoms["launch_training"] = {"metrics": {}, "restarts": {"elastic-run-1": 1}}
+    assert elastic.summary(T0)["restarts"] == {"elastic-run-1": 1}
+    assert job("static-run", OK).summary(T0)["restarts"] == {}  # nothing to say

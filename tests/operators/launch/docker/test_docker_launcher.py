@@ -316,3 +316,14 @@ def test_restarts_are_bounded_per_host_and_without_elastic_there_are_none(tmp_pa
     assert "[docker] elastic: j-1 lost again (exit code 137) after 1 restart(s): max_restarts is used up" in lines
     static, lines, _, _ = _waited(tmp_path, {"j-0": [RUNNING], "j-1": [RUNNING, killed]}, None)
     assert static.started == [] and static.stopped == ["j-0"]
+
+
+def test_an_elastic_job_s_result_names_the_hosts_started_again(tmp_path):
+    from operators.launch.base import LaunchRequest
+    from operators.launch.docker.engine import job_result
+
+    request = LaunchRequest(job_name="el", job_root=str(tmp_path), workspace=str(tmp_path), layout="ti",
+                            instance_count=2, hosts=("el-0", "el-1"))
+    done = {"el-0": {"ExitCode": 0, "Status": "exited"}, "el-1": {"ExitCode": 0, "Status": "exited"}}
+    assert job_result(request, done, False, {"el-1": 1}).restarts == {"el-1": 1}
+    assert job_result(request, done, False).restarts == {}

@@ -76,6 +76,7 @@ def test_a_lost_host_and_its_replacement_are_said_once_each():
     replaced = [*lost, pod("el-1-d", 1, 30)]
     assert w.verdict(job(3), replaced) is None
     assert w.verdict(job(3, "Complete"), replaced)["status"] == "success"
+    assert w.elastic_hosts.restarts("el") == {"el-1": 1}  # the job's result says so (the training-jobs view shows it)
     assert elastic_lines(lines) == [
         "[kubernetes] elastic: el-1 lost (pod el-1-b: exit code 143, Error); the other hosts go on or wait for it, "
         "Kubernetes starts a replacement unless the job fails",
