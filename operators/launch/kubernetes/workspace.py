@@ -48,12 +48,20 @@ def prepare_job_root(job_root: str, mount_points: list[str]) -> None:
 
 
 def _add_mode(path: str, bits: int) -> None:
+    # Through a descriptor opened without following a link: a name a running job swaps for a link between a check
+    # and a chmod by path would have us change the mode of whatever the link points to (we may run as root).
     try:
-        mode = os.lstat(path).st_mode
-        if not stat.S_ISLNK(mode) and (mode & bits) != bits:
-            os.chmod(path, stat.S_IMODE(mode) | bits)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # a link (ELOOP), or not ours to read: nothing to do
+        return
+    try:
+        mode = os.fstat(fd).st_mode
+        if (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and (mode & bits) != bits:
+            os.fchmod(fd, stat.S_IMODE(mode) | bits)
     except OSError:  # not ours (written by a pod of an earlier try): it is group-writable through fsGroup already
         pass
+    finally:
+        os.close(fd)
 
 
 def write_launch_record(state: str, job_uid: str) -> None:

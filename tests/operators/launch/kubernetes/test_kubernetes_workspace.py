@@ -66,3 +66,43 @@ def test_a_launch_record_the_pod_forged_in_the_job_root_is_not_read(tmp_path):
     (root / "output" / "success").write_text("")
     (root / ".kubernetes-job.json").write_text('{"uid": "forged", "created": 0}')
     assert not succeeded_since_launch(str(root), state)
+
+
+def test_a_file_swapped_for_a_link_while_the_root_is_prepared_never_passes_its_mode_change_on(tmp_path,
+                                                                                             monkeypatch):
+    """A running job swaps a file for a link to something outside just after it was looked at: the mode change goes
+    to neither (the preparation may run as root)."""
+    import os
+    import stat
+
+    from operators.launch.kubernetes.workspace import prepare_job_root
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the job's")
+    outside.chmod(0o600)
+    root = tmp_path / "job"
+    (root / "model").mkdir(parents=True)
+    (root / "model" / "weights").write_text("w")
+    (root / "model" / "weights").chmod(0o600)
+    real_lstat, real_open = os.lstat, os.open
+
+    def swap(path):
+        if str(path).endswith("weights") and not stat.S_ISLNK(real_lstat(path).st_mode):
+            os.unlink(path)
+            os.symlink(outside, path)
+
+    def lstat_then_swap(path, *args, **kwargs):  # the worst moment for a check by path: just after it
+        result = real_lstat(path, *args, **kwargs)
+        swap(path)
+        return result
+
+    def swap_then_open(path, *args, **kwargs):  # ... for a descriptor: just before it is opened
+        swap(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat_then_swap)
+    monkeypatch.setattr(os, "open", swap_then_open)
+    prepare_job_root(str(root), [])
+    monkeypatch.undo()
+    assert outside.stat().st_mode & 0o777 == 0o600  # the link's target keeps its mode
+    assert os.path.islink(root / "model" / "weights")
