@@ -25,7 +25,7 @@ KUEUE_VERSION := v0.17.0
 export KUEUE_DIR ?= $(TOOLS_CACHE)/kueue-$(KUEUE_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: install lint sandbox-deps postgres db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers mlflow-server node-deps node-tools minio k8s-tools kueue cluster cluster-down
+.PHONY: install lint sandbox-deps postgres redis db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers mlflow-server node-deps node-tools minio k8s-tools kueue cluster cluster-down
 
 # Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
 # fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
@@ -71,6 +71,13 @@ postgres:
 			/etc/postgresql-common/createcluster.conf; } && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Dpkg::Options::=--force-confold postgresql >/dev/null) || \
 		{ echo "PostgreSQL is missing and could not be installed (run as root: apt-get install postgresql)"; exit 1; }
+
+# Redis, the CeleryExecutor's broker in the several-workers test (tests/integration/redis_server.py starts a private
+# server per session): Debian's redis-server, installed as root when missing; the package starts no service here.
+redis:
+	@command -v redis-server >/dev/null || (test "$$(id -u)" = 0 && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) || \
+		{ echo "redis-server is missing and could not be installed (run as root: apt-get install redis-server)"; exit 1; }
 
 # Cold: 920 s here (module download + compile, 2 cores shared with other builds, load 8-14); niced, so other work
 # on the machine comes first. Then cached: a fresh clone on the same machine reuses the binary.
@@ -136,7 +143,7 @@ TEST_WORKERS ?= 4
 INTEGRATION_WORKERS ?= 2
 # A hung run ends here, with pytest's summary, not at CI's own limit (each test also has a limit: pyproject.toml).
 INTEGRATION_LIMIT ?= 3600
-test: install lint peers mlflow-server images browser-deps node-tools minio k8s-tools kueue postgres
+test: install lint peers mlflow-server images browser-deps node-tools minio k8s-tools kueue postgres redis
 	$(PY) -m pytest -q -rfEs -n $(TEST_WORKERS) --ignore=tests/integration tests
 	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rfEs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
 	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (about 38 min on 2 busy cores): interrupted; the tests it was running are named above"; exit $$rc; }

@@ -65,7 +65,10 @@ build() {  # build IMAGE KEY DOCKERFILE CONTEXT [docker build args...]
     shift 4
     log "building $image ($dockerfile)"
     local started=$SECONDS
-    nice -n 10 docker build -q --force-rm --label "$LABEL=$key" -t "$image" -f "$dockerfile" "$@" "$context" 2>&1 >/dev/null | grep -v -e "legacy builder is deprecated" -e "BuildKit is currently disabled" -e "environment-variable." -e "^$" >&2 || true
+    local out status=0  # docker's status, not the filter's: a failed build fails make images
+    out=$(nice -n 10 docker build -q --force-rm --label "$LABEL=$key" -t "$image" -f "$dockerfile" "$@" "$context" 2>&1 >/dev/null) || status=$?
+    printf '%s\n' "$out" | grep -v -e "legacy builder is deprecated" -e "BuildKit is currently disabled" -e "environment-variable." -e "^$" >&2 || true
+    if [ "$status" != 0 ]; then log "building $image failed (docker build exited $status)"; return "$status"; fi
     log "built $image in $((SECONDS - started)) s"
 }
 

@@ -154,13 +154,37 @@ class AirflowServer:
         self.api.login()
         self._wait_for_dag("training_job", timeout)
 
-    def start_component(self, name: str) -> subprocess.Popen:
-        cmd = [*AIRFLOW, name] + (["--host", "127.0.0.1", "--port", str(self.port)] if name == "api-server" else [])
+    def start_component(self, name: str, command: list[str] | None = None,
+                        env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start `airflow <name>`, or `airflow <command...>` under that name (a Celery worker: command=["celery",
+        "worker", ...]) with `env` over the deployment's environment."""
+        cmd = [*AIRFLOW, *(command or [name])]
+        cmd += ["--host", "127.0.0.1", "--port", str(self.port)] if name == "api-server" else []
         with (self.home / f"{name}.log").open("ab") as out:  # the child keeps its own copy of the descriptor
-            self.procs[name] = subprocess.Popen(cmd, env=self.env, cwd=self.home, stdout=out,
+            self.procs[name] = subprocess.Popen(cmd, env={**self.env, **(env or {})}, cwd=self.home, stdout=out,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
         self._groups.append(self.procs[name].pid)
         return self.procs[name]
+
+    def kill_tree(self, name: str) -> list[int]:
+        """kill -9 one component and every process under it, whatever their process group (a Celery worker's task
+        runs in a group of its own): what a lost machine does to them. It is no longer a component; its pids."""
+        import psutil
+
+        proc = self.procs.pop(name)
+        tree = [psutil.Process(proc.pid)]
+        try:
+            tree += tree[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+        for process in tree:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        proc.wait(30)
+        psutil.wait_procs(tree[1:], timeout=30)
+        return [p.pid for p in tree]
 
     def kill(self, name: str, sig: int = signal.SIGKILL, group: bool = False) -> None:
         """kill -9 one component's main process (group=True: its whole process group, e.g. LocalExecutor's workers

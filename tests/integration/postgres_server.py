@@ -55,7 +55,15 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg2://{USER}@127.0.0.1:{self.port}/{DB}"
+        return self.url_of(DB)
+
+    def url_of(self, database: str) -> str:
+        return f"postgresql+psycopg2://{USER}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A second database in the session's cluster (a deployment of its own beside the one on `url`); its URL."""
+        self.sql(f"CREATE DATABASE {name} OWNER {USER}", database="postgres")
+        return self.url_of(name)
 
     def _as_owner(self) -> dict:
         # PostgreSQL refuses root; the cluster belongs to nobody then (pass the uid to Popen, no su/runuser wrapper

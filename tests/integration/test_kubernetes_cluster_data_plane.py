@@ -7,6 +7,7 @@ Each job is one `airflow dags test` run, as a user types it; figures are printed
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -52,32 +53,52 @@ def platform_image(real_cluster) -> str:
     return PLATFORM_IMAGE
 
 
+@contextlib.contextmanager
+def storage_namespace(core, node, s3_server, s3_proxy, volume: Path):
+    """A namespace whose workspace volume is `volume` (a directory of its own) and the storage Secret the admin
+    creates there; its pods reach MinIO through the counting proxy. Yields the namespace."""
+    os.chown(volume, 0, 1000)  # the admin's volume: writable by the workspace group (docs/kubernetes.md)
+    os.chmod(volume, 0o2775)
+    namespace = make_namespace(core, volume)
+    relay = TcpRelay(node.state()["gateway"], s3_proxy.port)
+    endpoint = f"http://{node.state()['gateway']}:{relay.port}"
+    try:
+        core.create_namespaced_secret(namespace, {"metadata": {"name": STORAGE_SECRET}, "stringData": {
+            "AIRFLOW_CONN_AWS_DEFAULT": aws_connection_json(s3_server.access_key, s3_server.secret_key, endpoint,
+                                                            "us-east-1")}})
+        yield namespace
+    finally:
+        relay.close()
+        core.delete_namespace(namespace)
+        core.delete_persistent_volume(namespace)
+
+
+def data_plane_env(cluster, namespace: str, image: str) -> dict[str, str]:
+    """What an admin sets for Airflow: the cluster's API, the namespace, the cluster's data plane and its Secret."""
+    settings = {"NAMESPACE": namespace, "DATA_PLANE": "cluster", "STORAGE_SECRET": STORAGE_SECRET,
+                "DATA_PLANE_IMAGE": image}
+    return {"AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cluster.kubeconfig)}}),
+            **{f"AIRFLOW__TRAINING_KUBERNETES__{key}": value for key, value in settings.items()}}
+
+
+def storage_variables() -> list[str]:
+    """The storage credentials a test process may hold: Airflow's worker must have none in this mode."""
+    return [n for n in os.environ if n.startswith(("AIRFLOW_CONN_AWS", "AIRFLOW_CONN_COS", "AWS_"))]
+
+
 @pytest.fixture
 def cluster_plane(real_cluster, real_admin, platform_image, s3_server, s3_proxy, tmp_path_factory, monkeypatch):
     """A namespace whose workspace volume is a directory of its own, the storage Secret the admin creates there, and
     Airflow pointed at it with no storage connection of its own. Yields (namespace, node volume, proxy)."""
     cluster, node = real_cluster
-    core = real_admin["core"]
     volume = tmp_path_factory.mktemp("cluster-volume")
-    os.chown(volume, 0, 1000)  # the admin's volume: writable by the workspace group (docs/kubernetes.md)
-    os.chmod(volume, 0o2775)
-    namespace = make_namespace(core, volume)
-    relay = TcpRelay(node.state()["gateway"], s3_proxy.port)  # the pods reach MinIO through the counting proxy
-    endpoint = f"http://{node.state()['gateway']}:{relay.port}"
-    core.create_namespaced_secret(namespace, {"metadata": {"name": STORAGE_SECRET}, "stringData": {
-        "AIRFLOW_CONN_AWS_DEFAULT": aws_connection_json(s3_server.access_key, s3_server.secret_key, endpoint,
-                                                        "us-east-1")}})
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cluster.kubeconfig)}}))
-    for key, value in {"NAMESPACE": namespace, "DATA_PLANE": "cluster", "STORAGE_SECRET": STORAGE_SECRET,
-                       "DATA_PLANE_IMAGE": platform_image}.items():
-        monkeypatch.setenv(f"AIRFLOW__TRAINING_KUBERNETES__{key}", value)
-    for name in [n for n in os.environ if n.startswith(("AIRFLOW_CONN_AWS", "AIRFLOW_CONN_COS", "AWS_"))]:
-        monkeypatch.delenv(name)  # the worker has no storage credentials: only the cluster's pods do
-    yield namespace, volume, s3_proxy
-    relay.close()
-    core.delete_namespace(namespace)
-    core.delete_persistent_volume(namespace)
+    with storage_namespace(real_admin["core"], node, s3_server, s3_proxy, volume) as namespace:
+        for name, value in data_plane_env(cluster, namespace, platform_image).items():
+            monkeypatch.setenv(name, value)
+        for name in storage_variables():
+            monkeypatch.delenv(name)  # the worker has no storage credentials: only the cluster's pods do
+        yield namespace, volume, s3_proxy
 
 
 def _archive(files: dict[str, str]) -> bytes:
