@@ -18,7 +18,7 @@ def check_storage(spec: JobSpec) -> None:
 
 
 def check_reachable() -> None:
-    from operators.settings import docker_settings
+    from operators.launch.docker.settings import docker_settings
 
     url = docker_settings().docker_url
     try:

@@ -134,7 +134,7 @@ def test_a_non_root_image_user_runs_as_itself(tmp_path, monkeypatch, user, ids):
 
 
 def test_every_container_gets_the_pids_limit_of_the_setting_or_the_constructor(tmp_path, monkeypatch):
-    from operators.settings import docker_settings
+    from operators.launch.docker.settings import docker_settings
 
     def pids_limit(hook: DockerLauncherHook):
         return hook.configs(make_request(tmp_path))[0]["HostConfig"].get("PidsLimit")

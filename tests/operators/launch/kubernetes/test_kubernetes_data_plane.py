@@ -19,7 +19,7 @@ from operators.launch.kubernetes.manifests import restricted_profile_violations
 from operators.launch.kubernetes.options import resolve_options
 from operators.launch.kubernetes.profiles import profiles
 from operators.launch.steps import STEP_ENV
-from operators.settings import KubernetesSettings
+from operators.launch.kubernetes.settings import KubernetesSettings
 
 CLUSTER = KubernetesSettings(namespace="training", data_plane="cluster", storage_secret="training-storage",
                              data_plane_image="registry.example.com/training-airflow:1.0")

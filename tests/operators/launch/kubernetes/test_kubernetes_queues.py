@@ -10,7 +10,7 @@ from operators.launch.kubernetes.manifests import job_manifest
 from operators.launch.kubernetes.options import resolve_options
 from operators.launch.kubernetes.profiles import ProfileError
 from operators.launch.kubernetes.queues import queue_choice
-from operators.settings import KubernetesSettings
+from operators.launch.kubernetes.settings import KubernetesSettings
 
 SETTINGS = KubernetesSettings(namespace="training", queue="team-a", queues=("team-b",), queue_priority="low",
                               queue_priorities=("high",))
