@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from operators.jobspec.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
+from operators.launch.docker.options import OPTION_KEYS
 from operators.jobspec.container_users import root_part
 from operators.launch.docker import access
 from operators.launch.docker import engine

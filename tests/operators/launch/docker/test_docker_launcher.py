@@ -35,7 +35,7 @@ def make_request(tmp_path: Path, **overrides) -> LaunchRequest:
 
 
 def test_kubernetes_options_in_the_same_spec_are_ignored_unknown_ones_and_root_refused(tmp_path):
-    from operators.jobspec.model import validate_spec
+    from operators.launch.spec import validate_spec
 
     spec = validate_spec({"job_name": "j", "source_dir": "s3://b/c/", "output_path": "s3://b/o", "entry_point": "t.py",
                           "backend": "docker", "kubernetes": {"namespace": "ml", "node_selector": {"a": "b"}},

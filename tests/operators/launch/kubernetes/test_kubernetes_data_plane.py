@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from operators.jobspec.errors import SpecError
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 from operators.launch.base import LaunchRequest
 from operators.launch.kubernetes.checks import check_storage
 from operators.launch.kubernetes.data_plane import PREPARE_CONTAINER, step_manifest

@@ -63,7 +63,7 @@ def test_a_queued_job_keeps_the_pod_failure_policy_of_its_hosts():
 
 
 def test_the_first_task_refuses_an_unlisted_queue_with_one_line_naming_the_field():
-    from operators.jobspec.model import validate_spec
+    from operators.launch.spec import validate_spec
     from operators.launch.kubernetes.checks import check_options
     from operators.jobspec.errors import SpecError
 
