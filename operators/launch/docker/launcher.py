@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 from airflow.providers.common.compat.sdk import BaseHook
 
 from operators.launch.docker.options import OPTION_KEYS
-from operators.jobspec.container_users import root_part
+from operators.launch.docker.users import root_part
 from operators.launch.docker import access
 from operators.launch.docker import engine
 from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name

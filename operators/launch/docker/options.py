@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from operators.jobspec.container_users import root_part
 from operators.jobspec.parts import Count, Strict, json_text, spec_error
+from operators.launch.docker.users import root_part
 
 
 class DockerOptions(Strict):
