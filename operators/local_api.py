@@ -20,7 +20,8 @@ from operators.fs.safe_tar import pack_directory
 from operators.launch.base import LaunchRequest
 from operators.launch.job_configs import write_job_configs
 from operators.launch.local.launcher import LocalLauncherHook
-from operators.jobspec.model import SpecError, validate_spec
+from operators.jobspec.model import SpecError
+from operators.launch.spec import validate_spec
 from operators.tracking.metrics import MetricCollector
 
 __all__ = [

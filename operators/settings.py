@@ -1,12 +1,14 @@
-"""The [training] sections of airflow.cfg (overridable by AIRFLOW__TRAINING__<KEY> variables): the one place that
-reads them. Everything else takes a TrainingSettings / KubernetesSettings / DockerSettings."""
+"""The [training] sections of airflow.cfg (overridable by AIRFLOW__TRAINING__<KEY> variables): the typed getters every
+reader of them uses, and the [training] section itself (TrainingSettings). Each backend reads its own section in its
+folder with these getters ([training.kubernetes]: operators/launch/kubernetes/settings.py, [training.docker]:
+operators/launch/docker/settings.py); everything else takes the settings objects they return."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -16,7 +18,7 @@ def _conf():
     return conf
 
 
-def _get(section: str, key: str, fallback: str) -> str:
+def get_str(section: str, key: str, fallback: str) -> str:
     value = _conf().get(section, key, fallback=fallback)
     return fallback if value is None else str(value)
 
@@ -24,51 +26,51 @@ def _get(section: str, key: str, fallback: str) -> str:
 # Airflow's own getters (getjson, getint, getfloat, getboolean: the AIRFLOW__<SECTION>__<KEY> variables and secrets
 # backends come with them); an empty value means the default, and a bad one is one line naming the setting.
 def _typed(getter: str, what: str, section: str, key: str, fallback: Any) -> Any:
-    if not _get(section, key, "").strip():
+    if not get_str(section, key, "").strip():
         return fallback
     try:
         return getattr(_conf(), getter)(section, key, fallback=fallback)
     except Exception:  # AirflowConfigException, whose message repeats the raw value
-        raw = _get(section, key, "")
+        raw = get_str(section, key, "")
         raise ValueError(f"airflow.cfg [{section}] {key} must be {what}, got {raw!r}; fix the setting") from None
 
 
-def _get_json(section: str, key: str, fallback: Any) -> Any:
+def get_json(section: str, key: str, fallback: Any) -> Any:
     return _typed("getjson", "valid JSON", section, key, fallback)
 
 
-def _get_int(section: str, key: str, fallback: int, minimum: int | None = None) -> int:
+def get_int(section: str, key: str, fallback: int, minimum: int | None = None) -> int:
     what = "an integer" + (f" >= {minimum}" if minimum is not None else "")
     value = _typed("getint", what, section, key, fallback)
     if minimum is not None and value < minimum:
-        raise ValueError(f"airflow.cfg [{section}] {key} must be {what}, got {_get(section, key, '')!r}")
+        raise ValueError(f"airflow.cfg [{section}] {key} must be {what}, got {get_str(section, key, '')!r}")
     return value
 
 
-def _get_bool(section: str, key: str, fallback: bool) -> bool:
+def get_bool(section: str, key: str, fallback: bool) -> bool:
     return _typed("getboolean", "true or false", section, key, fallback)
 
 
-def _get_list(section: str, key: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in _get(section, key, "").split(",") if x.strip())
+def get_list(section: str, key: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in get_str(section, key, "").split(",") if x.strip())
 
 
-def _get_float(section: str, key: str, fallback: float) -> float:
+def get_float(section: str, key: str, fallback: float) -> float:
     value = _typed("getfloat", "a number >= 0", section, key, fallback)
     if value < 0:
-        raise ValueError(f"airflow.cfg [{section}] {key} must be a number >= 0, got {_get(section, key, '')!r}")
+        raise ValueError(f"airflow.cfg [{section}] {key} must be a number >= 0, got {get_str(section, key, '')!r}")
     return value
 
 
-def _choice(section: str, key: str, fallback: str, choices: tuple[str, ...]) -> str:
-    value = _get(section, key, fallback).strip() or fallback
+def get_choice(section: str, key: str, fallback: str, choices: tuple[str, ...]) -> str:
+    value = get_str(section, key, fallback).strip() or fallback
     if value not in choices:
         raise ValueError(f"airflow.cfg [{section}] {key} must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 
 def _uid_range(section: str, key: str, fallback: tuple[int, int]) -> tuple[int, int]:
-    raw = _get(section, key, "").strip()
+    raw = get_str(section, key, "").strip()
     if not raw:
         return fallback
     first, _, last = raw.partition("-")
@@ -81,7 +83,7 @@ def _uid_range(section: str, key: str, fallback: tuple[int, int]) -> tuple[int, 
 def _quantity_setting(section: str, key: str, fallback: str) -> str:
     from operators.quantities import is_quantity
 
-    raw = _get(section, key, fallback).strip()
+    raw = get_str(section, key, fallback).strip()
     if raw and not is_quantity(raw):
         raise ValueError(f"airflow.cfg [{section}] {key} must be a quantity like 8Gi or 2, got {raw!r}; fix the setting")
     return raw
@@ -174,87 +176,38 @@ class TrainingSettings:
         return os.path.join(self.jobs_dir, job_name)
 
 
-DATA_PLANES = ("shared_volume", "cluster")
-
-
-@dataclass(frozen=True)
-class KubernetesSettings:
-    conn_id: str = "kubernetes_default"
-    namespace: str = "default"
-    workspace_pvc: str = "training-workspace"
-    workspace_storage_class: str = ""
-    service_account: str = ""
-    image_pull_policy: str = "IfNotPresent"
-    image_pull_secrets: tuple[str, ...] = ()
-    priority_class: str = ""
-    node_selector: dict = field(default_factory=dict)
-    tolerations: list = field(default_factory=list)
-    keep_finished_jobs: bool = False
-    ttl_seconds_after_finished: int = 600
-    run_as_user: int = 1000
-    deferrable: bool = True
-    # name -> {namespace, service_account, workspace_pvc, workspace_subpath, run_as_user, security_context,
-    # container_security_context}: what a spec's kubernetes.profile may pick (operators/launch/kubernetes/profiles.py)
-    profiles: dict = field(default_factory=dict)
-    # Kueue (operators/launch/kubernetes/queues.py): the LocalQueue every Job goes to ("" = Kueue not used), the others a
-    # spec's kubernetes.queue may pick, and likewise the WorkloadPriorityClass.
-    queue: str = ""
-    queues: tuple[str, ...] = ()
-    queue_priority: str = ""
-    queue_priorities: tuple[str, ...] = ()
-    # Where a job's bytes move (operators/launch/kubernetes/data_plane.py): "shared_volume" = on the Airflow worker,
-    # which mounts the workspace volume; "cluster" = in platform pods beside the training, the worker holds nothing.
-    data_plane: str = "shared_volume"
-    data_plane_image: str = "training-airflow:latest"  # the platform's image the in-cluster steps run
-    storage_secret: str = ""  # Secret of AIRFLOW_CONN_<ID> keys: the connections the in-cluster steps use
-    data_plane_service_account: str = ""  # their service account (workload identity: IRSA, GKE Workload Identity)
-    data_plane_uid: int = 50000  # their uid (the Airflow image's user); never the training's
-    workspace_group: int = 1000  # the group both write the cluster's workspace through (the training image's)
-    # Where the platform pods mount the workspace volume: the paths of a job whose bytes move in the cluster, the same
-    # whatever [training] workspace each Airflow worker has (its own, or none).
-    data_plane_workspace: str = "/workspace"
-
-
-@dataclass(frozen=True)
-class DockerSettings:
-    docker_url: str = "unix://var/run/docker.sock"
-    docker_conn_id: str = ""  # a docker connection (registry login); "" = none
-    host_workspace: str = ""  # the workspace's path on the engine's host when the worker sees it elsewhere
-    pids_limit: int = 4096  # processes and threads per training container (a fork bomb stops there); 0 = no limit
-
-
 def training_settings() -> TrainingSettings:
     s = "training"
     home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
     return TrainingSettings(
-        workspace=os.path.abspath(_get(s, "workspace", os.path.join(home, "workspace"))),
-        default_backend=_get(s, "default_backend", "local"),
-        default_layout=_get(s, "default_layout", "ti"),
-        cache_max_bytes=_get_int(s, "cache_max_bytes", 0),
-        transfer_concurrency=_get_int(s, "transfer_concurrency", 16),
-        multipart_threshold=_get_int(s, "multipart_threshold", 8 * 1024 * 1024),
-        multipart_chunksize=_get_int(s, "multipart_chunksize", 8 * 1024 * 1024),
-        checkpoint_sync_seconds=_get_int(s, "checkpoint_sync_seconds", 60),
-        default_image=_get(s, "default_image", "training-base:latest"),
-        retraining_configs=_get(s, "retraining_configs", "").strip(),
-        max_concurrent_trials=_get_int(s, "max_concurrent_trials", 2, minimum=1),
-        trials_pool=_get(s, "trials_pool", "").strip(),
-        local_roots=tuple(os.path.abspath(r.strip()) for r in _get(s, "local_roots", "").split(",") if r.strip()),
-        local_sandbox=_choice(s, "local_sandbox", "bubblewrap", ("bubblewrap", "none")),
-        local_environment=_get_list(s, "local_environment"),
-        local_lease_seconds=_get_float(s, "local_lease_seconds", 900.0),
-        local_network=_choice(s, "local_network", "none", ("none", "slirp4netns", "host")),
+        workspace=os.path.abspath(get_str(s, "workspace", os.path.join(home, "workspace"))),
+        default_backend=get_str(s, "default_backend", "local"),
+        default_layout=get_str(s, "default_layout", "ti"),
+        cache_max_bytes=get_int(s, "cache_max_bytes", 0),
+        transfer_concurrency=get_int(s, "transfer_concurrency", 16),
+        multipart_threshold=get_int(s, "multipart_threshold", 8 * 1024 * 1024),
+        multipart_chunksize=get_int(s, "multipart_chunksize", 8 * 1024 * 1024),
+        checkpoint_sync_seconds=get_int(s, "checkpoint_sync_seconds", 60),
+        default_image=get_str(s, "default_image", "training-base:latest"),
+        retraining_configs=get_str(s, "retraining_configs", "").strip(),
+        max_concurrent_trials=get_int(s, "max_concurrent_trials", 2, minimum=1),
+        trials_pool=get_str(s, "trials_pool", "").strip(),
+        local_roots=tuple(os.path.abspath(r.strip()) for r in get_str(s, "local_roots", "").split(",") if r.strip()),
+        local_sandbox=get_choice(s, "local_sandbox", "bubblewrap", ("bubblewrap", "none")),
+        local_environment=get_list(s, "local_environment"),
+        local_lease_seconds=get_float(s, "local_lease_seconds", 900.0),
+        local_network=get_choice(s, "local_network", "none", ("none", "slirp4netns", "host")),
         local_uid_range=_uid_range(s, "local_uid_range", TrainingSettings.local_uid_range),
         local_default_memory=_quantity_setting(s, "local_default_memory", TrainingSettings.local_default_memory),
         local_max_memory=_quantity_setting(s, "local_max_memory", ""),
         local_default_cpu=_quantity_setting(s, "local_default_cpu", TrainingSettings.local_default_cpu),
         local_max_cpu=_quantity_setting(s, "local_max_cpu", ""),
-        local_pids_limit=_get_int(s, "local_pids_limit", 4096, minimum=0),
-        local_gpu_devices=_get(s, "local_gpu_devices", TrainingSettings.local_gpu_devices).strip(),
-        retention_days=_get_float(s, "retention_days", 0.0),
-        artifact_links=_choice(s, "artifact_links", "presigned", ("presigned", "console")),
-        presigned_url_seconds=_get_int(s, "presigned_url_seconds", 900, minimum=1),
-        max_active_runs=_get_int(s, "max_active_runs", 4, minimum=1),
+        local_pids_limit=get_int(s, "local_pids_limit", 4096, minimum=0),
+        local_gpu_devices=get_str(s, "local_gpu_devices", TrainingSettings.local_gpu_devices).strip(),
+        retention_days=get_float(s, "retention_days", 0.0),
+        artifact_links=get_choice(s, "artifact_links", "presigned", ("presigned", "console")),
+        presigned_url_seconds=get_int(s, "presigned_url_seconds", 900, minimum=1),
+        max_active_runs=get_int(s, "max_active_runs", 4, minimum=1),
     )
 
 
@@ -269,85 +222,37 @@ def training_settings_env(workspace: str) -> dict[str, str]:
     return env
 
 
-def kubernetes_settings() -> KubernetesSettings:
-    s = "training.kubernetes"
-    return KubernetesSettings(
-        conn_id=_get(s, "conn_id", "kubernetes_default"),
-        namespace=_get(s, "namespace", "default"),
-        workspace_pvc=_get(s, "workspace_pvc", "training-workspace"),
-        workspace_storage_class=_get(s, "workspace_storage_class", ""),
-        service_account=_get(s, "service_account", ""),
-        image_pull_policy=_get(s, "image_pull_policy", "IfNotPresent"),
-        image_pull_secrets=_get_list(s, "image_pull_secrets"),
-        priority_class=_get(s, "priority_class", ""),
-        node_selector=_get_json(s, "node_selector", {}),
-        tolerations=_get_json(s, "tolerations", []),
-        keep_finished_jobs=_get_bool(s, "keep_finished_jobs", False),
-        ttl_seconds_after_finished=_get_int(s, "ttl_seconds_after_finished", 600),
-        run_as_user=_get_int(s, "run_as_user", 1000),
-        deferrable=_get_bool(s, "deferrable", True),
-        profiles=_get_json(s, "profiles", {}),
-        queue=_get(s, "queue", "").strip(),
-        queues=_get_list(s, "queues"),
-        queue_priority=_get(s, "queue_priority", "").strip(),
-        queue_priorities=_get_list(s, "queue_priorities"),
-        data_plane=_choice(s, "data_plane", "shared_volume", DATA_PLANES),
-        data_plane_image=_get(s, "data_plane_image", KubernetesSettings.data_plane_image).strip(),
-        storage_secret=_get(s, "storage_secret", "").strip(),
-        data_plane_service_account=_get(s, "data_plane_service_account", "").strip(),
-        data_plane_uid=_get_int(s, "data_plane_uid", 50000, minimum=1),
-        workspace_group=_get_int(s, "workspace_group", 1000, minimum=1),
-        data_plane_workspace=os.path.normpath(_get(s, "data_plane_workspace", "/workspace").strip() or "/workspace"),
-    )
-
-
-def docker_settings() -> DockerSettings:
-    s = "training.docker"
-    return DockerSettings(
-        docker_url=_get(s, "docker_url", "unix://var/run/docker.sock") or "unix://var/run/docker.sock",
-        docker_conn_id=_get(s, "docker_conn_id", "").strip(),
-        host_workspace=_host_workspace(_get(s, "host_workspace", "").strip()),
-        pids_limit=_get_int(s, "pids_limit", 4096, minimum=0),
-    )
-
-
-def _host_workspace(value: str) -> str:
-    if value and not os.path.isabs(value):
-        raise ValueError(f"airflow.cfg [training.docker] host_workspace must be an absolute path, got {value!r}")
-    return value.rstrip("/") or value
-
-
 def sdk_code_max_bytes() -> int:
     """[training] sdk_code_max_bytes: the largest code archive the SDK's staging endpoint accepts (64 MiB)."""
-    return _get_int("training", "sdk_code_max_bytes", 64 * 1024 * 1024, minimum=1)
+    return get_int("training", "sdk_code_max_bytes", 64 * 1024 * 1024, minimum=1)
 
 
 def secret_references() -> Any:
     """[training] secret_references: the JSON policy of which Airflow connections, Variables and Kubernetes Secrets
     the runs of which DAGs may reference (parsed and applied by operators/jobspec/secret_policy.py); empty = none."""
-    return _get_json("training", "secret_references", {})
+    return get_json("training", "secret_references", {})
 
 
 def sdk_code_quota_bytes() -> int:
     """[training] sdk_code_quota_bytes: how many bytes of uploaded code one user may keep in the staging area
     (512 MiB)."""
-    return _get_int("training", "sdk_code_quota_bytes", 512 * 1024 * 1024, minimum=1)
+    return get_int("training", "sdk_code_quota_bytes", 512 * 1024 * 1024, minimum=1)
 
 
 def sdk_code_expiry_days() -> float:
     """[training] sdk_code_expiry_days: a user's staged code archive not uploaded again for this many days is removed
     (when that user uploads or lists, and by the workspace's garbage collection); 0 = never (30)."""
-    return _get_float("training", "sdk_code_expiry_days", 30.0)
+    return get_float("training", "sdk_code_expiry_days", 30.0)
 
 
 def mlflow_tracking_uri() -> str:
     """[training] mlflow_tracking_uri: the MLflow tracking server each training job is logged to as a run
     (operators/tracking/mlflow.py); empty = no tracking."""
-    return _get("training", "mlflow_tracking_uri", "").strip()
+    return get_str("training", "mlflow_tracking_uri", "").strip()
 
 
 def mlflow_experiment_prefix() -> str:
     """[training] mlflow_experiment_prefix: when set, every job's MLflow experiment is
     `<prefix><DAG id>/<base job name>` (operators/tracking/mlflow.py), so whoever triggers a DAG writes only under
     that DAG's experiments; empty = the base job name alone, as the triggering user chose it."""
-    return _get("training", "mlflow_experiment_prefix", "").strip()
+    return get_str("training", "mlflow_experiment_prefix", "").strip()

@@ -12,7 +12,7 @@ from operators.launch.kubernetes.manifests import job_manifest
 from operators.launch.kubernetes.names import host_names
 from operators.launch.names import resource_name
 from operators.launch.kubernetes.options import resolve_options
-from operators.settings import KubernetesSettings
+from operators.launch.kubernetes.settings import KubernetesSettings
 
 K8S_VERSIONS = ("1.29.0", "1.33.0", "1.34.0")  # the oldest supported, and current ones
 WORKSPACE = "/mnt/workspace"

@@ -60,9 +60,11 @@ def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def problem_of(error: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]:
-    """(field, problem) of one pydantic error."""
-    kind, ctx, loc = error["type"], error.get("ctx") or {}, tuple(error["loc"])
+def problem_of(error: dict[str, Any], model: type[BaseModel], within: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(field, problem) of one pydantic error of `model`; `within`: where that model sits in the spec (a backend's
+    options section is validated by its own model)."""
+    kind, ctx, relative = error["type"], error.get("ctx") or {}, tuple(error["loc"])
+    loc = (*within, *relative)
     value = error.get("input")
     field = ctx.get("field") or location(loc)
     if kind == "spec":
@@ -71,7 +73,7 @@ def problem_of(error: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]
         hint = _REQUIRED_HINTS.get(field)
         return field, f"is required: {hint}" if hint else "is required"
     if kind == "extra_forbidden":
-        known = _known_fields(model, loc[:-1])
+        known = _known_fields(model, relative[:-1])
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         where = f"; did you mean '{close[0]}'?" if close else f"; known fields: {', '.join(known)}" if known else ""
         what = "a job spec field" if len(loc) == 1 else f"a field of {location(loc[:-1])}"
@@ -105,10 +107,20 @@ def problem_of(error: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]
     return field, message.removeprefix("Value error, ")
 
 
+def detail_lines(errors: list[dict[str, Any]], within: tuple[str, ...] = ()) -> list[str]:
+    """Every problem pydantic found, one line each, for the log; an error standing for a nested model's (a backend's
+    options section) brings that model's lines."""
+    lines = []
+    for error in errors:
+        nested = (error.get("ctx") or {}).get("details")
+        lines.extend(nested or [f"{location((*within, *error['loc']))}: {error['msg']}"])
+    return lines
+
+
 def first_error(err: ValidationError, model: type[BaseModel]) -> SpecError:
     errors = err.errors(include_url=False)
     # A union tries each member; its errors nest one level deeper than the field: name the field.
     field, problem = problem_of(errors[0], model)
     spec_error = SpecError(field, problem)
-    spec_error.details = [f"{location(tuple(e['loc']))}: {e['msg']}" for e in errors]
+    spec_error.details = detail_lines(errors)
     return spec_error

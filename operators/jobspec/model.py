@@ -4,6 +4,10 @@
 one-line message comes from the error's location (`resources.gpu: must be >= 0, got -1`). The same model generates
 the trigger form's Params (operators/pipelines/params.py) and checks what a JSON schema cannot (name clashes, URI schemes,
 regexes, cross-field rules). The validated spec travels between tasks as a plain dict (`JobSpec.to_dict`).
+
+Each container backend's options section (`kubernetes`, `docker`) is a JSON object here: its model is the backend's
+own (operators/launch/<backend>/options.py), above this layer, so the caller hands the models in (`option_models`,
+from the launch registry: operators/launch/spec.py) and the section is validated by its model as a field of the spec.
 """
 
 from __future__ import annotations
@@ -13,22 +17,19 @@ import json
 import re
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
 from training_runtime.layouts import CONTAINER_ROOTS
 
-from operators.jobspec.errors import SpecError, first_error, problem_of
+from operators.jobspec.errors import SpecError, detail_lines, first_error, problem_of
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
 from operators.jobspec.credentials import looks_like_secret
-from operators.jobspec.backend_options import BACKENDS
 from operators.jobspec.parts import (
     REFERENCE_FORMS,
     ConnectionRef,
     Count,
     DistributionOptions,
-    DockerOptions,
-    KubernetesOptions,
     MetricDefinition,
     Resources,
     Strict,
@@ -40,6 +41,8 @@ from operators.jobspec.tags import normalise_tags
 
 __all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
 
+# The one list of backend names: the spec's `backend` field, the trigger form's dropdown and the launch registry.
+BACKENDS = ("local", "kubernetes", "docker")
 LAYOUTS = tuple(CONTAINER_ROOTS)  # the runtime's layouts
 DISTRIBUTIONS = tuple(RUNTIME_DISTRIBUTIONS)
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -53,6 +56,9 @@ MAX_HYPERPARAMETER_VALUE = 16 * 1024
 MAX_HYPERPARAMETERS_JSON = 64 * 1024
 MAX_ENV_VALUE = 32 * 1024
 
+
+# The validation context's key for the backends' options models (validate_spec's option_models).
+OPTION_MODELS = "option_models"
 
 Layout = Literal[LAYOUTS]
 Backend = Literal[BACKENDS]
@@ -175,10 +181,11 @@ class JobSpec(Strict):
         json_schema_extra={"section": "Resources"})
     metric_definitions: list[MetricDefinition] = Field(default_factory=list, max_length=64, description="Metrics "
                                                        "read from the log.", json_schema_extra={"section": "Job"})
-    kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions, description="Per-job Kubernetes "
-                                          "options (backend kubernetes).", json_schema_extra={"section": "Resources"})
-    docker: DockerOptions = Field(default_factory=DockerOptions, description="Per-job Docker options (backend "
-                                  "docker).", json_schema_extra={"section": "Resources"})
+    # Each holds what the job set, as its backend's launcher receives it (the model's launch_options()).
+    kubernetes: dict[str, Any] = Field(default_factory=dict, description="Per-job Kubernetes options (backend "
+                                       "kubernetes).", json_schema_extra={"section": "Resources"})
+    docker: dict[str, Any] = Field(default_factory=dict, description="Per-job Docker options (backend docker).",
+                                   json_schema_extra={"section": "Resources"})
 
     # ---- single fields --------------------------------------------------------------------------------------
     @field_validator("job_name", "base_job_name")
@@ -232,6 +239,22 @@ class JobSpec(Strict):
             error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
             field, problem = problem_of({**error, "loc": ("distribution", *error["loc"])}, JobSpec)
             raise spec_error(problem, field) from None
+
+    @field_validator("kubernetes", "docker")
+    @classmethod
+    def _backend_options(cls, section: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        models = (info.context or {}).get(OPTION_MODELS)
+        if models is None:
+            # A spec validated before (JobSpec.from_dict): its sections hold what the job set. One an earlier release
+            # validated lists every option, an unset one as null, which no launcher reads as unset.
+            return {key: value for key, value in section.items() if value is not None}
+        model = models[info.field_name]
+        try:
+            return model.model_validate(section).launch_options()
+        except ValidationError as err:
+            errors, within = err.errors(include_url=False), (info.field_name,)
+            field, problem = problem_of(errors[0], model, within)
+            raise spec_error(problem, field, detail_lines(errors, within)) from None
 
     @field_validator("hyperparameters")
     @classmethod
@@ -291,7 +314,7 @@ class JobSpec(Strict):
         if not self.entry_point and not self.command and not any(
                 k in self.hyperparameters for k in ("ti_program", "sagemaker_program")):
             raise spec_error("is required (a .py or .sh file in source_dir), or give a command", "entry_point")
-        clash = sorted(set(self.environment) & set(self.kubernetes.secret_env or {}))
+        clash = sorted(set(self.environment) & set(self.kubernetes.get("secret_env") or {}))
         if clash and self.backend == "kubernetes":
             raise spec_error("is also set by kubernetes.secret_env; keep one of them", f"environment.{clash[0]}")
         if "model" in self.inputs and self.resume_from:
@@ -347,8 +370,7 @@ class JobSpec(Strict):
         """Backend option sections the job sets but its backend does not read (valid: one spec may serve several
         backends; the validate stage says so in the log)."""
         sections = {"kubernetes": self.kubernetes, "docker": self.docker}
-        return [name for name, options in sections.items()
-                if name != self.backend and options.model_dump(exclude_defaults=True)]
+        return [name for name, options in sections.items() if name != self.backend and options]
 
     def literal_environment(self) -> dict[str, str]:
         return {k: v for k, v in self.environment.items() if isinstance(v, str)}
@@ -358,8 +380,7 @@ class JobSpec(Strict):
 
     def backend_options(self) -> dict[str, Any]:
         """The launcher's per-job options: the section of the job's backend."""
-        section = {"kubernetes": self.kubernetes, "docker": self.docker}.get(self.backend)
-        return section.launch_options() if section is not None else {}
+        return dict({"kubernetes": self.kubernetes, "docker": self.docker}.get(self.backend) or {})
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -387,12 +408,14 @@ def base_name_from(dag_id: str) -> str:
 def validate_spec(
     raw: Mapping[str, Any],
     *,
+    option_models: Mapping[str, type[BaseModel]],
     default_job_name: str | None = None,
     default_base_job_name: str | None = None,
     default_backend: str = "local",
     default_layout: str = "ti",
 ) -> JobSpec:
-    """Check a raw spec (Params, --conf or a config file) and return the JobSpec; raise SpecError naming the field."""
+    """Check a raw spec (Params, --conf or a config file) and return the JobSpec; raise SpecError naming the field.
+    `option_models`: backend name -> the model of its options section (operators/launch/registry.py option_models)."""
     if not isinstance(raw, Mapping):
         raise SpecError("(spec)", f"must be a JSON object, got {json_text(raw)[:80]}")
     spec = {k: v for k, v in raw.items() if v is not None and v != ""}  # the form sends empty fields as null
@@ -404,6 +427,6 @@ def validate_spec(
     if "job_name" not in spec:
         raise SpecError("job_name", "is required (or let the DAG derive it from the run)")
     try:
-        return JobSpec.model_validate(spec)
+        return JobSpec.model_validate(spec, context={OPTION_MODELS: option_models})
     except ValidationError as err:
         raise first_error(err, JobSpec) from None

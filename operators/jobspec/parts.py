@@ -1,23 +1,27 @@
-"""The nested parts of the job spec model (operators/jobspec/model.py): resources, metric definitions and each container
-backend's options. Pydantic v2 (installed with Airflow): every model forbids unknown keys, so a typo at any level
-(`kubernetes.namspace`) is an error naming it, never silently ignored.
+"""The nested parts of the job spec model (operators/jobspec/model.py): resources, distribution, metric definitions,
+secret references, and the building blocks (Strict, Count, spec_error) each container backend's options model uses
+(operators/launch/<backend>/options.py). Pydantic v2 (installed with Airflow): every model forbids unknown keys, so a
+typo at any level (`kubernetes.namspace`) is an error naming it, never silently ignored.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 
 
-def spec_error(message: str, field: str | None = None) -> PydanticCustomError:
-    """A validation error whose text is `message` as is; `field` overrides the location (a key inside a mapping)."""
+def spec_error(message: str, field: str | None = None, details: list[str] | None = None) -> PydanticCustomError:
+    """A validation error whose text is `message` as is; `field` overrides the location (a key inside a mapping);
+    `details`: the log's lines of the nested model's problems it stands for (operators/jobspec/errors.py)."""
     context: dict[str, Any] = {"msg": message}
     if field is not None:
         context["field"] = field
+    if details:
+        context["details"] = details
     return PydanticCustomError("spec", "{msg}", context)
 
 
@@ -126,9 +130,6 @@ class MetricDefinition(Strict):
         return self
 
 
-SecretRef = str | dict[str, str]
-
-
 class VariableRef(Strict):
     """An environment value read from an Airflow Variable at launch: {"variable": "wandb_api_key"}."""
 
@@ -147,92 +148,3 @@ class ConnectionRef(Strict):
 
 
 REFERENCE_FORMS = '{"variable": "<Airflow Variable key>"} or {"connection": "<connection id>", "field": "password"}'
-
-
-class KubernetesOptions(Strict):
-    """Per-job Kubernetes options; empty ones take airflow.cfg [training.kubernetes]. Where the pod runs and what it
-    may do (namespace, service account, workspace volume, uid, security contexts) come from the admin-defined profile
-    the spec names: setting them to anything else is refused in the first task (operators/launch/kubernetes/profiles.py)."""
-
-    profile: str | None = Field(None, max_length=253, description="An admin-defined profile ([training.kubernetes] "
-                                "profiles): namespace, service account, security contexts; empty: default.")
-    namespace: str | None = Field(None, max_length=63, description="Namespace of the Job.")
-    workspace_pvc: str | None = Field(None, description="ReadWriteMany claim holding the workspace.")
-    workspace_subpath: str | None = Field(None, description="Where the workspace lives inside that volume.")
-    service_account: str | None = None
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
-    image_pull_secrets: list[str] | None = None
-    priority_class: str | None = None
-    node_selector: dict[str, str] | None = None
-    tolerations: list[dict[str, Any]] | None = None
-    keep_finished_jobs: bool | None = None
-    ttl_seconds_after_finished: Count | None = Field(None, ge=0)
-    run_as_user: Count | None = Field(None, ge=1)
-    security_context: dict[str, Any] | None = Field(None, description="Pod securityContext fields (camelCase).")
-    container_security_context: dict[str, Any] | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-    backoff_limit: Count | None = Field(None, ge=0, le=100)
-    gpu_resource: str | None = Field(None, description="Extended resource name of a GPU (nvidia.com/gpu).")
-    shm_size: str | None = Field(None, description="Size of /dev/shm, e.g. 2Gi; empty: 1Gi.")
-    secret_env: dict[str, SecretRef] | None = Field(
-        None, description='Variable -> "<secret>/<key>" of a Kubernetes Secret.')
-    env_from_secrets: list[str] | None = None
-    image_pull_grace_seconds: Count | None = Field(None, ge=0)
-    startup_timeout_seconds: Count | None = Field(
-        None, ge=1, description="How long a pod placed on a node may take to start its container (the image pull "
-        "included) before the job fails as a platform error; empty: 600.")
-    poll_interval: float | None = Field(None, gt=0, le=300)
-    propagation_policy: Literal["Foreground", "Background"] | None = None
-    queue: str | None = Field(None, max_length=63, description="A Kueue LocalQueue among the admin's "
-                              "([training.kubernetes] queues): the job waits there until all its hosts fit the "
-                              "queue's quota; empty: the admin's default queue.")
-    queue_priority: str | None = Field(None, max_length=253, description="A Kueue WorkloadPriorityClass among the "
-                                       "admin's ([training.kubernetes] queue_priorities); empty: the default.")
-
-    def launch_options(self) -> dict[str, Any]:
-        """The options a launcher receives (LaunchRequest.options): what the job set."""
-        return self.model_dump(exclude_none=True)
-
-
-class DockerOptions(Strict):
-    """Per-job Docker options."""
-
-    user: str | None = Field(None, description="uid:gid (or a user name of the image) the containers run as, never "
-                             "root; empty: the image's non-root user (the worker's uid:gid if it is not root).")
-    shm_size: str | None = Field(None, description="Size of /dev/shm, e.g. 2Gi; empty: 1Gi.")
-    keep_containers: bool = Field(False, description="Keep containers and network after the job (debugging).")
-    host_workspace: str | None = Field(None, description="The workspace's path on the engine's host, when the "
-                                       "worker sees it elsewhere (a worker in a container).")
-    image_pull_grace_seconds: Count | None = Field(None, ge=0)
-    poll_interval: float | None = Field(None, gt=0, le=300)
-    stop_timeout: Count | None = Field(None, ge=0, le=3600)
-    secret_variables: dict[str, str] | None = Field(
-        None, description='Variable -> Airflow Variable key, read at launch into a read-only file '
-        '(e.g. {"WANDB_API_KEY": "wandb_api_key"}).')
-
-    @field_validator("user")
-    @classmethod
-    def _user(cls, value: str | None) -> str | None:
-        from operators.jobspec.container_users import root_part
-
-        if value is None or not value.strip():
-            return None
-        part = root_part(value)
-        if part:
-            raise spec_error(f"is {json_text(value)}, whose {part} is root: training containers never run as root; "
-                             "give a non-root uid:gid (e.g. 1000:1000), or leave it out to use the image's user")
-        return value.strip()
-
-    @field_validator("host_workspace")
-    @classmethod
-    def _host_workspace(cls, value: str | None) -> str | None:
-        if value:
-            raise spec_error("is an admin setting (what the Docker engine bind-mounts): remove it from the spec; an "
-                             "admin sets [training.docker] host_workspace in airflow.cfg")
-        return None
-
-    def launch_options(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True, exclude_defaults=True)
-
-

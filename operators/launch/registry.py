@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from operators.launch.base import DeferrableLauncher, LaunchRequest, Launcher
-from operators.jobspec.backend_options import BACKENDS
+from operators.jobspec.model import BACKENDS
 
 # One entry per name in BACKENDS (tests/operators/launch/test_registry.py): a name the spec accepts has a backend.
 _BACKENDS = {
@@ -21,6 +21,14 @@ _BACKENDS = {
 
 # Each backend's checks of a spec (check_options, check_reachable): operators/launch/checks.py runs them.
 _CHECKS = {name: path.partition(".launcher:")[0] + ".checks" for name, path in _BACKENDS.items()}
+
+
+# Each container backend's per-job options model: the spec's section of the backend's name (operators/jobspec/model.py
+# validates it with the model given here; the local backend has none).
+_OPTIONS = {
+    "kubernetes": "operators.launch.kubernetes.options:KubernetesOptions",
+    "docker": "operators.launch.docker.options:DockerOptions",
+}
 
 
 def _known(backend: str) -> str:
@@ -37,6 +45,11 @@ def backend_checks(backend: str) -> Any:
 def _load(path: str) -> Any:
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def option_models() -> dict[str, type]:
+    """Backend name -> the pydantic model of its options section in the spec."""
+    return {backend: _load(path) for backend, path in _OPTIONS.items()}
 
 
 def launcher_class(backend: str) -> type:

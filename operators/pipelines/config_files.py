@@ -153,7 +153,8 @@ def load_job_config(path: str | os.PathLike) -> RetrainingConfig:
 
 
 def parse_job_config(raw: Any, path: str | os.PathLike) -> RetrainingConfig:
-    from operators.jobspec.model import SpecError, base_name_from, validate_spec
+    from operators.jobspec.model import SpecError, base_name_from
+    from operators.launch.spec import validate_spec
 
     path = Path(path)
 

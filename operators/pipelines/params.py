@@ -1,5 +1,6 @@
-"""The trigger form of a training DAG, generated from the job spec model (operators/jobspec/model.py): one Param per field,
-with the model's types, enums (dropdowns with labels), defaults, descriptions and sections.
+"""The trigger form of a training DAG, generated from the job spec model (operators/jobspec/model.py) and each backend's
+options model (its section: operators/launch/<backend>/options.py): one Param per field, with the models' types, enums
+(dropdowns with labels), defaults, descriptions and sections.
 
 The same JSON schema validates `airflow dags trigger --conf`, the REST API and the UI form (unknown keys at any
 level, wrong types, out-of-range numbers are refused before a run starts); `validate_spec` then checks what a JSON
@@ -12,6 +13,7 @@ import copy
 from typing import Any, Mapping
 
 from operators.jobspec.model import LABELS, SCHEMES, JobSpec
+from operators.launch.registry import option_models
 
 # Filled at run time from the run (job_name) or airflow.cfg [training] (backend, layout): optional in the form.
 _RUN_DEFAULTS = ("job_name", "backend", "layout")
@@ -72,12 +74,24 @@ def _simplify(schema: Any) -> Any:
     return schema
 
 
+def _options_schema(model: Any, field_schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A backend's options section: a JSON object in the spec's model, its backend's model gives its fields; the
+    spec's field gives its description and section."""
+    schema = model.model_json_schema(mode="validation")
+    defs = schema.pop("$defs", {})
+    own = {k: v for k, v in field_schema.items() if k not in ("type", "additionalProperties", "title")}
+    return {**_inline(schema, defs), **own}
+
+
 def field_schemas() -> dict[str, dict[str, Any]]:
     """The JSON schema of every top-level spec field, standalone (refs inlined, nullable types simplified)."""
     schema = JobSpec.model_json_schema(mode="validation")
     defs = schema.get("$defs", {})
+    sections = option_models()
     fields = {}
     for name, field_schema in schema["properties"].items():
+        if name in sections:
+            field_schema = _options_schema(sections[name], field_schema)
         result = _simplify(_inline(copy.deepcopy(field_schema), defs))
         result.update(_OVERRIDES.get(name, {}))
         if name in LABELS:

@@ -171,7 +171,8 @@ class PlanSearchOperator(BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from operators.settings import training_settings
-        from operators.jobspec.model import SpecError, validate_spec
+        from operators.jobspec.model import SpecError
+        from operators.launch.spec import validate_spec
 
         params = dict(context["params"])
         settings = training_settings()

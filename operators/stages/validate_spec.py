@@ -32,7 +32,8 @@ class ValidateSpecOperator(BaseOperator):
         from operators.jobspec.local_paths import airflow_private_paths, check_private_paths
         from operators.jobspec.secret_policy import load_policy, references
         from operators.settings import training_settings
-        from operators.jobspec.model import SpecError, base_name_from, job_name_from, validate_spec
+        from operators.jobspec.model import SpecError, base_name_from, job_name_from
+        from operators.launch.spec import validate_spec
         from operators.launch.checks import check_world
 
         raw = dict(self.spec_defaults)

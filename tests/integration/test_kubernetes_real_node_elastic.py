@@ -33,7 +33,7 @@ def launch(job_name: str, image: str, **hyperparameters):
     """The job root as the stages leave it, and the LaunchRequest the launch stage builds from the validated spec."""
     from training_runtime.layouts import create_directories, layout_for
 
-    from operators.jobspec.model import validate_spec
+    from operators.launch.spec import validate_spec
     from operators.launch.base import LaunchRequest
     from operators.launch.job_configs import write_job_configs
     from operators.launch.kubernetes.launcher import KubernetesLauncherHook

@@ -38,25 +38,31 @@ def test_every_training_option_of_airflow_cfg_is_described():
         assert all(option["description"] for option in options.values())
 
 
+# The readers of [training*]: operators/settings.py ([training] and the typed getters) and each backend's section.
+SETTINGS_READERS = ("operators/settings.py", "operators/launch/kubernetes/settings.py",
+                    "operators/launch/docker/settings.py")
+
+
 def test_every_setting_the_code_reads_is_described():
-    """operators/settings.py is the one reader of [training*]: each key it reads has a description and a default."""
+    """Each key the settings readers read through the typed getters has a description and a default."""
     import ast
 
     config = get_provider_info()["config"]
     read = set()
-    for function in ast.parse((REPO / "operators" / "settings.py").read_text()).body:
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        section = next((node.value.value for node in ast.walk(function) if isinstance(node, ast.Assign)
-                        and [getattr(t, "id", None) for t in node.targets] == ["s"]), None)
-        for call in ast.walk(function):
-            if isinstance(call, ast.Call) and getattr(call.func, "id", "").startswith(("_get", "_choice")) \
-                    and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
-                first = call.args[0]
-                read.add((section if isinstance(first, ast.Name) else first.value, call.args[1].value))
+    for reader in SETTINGS_READERS:
+        for function in ast.parse((REPO / reader).read_text()).body:
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            section = next((node.value.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+                            and [getattr(t, "id", None) for t in node.targets] == ["s"]), None)
+            for call in ast.walk(function):
+                if isinstance(call, ast.Call) and getattr(call.func, "id", "").startswith("get_") \
+                        and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
+                    first = call.args[0]
+                    read.add((section if isinstance(first, ast.Name) else first.value, call.args[1].value))
     assert len(read) > 30, read  # the parse found the readers
     missing = sorted(f"[{section}] {key}" for section, key in read if key not in config[section]["options"])
-    assert not missing, f"read by operators/settings.py but not in operators/provider_info.py: {missing}"
+    assert not missing, f"read by {', '.join(SETTINGS_READERS)} but not in operators/provider_info.py: {missing}"
 
 
 def test_extra_links_import():

@@ -27,8 +27,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def is_root(user: str | None) -> bool:
-    """Root by number after parsing ("", "0", "00", "root"): operators/jobspec/container_users.py."""
-    from operators.jobspec.container_users import root_part
+    """Root by number after parsing ("", "0", "00", "root"): users.py."""
+    from operators.launch.docker.users import root_part
 
     return root_part(user or "") == "user"
 

@@ -1,5 +1,5 @@
 """What validate_spec checks of a docker job, cheaply, before anything is staged (operators/launch/checks.py runs it):
-the Docker engine answers. (Its `user` and `host_workspace` are checked by the spec model itself.)"""
+the Docker engine answers. (Its `user` and `host_workspace` are checked by its options model: options.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from operators.jobspec.model import JobSpec
 
 
 def check_options(spec: JobSpec) -> None:
-    """Nothing beyond the spec model's own checks."""
+    """Nothing beyond its options model's checks (options.py), made when the spec is validated."""
 
 
 def check_storage(spec: JobSpec) -> None:
@@ -18,7 +18,7 @@ def check_storage(spec: JobSpec) -> None:
 
 
 def check_reachable() -> None:
-    from operators.settings import docker_settings
+    from operators.launch.docker.settings import docker_settings
 
     url = docker_settings().docker_url
     try:

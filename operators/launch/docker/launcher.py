@@ -33,8 +33,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from operators.jobspec.backend_options import DOCKER_OPTION_KEYS as OPTION_KEYS
-from operators.jobspec.container_users import root_part
+from operators.launch.docker.options import OPTION_KEYS
+from operators.launch.docker.users import root_part
 from operators.launch.docker import access
 from operators.launch.docker import engine
 from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name
@@ -85,7 +85,7 @@ class DockerLauncherHook(BaseHook):
     def engine_url(self) -> str:
         if self._docker_url is not None:
             return self._docker_url
-        from operators.settings import docker_settings
+        from operators.launch.docker.settings import docker_settings
 
         return docker_settings().docker_url
 
@@ -95,7 +95,7 @@ class DockerLauncherHook(BaseHook):
 
         conn_id = self._docker_conn_id
         if conn_id is None:
-            from operators.settings import docker_settings
+            from operators.launch.docker.settings import docker_settings
 
             conn_id = docker_settings().docker_conn_id
         return DockerHook(docker_conn_id=conn_id or None, base_url=self.engine_url, version="auto").get_conn()
@@ -105,7 +105,7 @@ class DockerLauncherHook(BaseHook):
         """The most processes a training container may hold: as given, else `[training.docker] pids_limit`."""
         if self._pids_limit is not None:
             return self._pids_limit
-        from operators.settings import docker_settings
+        from operators.launch.docker.settings import docker_settings
 
         return docker_settings().pids_limit
 
@@ -120,7 +120,7 @@ class DockerLauncherHook(BaseHook):
         if user and root_part(user):
             raise ValueError(f"docker option user is {user!r}: training containers never run as root; give a non-root "
                              "uid:gid, or leave it out to use the image's user")
-        from operators.settings import docker_settings  # host paths are an admin setting, never a job's option
+        from operators.launch.docker.settings import docker_settings  # host paths: the admin's, never a job's
 
         if options.get("host_workspace"):
             raise ValueError("docker option host_workspace is an admin setting: set [training.docker] host_workspace "

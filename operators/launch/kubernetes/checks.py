@@ -18,7 +18,7 @@ def check_options(spec: JobSpec, kubernetes_settings: Any = None) -> None:
     from operators.launch.kubernetes.queues import queue_choice
 
     if kubernetes_settings is None:
-        from operators.settings import kubernetes_settings as read_settings
+        from operators.launch.kubernetes.settings import kubernetes_settings as read_settings
 
         kubernetes_settings = read_settings()
     try:
@@ -36,7 +36,7 @@ def check_storage(spec: JobSpec, kubernetes_settings: Any = None) -> None:
     from operators.storage.location import DEFAULT_CONNECTIONS, connection_env_name
 
     if kubernetes_settings is None:
-        from operators.settings import kubernetes_settings as read_settings
+        from operators.launch.kubernetes.settings import kubernetes_settings as read_settings
 
         kubernetes_settings = read_settings()
     options = resolve_options(spec.backend_options(), kubernetes_settings)
@@ -66,7 +66,7 @@ def _secret_keys(options: Any) -> set[str]:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from kubernetes.client.rest import ApiException
 
-    from operators.settings import kubernetes_settings
+    from operators.launch.kubernetes.settings import kubernetes_settings
 
     try:
         secret = KubernetesHook(conn_id=kubernetes_settings().conn_id or None).core_v1_client.read_namespaced_secret(
@@ -89,7 +89,7 @@ def check_reachable() -> None:
     """A cluster is configured (the connection, a kubeconfig or in-cluster) and answers with these credentials."""
     from airflow.providers.common.compat.sdk import BaseHook
 
-    from operators.settings import kubernetes_settings
+    from operators.launch.kubernetes.settings import kubernetes_settings
 
     conn_id = kubernetes_settings().conn_id
     has_conn = False

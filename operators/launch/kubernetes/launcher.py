@@ -106,7 +106,7 @@ class KubernetesLauncherHook(BaseHook):
     def settings(self):
         if self._settings is not None:
             return self._settings
-        from operators.settings import kubernetes_settings
+        from operators.launch.kubernetes.settings import kubernetes_settings
 
         return kubernetes_settings()
 

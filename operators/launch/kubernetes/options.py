@@ -1,5 +1,7 @@
-"""Per-job Kubernetes options (LaunchRequest.options) checked and resolved over the [training.kubernetes] settings,
-and the credential policy of the job's environment: pure functions, no I/O, no client.
+"""Per-job Kubernetes options: the spec's `kubernetes` section (its model, KubernetesOptions, validates it in the first
+task through the launch registry), checked and resolved over the [training.kubernetes] settings when the job
+launches (LaunchRequest.options), and the credential policy of the job's environment: pure functions, no I/O, no
+client.
 
 ``resolve_options`` merges a job's options over the settings into a ``KubernetesJobOptions``; an unknown key or a bad
 value raises ValueError, one line naming the option (``kubernetes option 'image_pull_policy' is 'Sometimes'; use
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
-from operators.jobspec.backend_options import KUBERNETES_OPTION_KEYS
+from pydantic import Field
+
+from operators.jobspec.parts import Count, Strict
 from operators.launch.kubernetes.profiles import profile_for
 from operators.launch.kubernetes.queues import queue_choice
 from operators.launch.kubernetes.names import (
@@ -29,7 +33,57 @@ from operators.launch.kubernetes.names import (
 )
 from operators.quantities import is_quantity
 
-OPTION_KEYS = KUBERNETES_OPTION_KEYS
+SecretRef = str | dict[str, str]
+
+
+class KubernetesOptions(Strict):
+    """Per-job Kubernetes options; empty ones take airflow.cfg [training.kubernetes]. Where the pod runs and what it
+    may do (namespace, service account, workspace volume, uid, security contexts) come from the admin-defined profile
+    the spec names: setting them to anything else is refused in the first task (operators/launch/kubernetes/profiles.py)."""
+
+    profile: str | None = Field(None, max_length=253, description="An admin-defined profile ([training.kubernetes] "
+                                "profiles): namespace, service account, security contexts; empty: default.")
+    namespace: str | None = Field(None, max_length=63, description="Namespace of the Job.")
+    workspace_pvc: str | None = Field(None, description="ReadWriteMany claim holding the workspace.")
+    workspace_subpath: str | None = Field(None, description="Where the workspace lives inside that volume.")
+    service_account: str | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    image_pull_secrets: list[str] | None = None
+    priority_class: str | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    keep_finished_jobs: bool | None = None
+    ttl_seconds_after_finished: Count | None = Field(None, ge=0)
+    run_as_user: Count | None = Field(None, ge=1)
+    security_context: dict[str, Any] | None = Field(None, description="Pod securityContext fields (camelCase).")
+    container_security_context: dict[str, Any] | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    backoff_limit: Count | None = Field(None, ge=0, le=100)
+    gpu_resource: str | None = Field(None, description="Extended resource name of a GPU (nvidia.com/gpu).")
+    shm_size: str | None = Field(None, description="Size of /dev/shm, e.g. 2Gi; empty: 1Gi.")
+    secret_env: dict[str, SecretRef] | None = Field(
+        None, description='Variable -> "<secret>/<key>" of a Kubernetes Secret.')
+    env_from_secrets: list[str] | None = None
+    image_pull_grace_seconds: Count | None = Field(None, ge=0)
+    startup_timeout_seconds: Count | None = Field(
+        None, ge=1, description="How long a pod placed on a node may take to start its container (the image pull "
+        "included) before the job fails as a platform error; empty: 600.")
+    poll_interval: float | None = Field(None, gt=0, le=300)
+    propagation_policy: Literal["Foreground", "Background"] | None = None
+    queue: str | None = Field(None, max_length=63, description="A Kueue LocalQueue among the admin's "
+                              "([training.kubernetes] queues): the job waits there until all its hosts fit the "
+                              "queue's quota; empty: the admin's default queue.")
+    queue_priority: str | None = Field(None, max_length=253, description="A Kueue WorkloadPriorityClass among the "
+                                       "admin's ([training.kubernetes] queue_priorities); empty: the default.")
+
+    def launch_options(self) -> dict[str, Any]:
+        """The options a launcher receives (LaunchRequest.options): what the job set."""
+        return self.model_dump(exclude_none=True)
+
+
+# The option names a launch accepts: the model's fields, never typed twice.
+OPTION_KEYS = tuple(KubernetesOptions.model_fields)
 
 
 @dataclass(frozen=True)

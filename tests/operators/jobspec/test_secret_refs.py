@@ -8,7 +8,7 @@ import pytest
 
 from operators.launch.base import LaunchRequest
 from operators.jobspec.secret_refs import resolve_references
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 from operators.jobspec.errors import SpecError
 
 BASE = {"job_name": "j", "source_dir": "s3://b/c/", "output_path": "s3://b/o", "entry_point": "t.py"}

@@ -1,6 +1,7 @@
 import pytest
 
-from operators.jobspec.model import JobSpec, SpecError, job_name_from, validate_spec
+from operators.jobspec.model import JobSpec, SpecError, job_name_from
+from operators.launch.spec import validate_spec
 
 BASE = {"job_name": "churn-1", "source_dir": "s3://bucket/code/", "output_path": "s3://bucket/models",
         "entry_point": "train.py"}
@@ -127,6 +128,13 @@ def test_nested_sections_round_trip_and_each_backend_gets_its_own_options():
     assert spec.resources.model_dump(exclude_none=True) == {"cpu": "2", "memory": "4Gi", "gpu": 1}
     local = validate_spec({**BASE})
     assert local.backend_options() == {} and local.ignored_sections() == []
+
+
+def test_a_validated_spec_of_an_earlier_release_gives_its_launcher_only_the_options_it_set():
+    # Its XCom listed every option of a section, an unset one as null; a launcher reads null as a value.
+    earlier = {**validate_spec({**BASE, "backend": "docker"}).to_dict(),
+               "docker": {"user": None, "shm_size": "2Gi", "keep_containers": False, "poll_interval": None}}
+    assert JobSpec.from_dict(earlier).backend_options() == {"shm_size": "2Gi", "keep_containers": False}
 
 
 def test_enums_are_the_runtimes():

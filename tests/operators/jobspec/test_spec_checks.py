@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 from operators.launch.checks import check_world
 from operators.launch.registry import backend_checks
 from operators.jobspec.checks import check_connections, check_local_paths

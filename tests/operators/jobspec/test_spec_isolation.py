@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators.settings import KubernetesSettings
-from operators.jobspec.model import validate_spec
+from operators.launch.kubernetes.settings import KubernetesSettings
+from operators.launch.spec import validate_spec
 from operators.launch.kubernetes.checks import check_options as check_isolation_options
 from operators.launch.registry import backend_checks
 from operators.jobspec.errors import SpecError

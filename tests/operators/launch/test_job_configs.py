@@ -9,7 +9,7 @@ from training_runtime.layouts import layout_for
 
 from operators.launch.local.launcher import LocalLauncherHook
 from operators.launch.job_configs import write_job_configs
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 
 SPEC = {"job_name": "j", "source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py",
         "hyperparameters": {"lr": 0.1}}

@@ -107,7 +107,7 @@ def test_the_kubernetes_example_job_of_the_docs_is_a_valid_spec_and_passes_the_t
     from airflow.sdk.definitions.param import ParamsDict
 
     from operators.pipelines.params import training_job_params
-    from operators.jobspec.model import validate_spec
+    from operators.launch.spec import validate_spec
 
     doc = (Path(__file__).resolve().parents[3] / "docs/kubernetes.md").read_text()
     section = doc[doc.index("## An example job with `backend: kubernetes`"):]

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import os
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 from operators.launch.steps import STEP_ENV, StepError, StepOutcome
 from operators.stages import in_cluster, step_pod
 from operators.stages.stage_code import StageCodeOperator

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from operators.settings import training_settings
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 from operators.stages.restore import RestoreOperator
 
 

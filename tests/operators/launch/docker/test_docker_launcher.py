@@ -35,7 +35,7 @@ def make_request(tmp_path: Path, **overrides) -> LaunchRequest:
 
 
 def test_kubernetes_options_in_the_same_spec_are_ignored_unknown_ones_and_root_refused(tmp_path):
-    from operators.jobspec.model import validate_spec
+    from operators.launch.spec import validate_spec
 
     spec = validate_spec({"job_name": "j", "source_dir": "s3://b/c/", "output_path": "s3://b/o", "entry_point": "t.py",
                           "backend": "docker", "kubernetes": {"namespace": "ml", "node_selector": {"a": "b"}},
@@ -134,7 +134,7 @@ def test_a_non_root_image_user_runs_as_itself(tmp_path, monkeypatch, user, ids):
 
 
 def test_every_container_gets_the_pids_limit_of_the_setting_or_the_constructor(tmp_path, monkeypatch):
-    from operators.settings import docker_settings
+    from operators.launch.docker.settings import docker_settings
 
     def pids_limit(hook: DockerLauncherHook):
         return hook.configs(make_request(tmp_path))[0]["HostConfig"].get("PidsLimit")

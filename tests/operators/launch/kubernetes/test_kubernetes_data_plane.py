@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from operators.jobspec.errors import SpecError
-from operators.jobspec.model import validate_spec
+from operators.launch.spec import validate_spec
 from operators.launch.base import LaunchRequest
 from operators.launch.kubernetes.checks import check_storage
 from operators.launch.kubernetes.data_plane import PREPARE_CONTAINER, step_manifest
@@ -19,7 +19,7 @@ from operators.launch.kubernetes.manifests import restricted_profile_violations
 from operators.launch.kubernetes.options import resolve_options
 from operators.launch.kubernetes.profiles import profiles
 from operators.launch.steps import STEP_ENV
-from operators.settings import KubernetesSettings
+from operators.launch.kubernetes.settings import KubernetesSettings
 
 CLUSTER = KubernetesSettings(namespace="training", data_plane="cluster", storage_secret="training-storage",
                              data_plane_image="registry.example.com/training-airflow:1.0")

@@ -127,7 +127,7 @@ def test_an_elastic_job_replaces_lost_hosts_up_to_max_restarts_and_still_fails_f
     once; with a Kueue queue the Job is still created suspended for all its hosts (all-or-nothing admission)."""
     from operators.launch.kubernetes.manifests import job_manifest
     from operators.launch.kubernetes.options import resolve_options
-    from operators.settings import KubernetesSettings
+    from operators.launch.kubernetes.settings import KubernetesSettings
 
     options = {"backoff_limit": 5}
     elastic = {"min_hosts": 2, "max_hosts": 3, "max_restarts": 4}

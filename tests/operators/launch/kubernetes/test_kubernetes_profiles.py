@@ -8,7 +8,7 @@ from kubernetes_job_samples import make_request
 from operators.launch.kubernetes.manifests import job_manifest
 from operators.launch.kubernetes.options import resolve_options
 from operators.launch.kubernetes.profiles import profiles
-from operators.settings import KubernetesSettings
+from operators.launch.kubernetes.settings import KubernetesSettings
 
 SETTINGS = KubernetesSettings(namespace="training", profiles={
     "team-a": {"namespace": "team-a", "service_account": "trainer", "workspace_pvc": "team-a-ws",

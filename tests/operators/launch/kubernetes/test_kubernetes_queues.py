@@ -10,7 +10,7 @@ from operators.launch.kubernetes.manifests import job_manifest
 from operators.launch.kubernetes.options import resolve_options
 from operators.launch.kubernetes.profiles import ProfileError
 from operators.launch.kubernetes.queues import queue_choice
-from operators.settings import KubernetesSettings
+from operators.launch.kubernetes.settings import KubernetesSettings
 
 SETTINGS = KubernetesSettings(namespace="training", queue="team-a", queues=("team-b",), queue_priority="low",
                               queue_priorities=("high",))
@@ -63,7 +63,7 @@ def test_a_queued_job_keeps_the_pod_failure_policy_of_its_hosts():
 
 
 def test_the_first_task_refuses_an_unlisted_queue_with_one_line_naming_the_field():
-    from operators.jobspec.model import validate_spec
+    from operators.launch.spec import validate_spec
     from operators.launch.kubernetes.checks import check_options
     from operators.jobspec.errors import SpecError
 

@@ -1,7 +1,7 @@
 """Whether a container user (Docker's `user`: uid, uid:gid, name or name:group) is root, by number after parsing:
 "0", "00", "+0", "root", "0:0", "1000:0" all are. The image's USER is judged the same way when the job gives no user. A
 name other than root (or a uid alone) is resolved in the image at launch, and the resolved ids are checked again
-(operators/launch/docker/launcher.py)."""
+(launcher.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from operators.jobspec.container_users import root_part
+from operators.launch.docker.users import root_part
 
 
 @pytest.mark.parametrize("user", ["0", "00", "+0", " 0 ", "root", "ROOT", "0:0", "00:1000", "root:1000", ""])
