@@ -57,8 +57,10 @@ MAX_HYPERPARAMETERS_JSON = 64 * 1024
 MAX_ENV_VALUE = 32 * 1024
 
 
-# The validation context's key for the backends' options models (validate_spec's option_models).
+# The validation context's keys: the backends' options models (validate_spec's option_models), or the mark of a spec
+# validated before (JobSpec.from_dict: the stages' XCom), whose sections are taken as they are.
 OPTION_MODELS = "option_models"
+VALIDATED = "validated"
 
 Layout = Literal[LAYOUTS]
 Backend = Literal[BACKENDS]
@@ -243,8 +245,11 @@ class JobSpec(Strict):
     @field_validator("kubernetes", "docker")
     @classmethod
     def _backend_options(cls, section: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        models = (info.context or {}).get(OPTION_MODELS)
+        context = info.context or {}
+        models = context.get(OPTION_MODELS)
         if models is None:
+            if not context.get(VALIDATED):  # a raw spec whose backend options nobody would check: a caller's bug
+                raise TypeError("a raw job spec is validated with operators.launch.spec.validate_spec")
             # A spec validated before (JobSpec.from_dict): its sections hold what the job set. One an earlier release
             # validated lists every option, an unset one as null, which no launcher reads as unset.
             return {key: value for key, value in section.items() if value is not None}
@@ -387,7 +392,7 @@ class JobSpec(Strict):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
-        return cls.model_validate(dict(data))
+        return cls.model_validate(dict(data), context={VALIDATED: True})
 
 
 def job_name_from(base: str, suffix: str) -> str:

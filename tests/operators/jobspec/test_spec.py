@@ -137,6 +137,13 @@ def test_a_validated_spec_of_an_earlier_release_gives_its_launcher_only_the_opti
     assert JobSpec.from_dict(earlier).backend_options() == {"shm_size": "2Gi", "keep_containers": False}
 
 
+def test_a_raw_spec_validated_without_the_backends_models_is_a_caller_s_bug_not_a_pass():
+    # The spec model cannot check a backend's section itself (the models are the backends', above it): validating a
+    # raw spec without them would let `kubernetes.namspace` through, so it is refused loudly.
+    with pytest.raises(TypeError, match="operators.launch.spec.validate_spec"):
+        JobSpec.model_validate({**BASE, "backend": "kubernetes", "kubernetes": {"namspace": "ml"}})
+
+
 def test_enums_are_the_runtimes():
     from training_runtime.config import DISTRIBUTIONS
     from training_runtime.layouts import CONTAINER_ROOTS
