@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from airflow.sdk import Param
+
 from operators.jobspec.model import LABELS, SCHEMES, JobSpec
 
 # Filled at run time from the run (job_name) or airflow.cfg [training] (backend, layout): optional in the form.
@@ -98,8 +100,6 @@ def _empty_default(schema: Mapping[str, Any]) -> Any:
 
 def training_job_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Params for a training DAG; `defaults` pre-fills the form (e.g. the shipped example)."""
-    from airflow.sdk import Param
-
     given = dict(defaults or {})
     required = set(JobSpec.model_json_schema(mode="validation").get("required", ())) - set(_RUN_DEFAULTS)
     params = {}
