@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from airflow.configuration import conf
+
 PLUGIN_PREFIX = "/training-jobs"
 RUN_VIEW_ROUTE = "training-jobs-run"  # the plugin's tab on a DAG run, inside Airflow's UI (training_jobs_plugin.py)
 
@@ -30,8 +32,6 @@ def console_url(uri: str) -> str | None:
 
 def base_url() -> str:
     """Where the UI is served ([api] base_url, else http://<[api] host>:<[api] port>), without a trailing slash."""
-    from airflow.configuration import conf
-
     base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
     if base:
         return base

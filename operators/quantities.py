@@ -14,6 +14,7 @@ from typing import Any
 
 def parse_quantity(value: Any) -> Decimal:
     """The quantity as a number (bytes, cores); ValueError when Kubernetes would refuse it."""
+    # lazy: kubernetes client, imported only where a quantity is parsed (the SDK's local mode imports this module)
     from kubernetes.utils import parse_quantity as parse
 
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):

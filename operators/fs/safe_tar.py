@@ -30,7 +30,10 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 
+from isal import igzip_threaded
+
 from operators.fs.directories import remove_tree, replace_directory
+from operators.fs.job_root import JobRoot, UnsafePathError
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +191,6 @@ class _GzipWriter:
     BLOCK = 1024 * 1024
 
     def __init__(self, raw, level: int, threads: int) -> None:
-        from isal import igzip_threaded
-
         self._size = 0
         self._out = _Guard(raw)
         self._file = igzip_threaded.open(self._out, "wb", compresslevel=level, threads=threads,
@@ -271,8 +272,6 @@ def pack_directory(
     in parallel (default: the usable CPUs, at most 8). `sink(bytes)`, if given, receives the archive's bytes in order
     as they are written.
     """
-    from operators.fs.job_root import JobRoot, UnsafePathError
-
     src_dir = os.path.abspath(src_dir)
     out_path = os.path.abspath(out_path)
     if within is None:
@@ -325,8 +324,6 @@ def pack_directory(
 
 def _add_entry(tf: tarfile.TarFile, tree, entry, base: str) -> int | None:
     """One walked entry into the archive; the bytes of content packed (None for a directory or a skipped file)."""
-    from operators.fs.job_root import UnsafePathError
-
     info = tarfile.TarInfo(entry.rel)
     info.uid = info.gid = 0
     info.uname = info.gname = ""

@@ -5,14 +5,13 @@ here and a worker loads only the backend a job uses)."""
 
 from __future__ import annotations
 
-from operators.launch.registry import backend_checks
 from operators.jobspec.checks import check_local_paths
 from operators.jobspec.model import JobSpec
+from operators.jobspec.secret_refs import check_references
+from operators.launch.registry import backend_checks
 
 
 def check_world(spec: JobSpec, local_roots: tuple[str, ...] = (), areas: dict | None = None) -> None:
-    from operators.jobspec.secret_refs import check_references
-
     backend = backend_checks(spec.backend)
     check_local_paths(spec, local_roots, areas)
     backend.check_options(spec)

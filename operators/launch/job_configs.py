@@ -4,15 +4,26 @@ No Airflow import."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
+
+from training_runtime.config import (
+    HYPERPARAMETERS_FILE,
+    INPUT_DATA_CONFIG_FILE,
+    RESOURCE_CONFIG_FILE,
+    TRAINING_JOB_CONFIG_FILE,
+    encode_hyperparameters,
+)
+
+from operators.fs.job_root import JobRoot
+from operators.launch.outcome import clear_outcome_markers
+from operators.quantities import parse_quantity  # the one quantity parser
 
 
 def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Write hyperparameters.json, resourceconfig.json, inputdataconfig.json and trainingjobconfig.json for `spec` (a
     JobSpec) into `layout`, and clear what an earlier attempt left in output/ (success, failure); returns the hosts.
     `channels`: channel -> {"is_file": bool, "file_name": str} (what the prefetch stage returns)."""
-    from operators.launch.outcome import clear_outcome_markers
-
     hosts = launcher.hosts(spec.job_name, spec.instance_count)
     channels = dict(channels or {})
     channel_names = list(spec.inputs) + (["model"] if spec.resume_from else [])
@@ -31,8 +42,6 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
         },
     }
     if "cpu" in resources:
-        from operators.quantities import parse_quantity  # the one quantity parser
-
         job_config["num_cpus"] = max(1, int(parse_quantity(resources["cpu"])))
     elastic = spec.elastic_settings()
     if elastic:
@@ -53,18 +62,6 @@ def write_job_configs(spec, layout, launcher, channels: Mapping[str, Mapping[str
 def _write_documents(layout, documents: Mapping[str, Any]) -> None:
     """The config files into input/config/ through operators/fs: a retry's job root may hold links the script left
     there (at input/config or at a file name), and the worker must write its files, not through those links."""
-    import json
-
-    from training_runtime.config import (
-        HYPERPARAMETERS_FILE,
-        INPUT_DATA_CONFIG_FILE,
-        RESOURCE_CONFIG_FILE,
-        TRAINING_JOB_CONFIG_FILE,
-        encode_hyperparameters,
-    )
-
-    from operators.fs.job_root import JobRoot
-
     root = JobRoot(layout.root)
     config_dir = root.relative(layout.config_dir)
     contents = {

@@ -22,6 +22,8 @@ import os
 import time
 from dataclasses import dataclass
 
+import psutil
+
 from operators.state.job_state import state_root
 
 log = logging.getLogger(__name__)
@@ -65,8 +67,6 @@ def _read(path: str) -> dict | None:
 
 
 def _uids_in_use() -> set[int]:
-    import psutil
-
     uids = set()
     for proc in psutil.process_iter(["uids"]):
         try:
@@ -78,8 +78,6 @@ def _uids_in_use() -> set[int]:
 
 def _holding(holders: list) -> bool:
     """Whether a recorded holder still runs (the same pid, started at the recorded time: pids are recycled)."""
-    import psutil
-
     for holder in holders:
         if not (isinstance(holder, list) and len(holder) == 2 and type(holder[0]) is int
                 and type(holder[1]) in (int, float)):

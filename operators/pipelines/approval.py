@@ -24,13 +24,13 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamsDict
 
+from operators.console_urls import PLUGIN_PREFIX, base_url, job_path
+
 MAX_METRICS = 20  # a training may report any number of metrics: the body shows the objective and the first others
 
 
 def compare_url(dag_id: str, run_id: str, current: Mapping[str, Any] | None) -> str:
     """The console's compare page of the candidate's job and the promoted model's (when the pointer names its run)."""
-    from operators.console_urls import PLUGIN_PREFIX, base_url, job_path
-
     jobs = [("job", job_path(dag_id, run_id, -1))]
     if current and current.get("dag_id") and current.get("run_id"):
         jobs.append(("job", job_path(current["dag_id"], current["run_id"], -1)))

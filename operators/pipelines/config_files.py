@@ -41,6 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import yaml
+from airflow.sdk.definitions.timetables._cron import CRON_PRESETS
+from croniter import croniter
+
+from operators.jobspec.model import SpecError, base_name_from
+from operators.launch.spec import validate_spec
+from operators.settings import training_settings
+
 DIRECTIONS = ("minimize", "maximize")
 ON_REJECT = ("skip", "fail")
 ASSET_CONDITIONS = ("any", "all")
@@ -116,8 +124,6 @@ class RetrainingConfig:
 
 def config_dir(default: str | os.PathLike) -> Path:
     """airflow.cfg [training] retraining_configs (or AIRFLOW__TRAINING__RETRAINING_CONFIGS), else `default`."""
-    from operators.settings import training_settings
-
     return Path(training_settings().retraining_configs or default)
 
 
@@ -138,8 +144,6 @@ def load_job_configs(directory: str | os.PathLike) -> list[RetrainingConfig]:
 
 
 def load_job_config(path: str | os.PathLike) -> RetrainingConfig:
-    import yaml
-
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -153,9 +157,6 @@ def load_job_config(path: str | os.PathLike) -> RetrainingConfig:
 
 
 def parse_job_config(raw: Any, path: str | os.PathLike) -> RetrainingConfig:
-    from operators.jobspec.model import SpecError, base_name_from
-    from operators.launch.spec import validate_spec
-
     path = Path(path)
 
     def fail(field_name: str, problem: str):
@@ -223,10 +224,6 @@ def _cron(value: Any, fail) -> str | None:
         return None
     if not isinstance(value, str):
         fail("schedule.cron", f"must be a cron expression string like '0 3 * * *', got {value!r}")
-    from croniter import croniter
-
-    from airflow.sdk.definitions.timetables._cron import CRON_PRESETS
-
     if not croniter.is_valid(CRON_PRESETS.get(value, value)):
         fail("schedule.cron", f"{value!r} is not a cron expression (5 fields like '0 3 * * *', or @daily, @hourly, "
                               "...)")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from airflow.sdk import Param
+
 from operators.jobspec.model import LABELS, SCHEMES, JobSpec
 from operators.launch.registry import option_models
 
@@ -112,8 +114,6 @@ def _empty_default(schema: Mapping[str, Any]) -> Any:
 
 def training_job_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Params for a training DAG; `defaults` pre-fills the form (e.g. the shipped example)."""
-    from airflow.sdk import Param
-
     given = dict(defaults or {})
     required = set(JobSpec.model_json_schema(mode="validation").get("required", ())) - set(_RUN_DEFAULTS)
     params = {}

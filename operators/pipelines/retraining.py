@@ -26,9 +26,16 @@ promotions cannot race.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import DAG, Asset, AssetAll, AssetAny, AssetOrTimeSchedule, BaseOperator, CronTriggerTimetable, Param
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from operators.jobspec.model import JobSpec
+from operators.pipelines.approval import PromotionApprovalOperator
+from operators.pipelines.template import TRANSFER_RETRIES, model_asset_for, training_job_tasks
+from operators.tracking.mlflow import configured_uri, experiment_name, register_model_version, registered_model_name
 
 if TYPE_CHECKING:
     from operators.pipelines.config_files import GateRule, RetrainingConfig
@@ -88,6 +95,7 @@ def evaluate_gate(rule: Mapping[str, Any], candidate_metrics: Mapping[str, Any],
 
 
 def _storage(connections: Mapping[str, str] | None):
+    # lazy: storage client (botocore, awscrt, obstore), not at DAG parse
     from operators.storage.hook import ObjectStorageHook
 
     return ObjectStorageHook(connections=dict(connections or {}))
@@ -108,8 +116,6 @@ class CurrentModelOperator(BaseOperator):
         self.connections = dict(connections or {})
 
     def execute(self, context) -> dict[str, Any] | None:
-        from airflow.sdk.exceptions import AirflowFailException
-
         storage = _storage(self.connections)
         uri = pointer_uri(self.output_path, self.base_job_name)
         if not storage.exists(uri):
@@ -147,8 +153,6 @@ class MetricGateOperator(BaseOperator):
         self.current = current
 
     def execute(self, context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
         try:
             decision = evaluate_gate(self.rule, (self.candidate or {}).get("metrics") or {}, self.current)
         except GateError as err:
@@ -182,12 +186,6 @@ class PromoteModelOperator(BaseOperator):
         self.approval = approval
 
     def execute(self, context) -> str:
-        from datetime import datetime, timezone
-
-        from airflow.sdk.exceptions import AirflowSkipException
-
-        from operators.jobspec.model import JobSpec
-
         decision, spec = self.decision, JobSpec.from_dict(self.job)
         uri = pointer_uri(spec.output_path, spec.base_job_name or "")
         kept = (self.current or {}).get("model_uri") or "nothing (no model was promoted yet)"
@@ -227,13 +225,6 @@ class PromoteModelOperator(BaseOperator):
     def _register_in_mlflow(self, spec, model_uri: str, run_id: str) -> None:
         """A version of the registered model named after the experiment, when [training] mlflow_tracking_uri is
         set (best effort: the pointer and the Asset event above are the promotion)."""
-        from operators.tracking.mlflow import (
-            configured_uri,
-            experiment_name,
-            register_model_version,
-            registered_model_name,
-        )
-
         uri = configured_uri()
         if uri:
             name = registered_model_name(spec.base_job_name, self.dag_id)
@@ -248,8 +239,6 @@ class PromoteModelOperator(BaseOperator):
 
 def schedule_for(config: RetrainingConfig):
     """cron -> CronTriggerTimetable; assets -> any/all of them; both -> AssetOrTimeSchedule; neither -> None."""
-    from airflow.sdk import Asset, AssetAll, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable
-
     condition = None
     if config.assets:
         assets = [Asset(name=a.name, uri=a.uri) for a in config.assets]
@@ -263,8 +252,6 @@ def schedule_for(config: RetrainingConfig):
 
 def approval_param(config: RetrainingConfig):
     """The run param that switches approval on (the config's approval.required is its default and cannot be undone)."""
-    from airflow.sdk import Param
-
     rule = config.approval
     return Param(rule.required, type="boolean", title="Require approval",
                  description="A person approves the promotion of the new model after the metric gate passes it "
@@ -275,11 +262,6 @@ def approval_param(config: RetrainingConfig):
 def retraining_dag(config: RetrainingConfig, *, model_asset=None, params: Mapping[str, Any] | None = None):
     """The DAG of one retraining config (operators/pipelines/config_files.py): builds it and returns it. `params`: more
     DAG params (for job fields written as templates, "{{ params.x }}"); require_approval is always one."""
-    from airflow.sdk import DAG
-
-    from operators.pipelines.approval import PromotionApprovalOperator
-    from operators.pipelines.template import TRANSFER_RETRIES, model_asset_for, training_job_tasks
-
     gate: GateRule = config.gate
     pointer = pointer_uri(config.job["output_path"], config.base_job_name)
     doc = (f"Retraining from `{config.path}`: resumes from the promoted model, gate `{gate.objective}` "

@@ -22,12 +22,20 @@ parsed: Airflow fixes pools and caps per task, not per run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from typing import Any, Iterable, Mapping, Sequence
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, Param, task_group
+from airflow.sdk.exceptions import AirflowFailException
 
+from operators.jobspec.model import SpecError, base_name_from, job_name_from
+from operators.launch.spec import validate_spec
+from operators.pipelines.params import training_job_params
+from operators.pipelines.template import training_job_tasks
+from operators.settings import training_settings
 from operators.tuning.early_stopping import EARLY_STOPPING_RULES, early_stopping_config, read_trial_report
 from operators.tuning.search_space import (
     MAX_TRIALS,
@@ -89,10 +97,6 @@ def format_table(rows: Sequence[Mapping[str, Any]], objective: str, best_index: 
 
 def search_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Params of a search DAG: the job spec's (shared by every trial) plus the search's own, in their own sections."""
-    from airflow.sdk import Param
-
-    from operators.pipelines.params import training_job_params
-
     d = dict(defaults or {})
     params = training_job_params(defaults)
     params["job_name"] = Param(d.get("job_name"), type=["null", "string"], maxLength=58,
@@ -144,10 +148,6 @@ def search_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 
 def _search_job_name(params: Mapping[str, Any], dag_id: str, run_id: str, when) -> tuple[str, str]:
-    import hashlib
-
-    from operators.jobspec.model import base_name_from, job_name_from
-
     base = params.get("base_job_name") or base_name_from(dag_id)
     suffix = f"{when:%Y%m%d-%H%M%S}-{hashlib.sha256(run_id.encode()).hexdigest()[:4]}"
     name = params.get("job_name") or job_name_from(base[:36].rstrip("-"), suffix)  # room for -tNNN
@@ -165,15 +165,6 @@ class PlanSearchOperator(BaseOperator):
     ui_color = "#fdf6e3"
 
     def execute(self, context) -> list[dict[str, Any]]:
-        import hashlib
-        import shutil
-
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from operators.settings import training_settings
-        from operators.jobspec.model import SpecError
-        from operators.launch.spec import validate_spec
-
         params = dict(context["params"])
         settings = training_settings()
         try:
@@ -244,8 +235,6 @@ class SearchSummaryOperator(BaseOperator):
         self.trial_group = trial_group
 
     def execute(self, context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
         plan = self.plan
         if not plan:
             raise AirflowFailException("no trials ran: plan_trials failed (see its log)")
@@ -287,6 +276,7 @@ class SearchSummaryOperator(BaseOperator):
         return summary
 
     def _write_summary(self, plan: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+        # lazy: storage client (botocore, awscrt, obstore), not at DAG parse
         from operators.storage.hook import ObjectStorageHook
 
         uri = f"{plan['output_path'].rstrip('/')}/{plan['search_job']}/search_summary.json"
@@ -325,8 +315,6 @@ class PublishBestModelOperator(BaseOperator):
 
 def trial_concurrency() -> tuple[str | None, int]:
     """(pool, max concurrent trials of one search) from airflow.cfg [training] trials_pool / max_concurrent_trials."""
-    from operators.settings import training_settings
-
     settings = training_settings()
     return settings.trials_pool or None, settings.max_concurrent_trials
 
@@ -334,10 +322,6 @@ def trial_concurrency() -> tuple[str | None, int]:
 def hyperparameter_search_tasks(*, model_asset=None, pool: str | None = None, max_concurrent_trials: int = 2):
     """plan_trials -> trial (mapped task group: the training job stage chain) -> summarize -> publish_best_model.
     Call inside `with DAG(..., params=search_params())`; returns (plan, summary, publish_best)."""
-    from airflow.sdk import task_group
-
-    from operators.pipelines.template import training_job_tasks
-
     plan = PlanSearchOperator(task_id="plan_trials")
     launch_kwargs: dict[str, Any] = {"max_active_tis_per_dagrun": max_concurrent_trials}
     if pool:

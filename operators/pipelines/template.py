@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Mapping
 
+from airflow.sdk import Asset
+
 from operators.stages import (
     LaunchTrainingOperator,
     PrefetchDataOperator,
@@ -55,8 +57,6 @@ class TrainingTasks:
 
 def model_asset_for(dag_id: str):
     """The Asset a training DAG's models are published to (event extra carries model_uri)."""
-    from airflow.sdk import Asset
-
     return Asset(name=f"{dag_id}.model", uri=f"x-model://{dag_id}")
 
 

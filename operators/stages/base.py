@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+from training_runtime.layouts import layout_for
+
+from operators.fs.safe_tar import BadArchiveError
+from operators.jobspec.model import JobSpec
+from operators.launch.registry import launcher_for
+from operators.settings import training_settings
+from operators.stages.failure_reasons import records_failure_reason
+from operators.stages.in_cluster import in_step_pod
+from operators.state.job_state import ensure_state_dir
+from operators.state.lease import JobNameTaken, claim
+from operators.storage.errors import StorageError
 
 
 def storage_failures_fail_fast(execute):
@@ -18,11 +31,6 @@ def storage_failures_fail_fast(execute):
 
     @functools.wraps(execute)
     def wrapper(self, context):
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from operators.storage.errors import StorageError
-        from operators.fs.safe_tar import BadArchiveError
-
         try:
             return execute(self, context)
         except StorageError as err:
@@ -44,8 +52,6 @@ class JobStageOperator(BaseOperator):
     def __init_subclass__(cls, **kwargs):
         """Every stage's failure says why in the training-jobs view (operators/stages/failure_reasons.py)."""
         super().__init_subclass__(**kwargs)
-        from operators.stages.failure_reasons import records_failure_reason
-
         for name in ("execute", "execute_complete"):
             if name in vars(cls):
                 setattr(cls, name, records_failure_reason(vars(cls)[name]))
@@ -56,18 +62,12 @@ class JobStageOperator(BaseOperator):
 
     @cached_property
     def spec(self):
-        from operators.jobspec.model import JobSpec
-
         return JobSpec.from_dict(self.job)
 
     @cached_property
     def settings(self):
         """airflow.cfg's [training]; for a job whose backend keeps its files in the cluster, with the workspace where
         that backend's pods mount it (every path of the job, on the worker and in the pods, is the cluster's)."""
-        from dataclasses import replace
-
-        from operators.settings import training_settings
-
         settings = training_settings()
         return replace(settings, workspace=self.cluster_workspace) if self.cluster_workspace else settings
 
@@ -75,28 +75,17 @@ class JobStageOperator(BaseOperator):
     def cluster_workspace(self) -> str | None:
         """Where the job's files are when its backend keeps them in the cluster (seen from this worker, which has no
         such directory); None: in this worker's [training] workspace."""
-        from operators.stages.in_cluster import in_step_pod
-
         if not self.job or in_step_pod():  # a step's pod has that workspace in its own settings already
             return None
-        from operators.launch.registry import launcher_for
-
         where = getattr(launcher_for(self.spec.backend), "cluster_workspace", None)
         return where(self.spec.backend_options()) if where is not None else None
 
     @cached_property
     def layout(self):
-        from training_runtime.layouts import layout_for
-
         return layout_for(self.spec.layout, self.settings.job_root(self.spec.job_name))
 
     def claim_job(self, context) -> None:
         """Fail fast unless this DAG run owns the job's root (one run per job_name; see operators/state/lease.py)."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from operators.state.lease import JobNameTaken, claim
-        from operators.state.job_state import ensure_state_dir
-
         os.makedirs(self.layout.root, exist_ok=True)
         try:
             state = ensure_state_dir(self.settings.workspace, self.spec.job_name)
@@ -116,6 +105,7 @@ class JobStageOperator(BaseOperator):
 
     @cached_property
     def storage(self):
+        # lazy: storage client (botocore, awscrt, obstore), not at DAG parse
         from operators.storage.hook import ObjectStorageHook
 
         return ObjectStorageHook(connections=self.spec.connections, settings=self.settings)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 
+from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
+
 log = logging.getLogger(__name__)
 
 FAILURE_REASON_KEY = "failure_reason"
@@ -28,8 +30,6 @@ def records_failure_reason(execute):
 
     @functools.wraps(execute)
     def wrapper(self, context, *args, **kwargs):
-        from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
-
         try:
             return execute(self, context, *args, **kwargs)
         except (AirflowSkipException, TaskDeferred):

@@ -2,12 +2,27 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Mapping
 
-from operators.stages.links import stage_links
+from airflow.sdk import get_current_context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from training_runtime.contract import METRICS_FILE_ENV, METRICS_STREAM
+
+from operators.fs.job_root import JobRoot
+from operators.jobspec.errors import SpecError
+from operators.jobspec.secret_refs import redactor, resolve_references
+from operators.launch.base import LaunchRequest
+from operators.launch.outcome import record_failure
+from operators.launch.registry import launcher_for, trigger_for
 from operators.stages.base import JobStageOperator
+from operators.stages.links import stage_links
+from operators.staging.checkpoints import CheckpointSync
+from operators.tracking.metrics import MetricCollector
+from operators.tracking.mlflow import configured_uri, job_run
+from operators.tuning.early_stopping import TrialMonitor
 
 # While training runs, the metrics matched so far are written to the job root's metrics.json at most this often, so
 # the training-jobs view draws the curves as they grow.
@@ -48,16 +63,10 @@ class LaunchTrainingOperator(JobStageOperator):
     @property
     def launcher(self):
         if self._launcher is None:
-            from operators.launch.registry import launcher_for
-
             self._launcher = launcher_for(self.spec.backend)
         return self._launcher
 
     def launch_request(self, with_secrets: bool = False):
-        from training_runtime.contract import METRICS_FILE_ENV, METRICS_STREAM
-
-        from operators.launch.base import LaunchRequest
-
         spec = self.spec
         options = spec.backend_options()  # the section of the job's backend
         env = spec.literal_environment()  # secrets by reference: resolved in execute only (with_secrets)
@@ -90,11 +99,6 @@ class LaunchTrainingOperator(JobStageOperator):
                 "interval": self.settings.checkpoint_sync_seconds, "connections": dict(self.spec.connections)}
 
     def _secret_values(self) -> dict[str, str]:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from operators.jobspec.secret_refs import resolve_references
-        from operators.jobspec.errors import SpecError
-
         try:
             values = resolve_references(self.spec.secret_references())
         except SpecError as err:  # removed since the first task checked it: fix it, retrying will not help
@@ -109,15 +113,11 @@ class LaunchTrainingOperator(JobStageOperator):
         return self.cluster_workspace is None
 
     def _metrics(self):
-        from operators.tracking.metrics import MetricCollector
-
         return MetricCollector([m.model_dump() for m in self.spec.metric_definitions])
 
     def _checkpoint_sync(self, *, before_training: bool = True):
         if not self.spec.checkpoint_path or not self.volume_here:
             return None
-        from operators.staging.checkpoints import CheckpointSync
-
         sync = CheckpointSync(self.storage, self.layout.checkpoint_dir, self.spec.checkpoint_path,
                               self.settings.checkpoint_sync_seconds, job_root=self.layout.root)
         if before_training:  # what is there now was restored from checkpoint_path: not uploaded back
@@ -134,8 +134,6 @@ class LaunchTrainingOperator(JobStageOperator):
         use_defer = self.launcher.capabilities.deferrable and (
             self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)
         if use_defer:
-            from operators.launch.registry import trigger_for
-
             self.launcher.start(request)
             # A trigger cannot push XComs: the queue is recorded now, the view reads its place from the task log.
             queue = self.launcher.queue_of(request) if hasattr(self.launcher, "queue_of") else None
@@ -176,8 +174,6 @@ class LaunchTrainingOperator(JobStageOperator):
         return self._finish(request, result, metrics, sync, tracking)
 
     def execute_complete(self, context, event: dict[str, Any], request: dict[str, Any] | None = None) -> dict:
-        from operators.launch.base import LaunchRequest
-
         req = LaunchRequest.from_dict(request) if request else self.launch_request()
         if self.spec.secret_references():  # a new process after the deferral: mask the values in what follows
             try:
@@ -196,14 +192,10 @@ class LaunchTrainingOperator(JobStageOperator):
 
     def _log_and_match(self, metrics):
         """User output goes into the task log line by line and is matched against metric_definitions."""
-        import time
-
         live = os.path.join(self.layout.output_dir, "metrics.json")
         root = self.layout.root
         volume_here = self.volume_here
         last_write = [0.0]
-
-        from operators.jobspec.secret_refs import redactor
 
         # Airflow's masker redacts registered secrets in real task runs; masking here too keeps the user's output
         # clean wherever the task logs to (dag.test() logs in-process without the redactor).
@@ -225,8 +217,6 @@ class LaunchTrainingOperator(JobStageOperator):
     def _tracking(self, context):
         """The job's MLflow run when [training] mlflow_tracking_uri is set (operators/tracking/mlflow.py), started
         (or found again, after a retry or a deferral); None when tracking is off."""
-        from operators.tracking.mlflow import configured_uri, job_run
-
         uri = configured_uri()
         if not uri:
             return None
@@ -236,11 +226,6 @@ class LaunchTrainingOperator(JobStageOperator):
         return tracking
 
     def _finish(self, request, result, metrics, sync, tracking=None) -> dict:
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-        from operators.launch.outcome import record_failure
-        from training_runtime.contract import METRICS_STREAM
-
         if self.volume_here:
             metrics.read_file(os.path.join(request.job_root, METRICS_STREAM), job_root=request.job_root)
             _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
@@ -262,8 +247,6 @@ class LaunchTrainingOperator(JobStageOperator):
             return summary
         # The runtime's own reason stays; else (timeout, eviction, ...) the launcher's (a pod's termination message
         # is its last log lines: they may show a secret).
-        from operators.jobspec.secret_refs import redactor
-
         if result.failure_reason:
             result = replace(result, failure_reason=redactor(getattr(self, "_secrets", ()))(result.failure_reason))
         if self.volume_here:
@@ -281,8 +264,6 @@ class LaunchTrainingOperator(JobStageOperator):
 
     def _push(self, key: str, value: Any) -> None:
         """An XCom for the training-jobs view, from wherever the task is (after a deferral, too)."""
-        from airflow.sdk import get_current_context
-
         try:
             get_current_context()["ti"].xcom_push(key=key, value=value)
         except Exception as err:  # noqa: BLE001 - the UI's detail must never hide the training's own result
@@ -292,14 +273,10 @@ class LaunchTrainingOperator(JobStageOperator):
     def _trial_monitor(self):
         if not self.early_stopping:
             return None
-        from operators.tuning.early_stopping import TrialMonitor
-
         return TrialMonitor(self.early_stopping, self.spec.job_name)
 
     def _watch_metrics_file(self, monitor, request, lock) -> threading.Event:
         """Points the script writes to TRAINING_METRICS_FILE (not the log) are checked once a second."""
-        from training_runtime.contract import METRICS_STREAM
-
         done = threading.Event()
         path = os.path.join(request.job_root, METRICS_STREAM)
 
@@ -321,10 +298,6 @@ class LaunchTrainingOperator(JobStageOperator):
         self.launcher.stop(request)
 
     def _end_stopped_early(self) -> None:
-        from airflow.sdk.exceptions import AirflowSkipException
-
-        from operators.launch.outcome import record_failure
-
         # Replaces the runtime's "stopped by SIGTERM": this is why it was stopped.
         if self.volume_here:
             record_failure(self.layout.root, f"stopped early: {self._stop_reason}", replace=True)
@@ -340,10 +313,6 @@ class LaunchTrainingOperator(JobStageOperator):
 def _stream_view(metrics, job_root: str | None) -> dict:
     """The series so far: matched in the log, and written by the script (and the runtime's system metrics) to
     TRAINING_METRICS_FILE, which joins the collector only at the end."""
-    from training_runtime.contract import METRICS_STREAM
-
-    from operators.tracking.metrics import MetricCollector
-
     view = MetricCollector()
     view.series = {name: list(points) for name, points in list(metrics.series.items())}
     if job_root is not None:
@@ -354,7 +323,5 @@ def _stream_view(metrics, job_root: str | None) -> dict:
 def _write_metrics(job_root: str, path: str, data: dict) -> None:
     """metrics.json into the job root, through operators/fs (a link the script left at that name, or at a temp
     name beside it, is replaced, never written through)."""
-    from operators.fs.job_root import JobRoot
-
     root = JobRoot(job_root)
     root.write_json(root.relative(path), data)

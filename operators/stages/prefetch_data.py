@@ -2,8 +2,13 @@ from __future__ import annotations
 
 import os
 
+from operators.cache.views import link_view
+from operators.fs.job_root import JobRoot
+from operators.launch.registry import launcher_for
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
+from operators.state.retention import collect_garbage
+from operators.storage.disk_space import CACHE_TODO, DiskFullError, disk_full_error, is_disk_full
 
 
 class PrefetchDataOperator(JobStageOperator):
@@ -18,8 +23,6 @@ class PrefetchDataOperator(JobStageOperator):
     @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
-        from operators.storage.disk_space import CACHE_TODO, DiskFullError, disk_full_error, is_disk_full
-
         try:
             return self._prefetch()
         except DiskFullError:
@@ -31,17 +34,13 @@ class PrefetchDataOperator(JobStageOperator):
                                   None, CACHE_TODO) from None
 
     def _prefetch(self) -> dict:
-        from operators.cache.views import link_view
+        # lazy: data cache -> storage client (botocore, obstore), not at DAG parse
         from operators.cache.data_cache import DataCacheHook
-        from operators.launch.registry import launcher_for
-
         cache = DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes)
         self._collect_garbage(cache)
         mounts = launcher_for(self.spec.backend).capabilities.mounts_channels
         channels = {}
         if self.spec.inputs:  # a retry's job root may hold links an earlier script left: never put views through one
-            from operators.fs.job_root import JobRoot
-
             tree = JobRoot(self.layout.root)
             tree.ensure_dir(tree.relative(self.layout.data_dir))
         for channel, uri in self.spec.inputs.items():
@@ -62,8 +61,6 @@ class PrefetchDataOperator(JobStageOperator):
 
     def _collect_garbage(self, cache) -> None:
         """Release dead jobs' pins, apply [training] retention_days: best effort, never fails the job."""
-        from operators.state.retention import collect_garbage
-
         try:
             done = collect_garbage(self.settings.jobs_dir, cache, self.settings.retention_days)
         except Exception as err:  # noqa: BLE001 - garbage collection must never fail a training

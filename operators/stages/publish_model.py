@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from operators.jobspec.model import JobSpec
 from operators.stages.links import stage_links
+from operators.tracking.mlflow import configured_uri, experiment_name, record_model
 
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 
 class PublishModelOperator(BaseOperator):
@@ -23,8 +26,6 @@ class PublishModelOperator(BaseOperator):
         self.job = job  # the validated spec: names the job's MLflow run (when [training] mlflow_tracking_uri is set)
 
     def execute(self, context) -> str:
-        from airflow.sdk.exceptions import AirflowFailException
-
         model_uri = (self.upload or {}).get("model_uri")
         if not model_uri:
             raise AirflowFailException("no model to publish: training did not succeed (see the launch task's log)")
@@ -39,12 +40,8 @@ class PublishModelOperator(BaseOperator):
         return model_uri
 
     def _record_in_mlflow(self, model_uri: str, run_id: str) -> None:
-        from operators.tracking.mlflow import configured_uri, experiment_name, record_model
-
         uri = configured_uri()
         if uri and self.job:
-            from operators.jobspec.model import JobSpec
-
             spec = JobSpec.from_dict(self.job)
             record_model(uri, experiment=experiment_name(spec.base_job_name, self.dag_id), job_name=spec.job_name,
                          model_uri=model_uri, run_id=run_id, logger=self.log)

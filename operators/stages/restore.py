@@ -4,6 +4,7 @@ import os
 import tempfile
 
 from operators.fs.job_root import JobRoot
+from operators.fs.safe_tar import safe_extract
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
 
@@ -40,8 +41,6 @@ class RestoreOperator(JobStageOperator):
     @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
-        from operators.fs.safe_tar import safe_extract
-
         spec, layout, storage = self.spec, self.layout, self.storage
         tree = JobRoot(layout.root)
         result = {"checkpoint_files": 0, "resumed_from": None}

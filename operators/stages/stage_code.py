@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from training_runtime.layouts import create_directories
+
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
 
@@ -12,8 +14,7 @@ class StageCodeOperator(JobStageOperator):
     @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
-        from training_runtime.layouts import create_directories
-
+        # lazy: staging -> storage client (botocore, obstore), not at DAG parse
         from operators.staging.code import stage_code
 
         self.claim_job(context)

@@ -6,11 +6,14 @@ import json
 import os
 from pathlib import Path
 
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
 from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
 
 from operators.state.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
+from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
 
 
 class UploadArtifactsOperator(JobStageOperator):
@@ -27,8 +30,6 @@ class UploadArtifactsOperator(JobStageOperator):
     @runs_in_cluster
     @storage_failures_fail_fast
     def execute(self, context) -> dict:
-        from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
-
         try:
             return self._upload(context)
         except DiskFullError:
@@ -39,8 +40,6 @@ class UploadArtifactsOperator(JobStageOperator):
             raise disk_full_error("the upload stage's records", self.layout.root, None, PACK_TODO) from None
 
     def _upload(self, context) -> dict:
-        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
         if not self.job:
             raise AirflowSkipException("the job spec was not validated: nothing to upload")
         spec, layout = self.spec, self.layout
@@ -128,6 +127,7 @@ class UploadArtifactsOperator(JobStageOperator):
 
     def _release_cache_entries(self) -> None:
         """Training is over: the job's channels no longer pin their cache entries against eviction."""
+        # lazy: data cache -> storage client (botocore, obstore), not at DAG parse
         from operators.cache.data_cache import DataCacheHook
 
         DataCacheHook(self.settings.cache_dir, self.storage, max_bytes=self.settings.cache_max_bytes).release(

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators.launch.job_configs import write_job_configs
+from operators.launch.registry import launcher_for
 from operators.stages.base import JobStageOperator
 from operators.stages.in_cluster import runs_in_cluster
 
@@ -21,9 +23,6 @@ class WriteConfigsOperator(JobStageOperator):
 
     @runs_in_cluster
     def execute(self, context) -> dict:
-        from operators.launch.registry import launcher_for
-        from operators.launch.job_configs import write_job_configs
-
         layout = self.layout
         hosts = write_job_configs(self.spec, layout, launcher_for(self.spec.backend), self.channels)
         self.log.info("Configs written to %s for hosts %s", layout.config_dir, hosts)

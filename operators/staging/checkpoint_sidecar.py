@@ -17,6 +17,10 @@ import signal
 import sys
 import threading
 
+from operators.settings import training_settings
+from operators.staging.checkpoints import CheckpointSync
+from operators.storage.errors import StorageError
+
 CHECKPOINT_SYNC_ENV = "TRAINING_CHECKPOINT_SYNC"  # {"dir", "uri", "job_root", "interval", "connections"}
 # Written once the restored checkpoints are known: the sidecar's startup probe, which holds the training container
 # back until then (else the training's first checkpoint could be taken for a restored one and never uploaded).
@@ -38,9 +42,7 @@ def main() -> int:
         _ready()
         stopping.wait()  # restartPolicy Always would start an exited sidecar again: wait for the end instead
         return 0
-    from operators.settings import training_settings
-    from operators.staging.checkpoints import CheckpointSync
-    from operators.storage.errors import StorageError
+    # lazy: storage client: only host 0's sidecar syncs, the others wait without it
     from operators.storage.hook import ObjectStorageHook
 
     storage = ObjectStorageHook(connections=config.get("connections") or {}, settings=training_settings())

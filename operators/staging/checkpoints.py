@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from operators.fs.job_root import JobRoot, UnsafePathError
+from operators.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,6 @@ class CheckpointSync:
     def sync_final(self, attempts: int = 3, delay_seconds: float = 5.0) -> int:
         """The last pass, when training has ended: retried a few times on errors that may pass (each request has had
         its own attempts already), because failing here fails the launch stage, whose retry would train again."""
-        from operators.storage.errors import StorageError
-
         for attempt in range(1, attempts + 1):
             try:
                 return self.sync_once()  # what an attempt uploaded before failing is not uploaded again

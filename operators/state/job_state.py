@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from operators.fs.directories import remove_tree
+
 STATE_DIR = "state"  # under the workspace, beside jobs/ and cache/
 
 # One home for the names of the files kept per job.
@@ -50,6 +52,4 @@ def state_path(workspace: str, job_name: str, *names: str) -> str:
 
 
 def remove_state_dir(workspace: str, job_name: str) -> None:
-    from operators.fs.directories import remove_tree
-
     remove_tree(state_dir(workspace, job_name))

@@ -15,6 +15,8 @@ import json
 import math
 import os
 
+import psutil
+
 CREATE_TIME_SLACK = 1.0
 
 Record = tuple[int, float]
@@ -57,8 +59,6 @@ def write_records(path: str, records: list[Record]) -> None:
 
 def ours(pid: int, create_time: float, job_root: str):
     """The live process `pid` if it is the one the launcher started for `job_root`, else None."""
-    import psutil
-
     try:
         proc = psutil.Process(pid)
         if abs(proc.create_time() - create_time) > CREATE_TIME_SLACK:

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 from operators.cache.eviction import CacheEntries
 from operators.fs.directories import remove_tree
-from operators.state.launch_records import ours, read_records
+from operators.settings import TrainingSettings, sdk_code_expiry_days
+from operators.staging.sdk_uploads import expire_all
 from operators.state.job_state import LAUNCH_PIDS, remove_state_dir, state_dir, state_root
+from operators.state.launch_records import ours, read_records
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +110,10 @@ def collect_garbage(jobs_dir: str, cache: CacheEntries, retention_days: float, n
 
 
 def _expire_staged_code(workspace: str, expiry_days: float | None, now: float) -> list[str]:
-    from operators.settings import TrainingSettings
-    from operators.staging.sdk_uploads import expire_all
-
     code_staging_dir = TrainingSettings(workspace=workspace).code_staging_dir
     if not os.path.isdir(code_staging_dir):
         return []
     if expiry_days is None:
-        from operators.settings import sdk_code_expiry_days
-
         expiry_days = sdk_code_expiry_days()
     removed = expire_all(code_staging_dir, expiry_days, now)
     for name in removed:

@@ -33,6 +33,8 @@ import binascii
 from dataclasses import dataclass
 from typing import Mapping
 
+from awscrt import checksums
+
 IO_CHUNK = 1024 * 1024
 
 
@@ -59,14 +61,10 @@ class Algorithm:
         return self.name.upper()
 
     def compute(self, data, previous: int = 0) -> int:
-        from awscrt import checksums
-
         return getattr(checksums, self._compute)(data, previous)
 
     def combine(self, first: int, second: int, second_length: int) -> int:
         """The value of two consecutive blocks from each one's value (no byte read again)."""
-        from awscrt import checksums
-
         return getattr(checksums, self._combine)(first, second, second_length)
 
     def encode(self, value: int) -> str:

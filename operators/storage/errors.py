@@ -91,6 +91,7 @@ THROTTLE_CODES = {
 
 def translate_error(err: BaseException, action: str, uri: str, remote: RemoteLike | None) -> StorageError:
     """Map botocore/s3transfer/OS errors to one actionable line; never includes credentials."""
+    # lazy: botocore, s3transfer: not at DAG parse (the stages import this module)
     import botocore.exceptions as bx
     from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
 
@@ -214,7 +215,7 @@ def _as_botocore_error(err: BaseException) -> BaseException:
 
     object_store reports a failed request as text ("Server returned non-2xx status code: 503 Service
     Unavailable: <Error><Code>SlowDown</Code>...", "retries: 9"), a broken connection as reqwest's error."""
-    import botocore.exceptions as bx
+    import botocore.exceptions as bx  # lazy: botocore, s3transfer: not at DAG parse (the stages import this module)
 
     text = str(err)
     status = _OBSTORE_STATUS.search(text)
@@ -248,7 +249,7 @@ def _attempts(err) -> str:
 
 
 def is_not_found(err: BaseException) -> bool:
-    import botocore.exceptions as bx
+    import botocore.exceptions as bx  # lazy: botocore, s3transfer: not at DAG parse (the stages import this module)
 
     if isinstance(err, bx.ClientError):
         code = str((err.response.get("Error") or {}).get("Code") or "")

@@ -32,6 +32,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from operators.fs.safe_tar import pack_directory
+from operators.settings import training_settings
+from operators.storage.botocore.client import make_remote
+from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
 from operators.storage.errors import StorageError
 from operators.storage.location import (
     DEFAULT_CONNECTIONS,
@@ -87,8 +91,6 @@ class ObjectStorageHook:
     @property
     def settings(self) -> TrainingSettings:
         if self._settings is None:
-            from operators.settings import training_settings
-
             self._settings = training_settings()
         return self._settings
 
@@ -123,8 +125,6 @@ class ObjectStorageHook:
     def _new_store(self, loc: StorageLocation, key: str) -> Store:
         if loc.scheme == LOCAL_SCHEME:
             return LocalStore(lambda: self.tuning)
-        from operators.storage.botocore.client import make_remote
-
         return RemoteStore(key, lambda: make_remote(loc, key, self.concurrency), lambda: self.tuning)
 
     # -- listing ------------------------------------------------------------------------------------------------
@@ -241,9 +241,6 @@ class ObjectStorageHook:
         storage.botocore.stream), so the whole takes about as long as the slower of the two, and memory stays
         bounded by the parts in flight whatever the size.
         `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it)."""
-        from operators.fs.safe_tar import pack_directory
-        from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
-
         loc = parse_uri(uri)
         store = self.store(loc)
         check_pack_space(src_dir, archive_path)  # before packing a byte: the archive is about the model's size

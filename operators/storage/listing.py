@@ -25,6 +25,7 @@ from operators.storage.location import (
     normalize_etag,
     timestamp,
 )
+from operators.storage.obstore.store import store_for
 
 if TYPE_CHECKING:
     from operators.storage.botocore.client import Remote
@@ -46,8 +47,6 @@ def local_errors(action: str, path: str):
 
 def _store(remote: Remote, bucket: str):
     """obstore's store of `bucket` when the engine switch says obstore (storage.obstore.store), else None."""
-    from operators.storage.obstore.store import store_for
-
     return store_for(remote, bucket)
 
 
@@ -79,7 +78,7 @@ def exact_object(remote: Remote, loc: StorageLocation) -> dict | None:
     """The listed item of the object whose key is exactly `loc.key`, or None."""
     store = _store(remote, loc.bucket)
     if store is not None:
-        from operators.storage.obstore.listing import head_item
+        from operators.storage.obstore.listing import head_item  # lazy: obstore is optional (botocore lists without it)
 
         return head_item(store, loc.key)
     return botocore_listing.exact_item(remote, loc.bucket, loc.key)
@@ -89,7 +88,7 @@ def any_key_under(remote: Remote, loc: StorageLocation, prefix: str) -> bool:
     """Whether some key (a directory marker included) of `loc`'s bucket starts with `prefix` (ending in '/')."""
     store = _store(remote, loc.bucket) if prefix else None
     if store is not None:
-        from operators.storage.obstore.listing import any_under
+        from operators.storage.obstore.listing import any_under  # lazy: obstore is optional (botocore lists without it)
 
         return any_under(store, prefix)
     return botocore_listing.any_under(remote, loc.bucket, prefix)
@@ -105,6 +104,7 @@ def list_prefix(
     # object_store matches whole path segments and drops a leading '/': only "folder/" prefixes go through it.
     store = _store(remote, loc.bucket) if prefix.endswith("/") else None
     if store is not None:
+        # lazy: obstore is optional (botocore lists without it)
         from operators.storage.obstore.listing import is_key_not_a_path, list_items
 
         try:

@@ -17,6 +17,8 @@ after a lost response) are fixed on each botocore client by storage.botocore.ret
 
 from __future__ import annotations
 
+import random
+
 # botocore's `max_attempts` counts retries: 9 retries, 10 attempts in all.
 REQUEST_RETRIES = 9
 REQUEST_ATTEMPTS = REQUEST_RETRIES + 1
@@ -25,8 +27,6 @@ BODY_ATTEMPTS = 10
 
 def backoff_seconds(attempt: int) -> float:
     """Jittered exponential backoff before body attempt `attempt + 1` (50 ms base, 5 s cap), like botocore's."""
-    import random
-
     return random.random() * min(0.05 * 2**attempt, 5.0)
 
 

@@ -19,7 +19,10 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
+from operators.storage.botocore.downloads import download_objects
 from operators.storage.botocore.small_objects import delete_keys, put_object, read_object
+from operators.storage.botocore.stream import upload_stream
+from operators.storage.botocore.uploads import upload_files
 from operators.storage.errors import StorageError, is_not_found, translate_error
 from operators.storage.listing import (
     any_key_under,
@@ -30,6 +33,7 @@ from operators.storage.listing import (
     remote_lists_through_obstore,
 )
 from operators.storage.location import LOCAL_SCHEME, ObjectInfo, ObjectListing, StorageLocation
+from operators.storage.obstore import store as obstore_store
 from operators.storage.progress import TransferProgress
 from operators.storage.small_objects import delete_local, write_local
 from operators.storage.transfers import TransferTuning, UploadItem, copy_local_files
@@ -246,18 +250,15 @@ class RemoteStore(Store):
     def download(self, loc: StorageLocation, targets: list[tuple[ObjectInfo, str]], progress: TransferProgress) -> None:
         """obstore moves the bytes wherever it can reach the bucket as botocore does (storage.obstore.downloads); the
         botocore path (storage.botocore.downloads) is kept for the connections it cannot serve."""
-        from operators.storage.obstore.store import obstore_settings
-
         remote = self.remote
         with storage_errors("download", loc.uri, remote):
-            settings = obstore_settings(remote, loc.bucket) if targets else None
+            settings = obstore_store.obstore_settings(remote, loc.bucket) if targets else None
             if settings is not None:
+                # lazy: obstore is optional (botocore moves the bytes without it)
                 from operators.storage.obstore.downloads import download_objects_obstore
 
                 download_objects_obstore(settings, remote, loc, targets, progress, self.tuning)
                 return
-            from operators.storage.botocore.downloads import download_objects
-
             download_objects(remote, loc, targets, progress, self.tuning)
 
     def upload_location(self, loc: StorageLocation, path: str, names_a_folder: bool) -> StorageLocation:
@@ -274,18 +275,15 @@ class RemoteStore(Store):
                verify_listing: bool) -> None:
         """obstore moves the bytes wherever it reaches the bucket as botocore does (storage.obstore.uploads: each
         PUT's ETag verifies it, no listing needed); the botocore path (storage.botocore.uploads) serves the rest."""
-        from operators.storage.obstore.store import obstore_settings
-
         remote = self.remote
         with storage_errors("upload", base.uri, remote):
-            settings = obstore_settings(remote, base.bucket) if items else None
+            settings = obstore_store.obstore_settings(remote, base.bucket) if items else None
             if settings is not None:
+                # lazy: obstore is optional (botocore moves the bytes without it)
                 from operators.storage.obstore.uploads import upload_files_obstore
 
                 upload_files_obstore(settings, remote, base, items, progress, self.tuning)
                 return
-            from operators.storage.botocore.uploads import upload_files
-
             concurrency = self.tuning.concurrency
             list_landed = (lambda: list_prefix(remote, concurrency, base, base.key)) if verify_listing else None
             upload_files(remote, base, items, progress, self.tuning, list_landed)
@@ -294,17 +292,14 @@ class RemoteStore(Store):
         return bool(loc.key) and not loc.key.endswith("/")
 
     def upload_stream(self, loc: StorageLocation, produce, progress: TransferProgress) -> int:
-        from operators.storage.obstore.store import obstore_settings
-
         remote = self.remote
         with storage_errors("upload", loc.uri, remote):
-            settings = obstore_settings(remote, loc.bucket)
+            settings = obstore_store.obstore_settings(remote, loc.bucket)
             if settings is not None:
+                # lazy: obstore is optional (botocore moves the bytes without it)
                 from operators.storage.obstore.uploads import upload_stream_obstore
 
                 return upload_stream_obstore(settings, remote, loc, produce, progress, self.tuning)
-            from operators.storage.botocore.stream import upload_stream
-
             return upload_stream(remote, loc, produce, progress, self.tuning.transfer_config())
 
     def read_bytes(self, loc: StorageLocation) -> bytes:

@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from s3transfer.manager import TransferConfig
+
 from operators.storage import checksums
 from operators.storage.errors import StorageError
 from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
@@ -45,8 +47,6 @@ class TransferTuning:
     multipart_chunksize: int
 
     def transfer_config(self, *, part_size: int | None = None):
-        from s3transfer.manager import TransferConfig
-
         return TransferConfig(
             multipart_threshold=self.multipart_threshold,
             multipart_chunksize=part_size or self.multipart_chunksize,

@@ -28,6 +28,9 @@ import time
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
+from operators.console_urls import job_page_url
+from operators.settings import mlflow_experiment_prefix, mlflow_tracking_uri
+
 log = logging.getLogger(__name__)
 
 JOB_TAG = "training.job_name"
@@ -45,8 +48,6 @@ _BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
 
 def configured_uri() -> str:
     """[training] mlflow_tracking_uri ("" = tracking off)."""
-    from operators.settings import mlflow_tracking_uri
-
     return mlflow_tracking_uri()
 
 
@@ -54,8 +55,6 @@ def experiment_name(base_job_name: str | None, dag_id: str) -> str:
     """The job's experiment. The base job name is the triggering user's choice: without a prefix it may name any
     experiment on the server (docs/security.md); with [training] mlflow_experiment_prefix (an admin setting) the
     DAG id, which the user cannot choose, comes first, so a run lands only among its own DAG's experiments."""
-    from operators.settings import mlflow_experiment_prefix
-
     base = base_job_name or dag_id
     prefix = mlflow_experiment_prefix()
     return f"{prefix}{dag_id}/{base}" if prefix else base
@@ -90,6 +89,7 @@ def _client(uri: str):
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # the platform reports nothing beyond its own server
+    # lazy: mlflow, only once tracking is on (never at DAG parse) and after _client set its environment
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -137,6 +137,7 @@ class JobRun:
         return self._guard("starting the run", self._start)
 
     def _start(self) -> str:
+        # lazy: mlflow, only once tracking is on (never at DAG parse) and after _client set its environment
         from mlflow.entities import Param, RunTag
 
         client = self._client = _client(self.uri)
@@ -171,6 +172,7 @@ class JobRun:
         self._guard("sending metrics", lambda: self._push(series))
 
     def _push(self, series: Mapping[str, list[Mapping[str, Any]]]) -> None:
+        # lazy: mlflow, only once tracking is on (never at DAG parse) and after _client set its environment
         from mlflow.entities import Metric
 
         with self._lock:
@@ -213,8 +215,6 @@ class JobRun:
 def job_run(uri: str, spec, *, dag_id: str, run_id: str, map_index: int = -1,
             logger: logging.Logger | None = None) -> JobRun:
     """The JobRun of a validated JobSpec in one DAG run."""
-    from operators.console_urls import job_page_url
-
     try:
         link = job_page_url(dag_id, run_id, max(map_index, 0) if map_index is not None else 0)
     except Exception:  # noqa: BLE001 - no Airflow config (a unit test): the run is still worth tracking
@@ -273,6 +273,7 @@ def register_model_version(uri: str, *, name: str, experiment: str, job_name: st
     job's run when there is one; returns the version, or None (after a warning) when the server failed."""
     logger = logger or log
     try:
+        # lazy: mlflow, only once tracking is on (never at DAG parse) and after _client set its environment
         from mlflow.exceptions import MlflowException
 
         client = _client(uri)

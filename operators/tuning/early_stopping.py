@@ -24,6 +24,7 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from operators.fs.job_root import JobRoot, loads_strict
+from operators.tracking.metrics import valid_point
 from operators.tuning.search_space import SearchError
 
 _JOB_ROOT_READ_BYTES = 16 * 1024 * 1024  # per poll; the rest is read at the next one
@@ -98,8 +99,6 @@ def _read_points(path: str, metric: str, offset: int = 0, job_root: str | None =
                  ) -> tuple[list[tuple[int | None, float]], int]:
     """Complete lines appended after `offset` to a report or metrics jsonl file: [(step, value)], new offset. A file
     below `job_root` (the tenant's metrics.jsonl) is read without following links, and only valid points count."""
-    from operators.tracking.metrics import valid_point
-
     try:
         if job_root is None:
             with open(path, "rb") as f:

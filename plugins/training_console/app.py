@@ -26,23 +26,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
+from airflow.api_fastapi.app import get_auth_manager
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.models.xcom import XComModel
+from sqlalchemy import select
 
+from operators.stage_names import STAGE_LABELS, STAGES
+from operators.stages.launch_training import METRIC_SERIES_KEY
 from operators.tracking.metrics import is_system_metric
-from training_console import artifacts, compare, vendor
+from training_console import artifacts, compare, output_files, vendor
 from training_console.docs_behind_login import add_docs_behind_login
+from training_console.jobs import Job, decode_xcom, load_jobs, load_jobs_cached, query_items
+from training_console.list_filters import FilterError, parse_filters
+from training_console.queue_line import read_queue_line
 from training_console.spec_access import (ANOTHER_RUN, OTHER_RUN, THIS_RUN, check_served_paths, files_owner,
                                           require_own_files, require_validated)
-from training_console.web_boundary import refuse_cross_site, security_headers
-from training_console.list_filters import FilterError, parse_filters
-from operators.stage_names import STAGE_LABELS, STAGES
-from training_console.jobs import Job, decode_xcom, load_jobs, load_jobs_cached, query_items
+from training_console.stop import stop_job
 from training_console.warmup import warm_up
+from training_console.web_boundary import refuse_cross_site, security_headers
 
 STATIC = Path(__file__).parent / "static"
 ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
@@ -106,8 +112,6 @@ def list_jobs(
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
-    from airflow.api_fastapi.app import get_auth_manager
-
     try:
         filters = parse_filters(tags=tag, created_from=created_from, created_to=created_to, metrics=metric)
     except FilterError as err:
@@ -148,8 +152,6 @@ def _add_live_metrics(result: dict[str, Any], jobs: list[Job]) -> None:
 def _read_queue_lines(session, jobs: list[Job]) -> None:
     """Jobs waiting deferred in a Kueue queue: their place in it, from the task log (training_console/queue_line.py);
     only these logs are read, so the list of finished jobs costs nothing more."""
-    from training_console.queue_line import read_queue_line
-
     for job in jobs:
         if job.waits_in_queue():
             job.queue_line = read_queue_line(session, job.dag_id, job.run_id, job.prefix + "launch_training",
@@ -165,8 +167,6 @@ def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:
 
 
 def _readable_dags(user, session) -> set[str]:
-    from airflow.api_fastapi.app import get_auth_manager
-
     return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session))
 
 
@@ -215,8 +215,6 @@ def _why_it_ended(job: Job, spec: dict, upload: dict, status: str) -> str | None
 def post_stop(dag_id: str, run_id: str, map_index: int, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
     """Stop a job that has not ended: recorded as "Stopped by <user> at <time>", its stages under way marked failed
     (training_console/stop.py)."""
-    from training_console.stop import stop_job
-
     job = _job(session, dag_id, run_id, map_index)
     status, _ = job.status()
     if status not in ("running", "queued"):
@@ -244,11 +242,6 @@ def get_metrics(dag_id: str, run_id: str, map_index: int, session: SessionDep) -
 def _metric_series(session, job: Job) -> Any:
     """The series the launch task recorded as XCom (the cluster's data plane: no metrics.json on this side); read for
     one job's page only, never for the list."""
-    from airflow.models.xcom import XComModel
-    from sqlalchemy import select
-
-    from operators.stages.launch_training import METRIC_SERIES_KEY
-
     value = session.scalar(select(XComModel.value).where(
         XComModel.dag_id == job.dag_id, XComModel.run_id == job.run_id,
         XComModel.task_id == job.prefix + "launch_training", XComModel.map_index == job.map_index,
@@ -294,21 +287,17 @@ def get_artifact(dag_id: str, run_id: str, map_index: int, name: str, session: S
 @app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/files", dependencies=[CAN_READ_RUN])
 def get_output_files(dag_id: str, run_id: str, map_index: int, session: SessionDep) -> dict[str, Any]:
     """The job's output prefix, listed (training_console/output_files.py)."""
-    from training_console.output_files import list_files
-
     job = _job(session, dag_id, run_id, map_index)
     spec = require_validated(job.spec)
     check_served_paths(spec)
     require_own_files(job)
-    return list_files(spec)
+    return output_files.list_files(spec)
 
 
 @app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/files/{path:path}", dependencies=[CAN_READ_RUN])
 def get_output_file(dag_id: str, run_id: str, map_index: int, path: str, session: SessionDep,
                     preview: bool = False) -> Any:
     """One file of the job's output: downloaded, or previewed (text and JSON, the first 64 KiB)."""
-    from training_console import output_files
-
     job = _job(session, dag_id, run_id, map_index)
     spec = require_validated(job.spec)
     check_served_paths(spec)

@@ -15,8 +15,16 @@ import os
 from typing import Any, Mapping
 
 from fastapi import HTTPException
-from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from training_runtime.contract import METRICS_STREAM
+
+from operators.console_urls import console_url
+from operators.fs.job_root import JobRoot
+from operators.launch.outcome import read_failure_reason
+from operators.settings import training_settings
+from operators.storage.hook import ObjectStorageHook
+from operators.tracking.metrics import MetricCollector
+from training_console.jobs import load_jobs_cached
 
 log = logging.getLogger(__name__)
 MEDIA = {"model.tar.gz": "application/gzip", "output.tar.gz": "application/gzip", "metrics.json": "application/json",
@@ -31,8 +39,6 @@ def output_uri(spec: Mapping[str, Any]) -> str | None:
 
 def storage_of(spec: Mapping[str, Any]):
     """The storage hook with the job's own connections (its validated spec's)."""
-    from operators.storage.hook import ObjectStorageHook
-
     return ObjectStorageHook(connections=spec.get("connections") or {})
 
 
@@ -40,8 +46,6 @@ def storage_of(spec: Mapping[str, Any]):
 def _job_root(spec: Mapping[str, Any]) -> str | None:
     if not spec.get("job_name"):
         return None
-    from operators.settings import training_settings
-
     return training_settings().job_root(spec["job_name"])
 
 
@@ -63,8 +67,6 @@ def failure_reason(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_st
         return str(upload["failure"]).strip()
     root = _job_root(spec)
     if root and launch_state in ("failed", "skipped", "up_for_retry"):
-        from operators.launch.outcome import read_failure_reason
-
         return read_failure_reason(root)  # the tenant's file: no link followed (operators/fs)
     return None
 
@@ -80,8 +82,6 @@ def parent_of(session, resume_from: str | None, dag_ids=None) -> dict[str, Any] 
     if not resume_from or resume_from == "latest" or not resume_from.endswith("/output/model.tar.gz"):
         return {"job_name": None, "uri": resume_from} if resume_from else None
     parent_name = resume_from.rstrip("/").split("/")[-3]
-    from training_console.jobs import load_jobs_cached
-
     for job in load_jobs_cached(session, dag_ids=dag_ids):
         if job.spec.get("job_name") == parent_name:
             return {"job_name": parent_name, "uri": resume_from, **job.key}
@@ -92,10 +92,6 @@ def metrics(spec: Mapping[str, Any], *, live: bool, recorded: Any = None) -> dic
     """{"final": {...}, "series": {name: [{"step", "value", "timestamp"}]}}, live from the job root when running;
     `recorded`: what the launch task recorded where it could not write the job root (the cluster's data plane), used
     when neither the job root nor the output has a metrics.json."""
-    from operators.tracking.metrics import MetricCollector
-
-    from operators.fs.job_root import JobRoot
-
     root = _job_root(spec)
     data: Any = None
     if root:
@@ -120,10 +116,6 @@ def metrics(spec: Mapping[str, Any], *, live: bool, recorded: Any = None) -> dic
 def stream_file(directory: str, rel: str, media_type: str | None, filename: str | None) -> Response | None:
     """The regular file `rel` below `directory`, streamed from the descriptor it was checked on (operators/fs: a
     link there is not followed); None when there is no such regular file."""
-    from fastapi.responses import StreamingResponse
-
-    from operators.fs.job_root import JobRoot
-
     try:
         fd, st = JobRoot(directory).open_file(rel)
     except (OSError, ValueError) as err:
@@ -171,12 +163,8 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
 def remote_link(spec: Mapping[str, Any], uri: str, name: str) -> Response:
     """An object in object storage: a redirect to the provider's console page or to a presigned URL, per
     [training] artifact_links."""
-    from operators.settings import training_settings
-
     settings = training_settings()
     if settings.artifact_links == "console":
-        from operators.console_urls import console_url
-
         target = console_url(uri)
         if target:
             return RedirectResponse(target, status_code=307)

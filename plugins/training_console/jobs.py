@@ -16,8 +16,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from airflow.models.dagrun import DagRun, DagRunNote
+from airflow.models.taskinstance import TaskInstance as TI, TaskInstanceNote
+from airflow.models.xcom import XComModel
+from sqlalchemy import and_, func, or_, select
+
 from operators.stage_names import STAGE_LABELS, STAGES
 from training_console.list_filters import ListFilters
+from training_console.queue_line import still_queued
+from training_console.stop import is_stop_note
 
 STAGING = ("stage_code", "prefetch_data", "write_configs", "restore")
 UPLOAD = ("upload_artifacts", "publish_model")
@@ -51,8 +58,6 @@ class Job:
     def stop_note(self) -> str | None:
         """"Stopped by <user> at <time>" when the job was stopped (training_console/stop.py; the SDK's stop writes
         the run's note): a trial's own note, or the run's for a job that is the whole run."""
-        from training_console.stop import is_stop_note
-
         if is_stop_note(self.launch_note):
             return self.launch_note
         if not self.prefix and is_stop_note(self.run_note):
@@ -99,8 +104,6 @@ class Job:
 
     def queued_in(self) -> str | None:
         """The Kueue queue the job waits in, while it waits (not once Kueue admitted it)."""
-        from training_console.queue_line import still_queued
-
         return self.queue.get("queue") if self.waits_in_queue() and still_queued(self.queue_line) else None
 
     def status(self) -> tuple[str, str | None]:
@@ -207,12 +210,6 @@ def _split(task_id: str) -> tuple[str, str] | None:
 
 def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | None = None) -> list[Job]:
     """Every training job (optionally of some DAGs / one run), with its task states and recorded XComs."""
-    from sqlalchemy import and_, or_, select
-
-    from airflow.models.dagrun import DagRun, DagRunNote
-    from airflow.models.taskinstance import TaskInstance as TI, TaskInstanceNote
-    from airflow.models.xcom import XComModel
-
     def scoped(query, model):
         if dag_ids is not None:
             query = query.where(model.dag_id.in_(list(dag_ids)))
@@ -288,12 +285,6 @@ _CACHE: dict[tuple, tuple[tuple, list[Job]]] = {}
 def load_jobs_cached(session, *, dag_ids: Iterable[str] | None = None) -> list[Job]:
     """load_jobs, reused while nothing changed: one aggregate query (row counts, newest update) decides. Finished
     jobs never change, so with a thousand of them the list costs that query instead of reading every row again."""
-    from sqlalchemy import func, select
-
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.xcom import XComModel
-
     key = tuple(sorted(dag_ids)) if dag_ids is not None else None
     version = (
         *session.execute(select(func.count(), func.max(TI.updated_at))).one(),

@@ -19,7 +19,9 @@ from typing import Any, Mapping
 from fastapi import HTTPException
 from fastapi.responses import Response
 
-from training_console.artifacts import output_uri, remote_link, storage_of
+from training_console.artifacts import output_uri, remote_link, storage_of, stream_file
+
+from operators.fs.job_root import JobRoot
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,6 @@ def list_files(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _local_files(directory: str) -> list[dict[str, Any]]:
-    from operators.fs.job_root import JobRoot
-
     if not os.path.isdir(directory):
         return []  # nothing uploaded (yet)
     files = []
@@ -83,8 +83,6 @@ def _listed(spec: Mapping[str, Any], path: str) -> dict[str, Any]:
 
 def download(spec: Mapping[str, Any], path: str) -> Response:
     """The file as an attachment (local: streamed without following a link) or the store's link to it."""
-    from training_console.artifacts import stream_file
-
     _listed(spec, path)
     local = _local_dir(spec)
     if local is None:
@@ -111,8 +109,6 @@ def preview(spec: Mapping[str, Any], path: str) -> dict[str, Any]:
     local = _local_dir(spec)
     try:
         if local is not None:
-            from operators.fs.job_root import JobRoot
-
             data = JobRoot(local).read_bytes(path, PREVIEW_BYTES + 1)
         elif entry["size"] <= REMOTE_PREVIEW_MAX:
             data = storage_of(spec).read_bytes(output_uri(spec) + path)[: PREVIEW_BYTES + 1]

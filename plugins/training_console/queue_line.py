@@ -15,6 +15,12 @@ import re
 import time
 from typing import Any, Iterable
 
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.trigger import Trigger
+from airflow.utils.log.log_reader import TaskLogReader
+from sqlalchemy import select
+from sqlalchemy.orm import joinedload
+
 log = logging.getLogger(__name__)
 
 QUEUE_KEY = "queue"  # operators/stages/launch_training.py
@@ -74,13 +80,6 @@ def read_queue_line(session, dag_id: str, run_id: str, task_id: str, map_index: 
 
 
 def _read(session, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str | None:
-    from sqlalchemy import select
-    from sqlalchemy.orm import joinedload
-
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.trigger import Trigger
-    from airflow.utils.log.log_reader import TaskLogReader
-
     reader = TaskLogReader()
     if not try_number or not reader.supports_read:
         return None

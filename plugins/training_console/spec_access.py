@@ -20,7 +20,13 @@ from typing import Any, Mapping
 
 from fastapi import HTTPException
 
+from operators.jobspec.errors import SpecError
+from operators.jobspec.local_paths import airflow_private_paths, check_private_paths, in_platform_area
+from operators.settings import training_settings
 from operators.stage_names import STAGES
+from operators.state.job_state import state_dir
+from operators.state.lease import holder
+from operators.storage.location import parse_uri
 
 NOT_VALIDATED = ("the job's spec was not validated (validate_spec failed or has not run yet), so the view serves "
                  "nothing it names; fix the spec and trigger the DAG again")
@@ -40,11 +46,6 @@ def require_validated(spec: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def check_served_paths(spec: Mapping[str, Any]) -> None:
     """403, one line, for a local path of the spec outside what this Airflow lets jobs use."""
-    from operators.storage.location import parse_uri
-    from operators.jobspec.local_paths import airflow_private_paths, check_private_paths, in_platform_area
-    from operators.settings import training_settings
-    from operators.jobspec.errors import SpecError
-
     settings = training_settings()
     areas = settings.platform_areas
     for field in SERVED_FIELDS:
@@ -73,10 +74,6 @@ def files_owner(job) -> str:
     """Whose are the job root and output the job's spec names: THIS_RUN when the lease's owner claim names this run,
     or, where none is left (retention removes it with the job root), when this run's own stages got past the lease;
     ANOTHER_RUN when the claim names another; NOT_YET while nobody holds it (nothing written there for this run)."""
-    from operators.settings import training_settings
-    from operators.state.job_state import state_dir
-    from operators.state.lease import holder
-
     name = job.spec.get("job_name")
     if not name:
         return NOT_YET  # no validated spec: no files

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from airflow.api_fastapi.common.dagbag import create_dag_bag
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance as TI
+from airflow.utils.state import TaskInstanceState
+from sqlalchemy import select
+
 from operators.stage_names import STAGES
 
 STOP_NOTE_PREFIX = "Stopped by "  # the SDK's training_sdk.job.STOP_NOTE_PREFIX says the same
@@ -28,13 +34,6 @@ def is_stop_note(note: object) -> bool:
 
 def stop_job(session, job, user_name: str, user_id: str, when: datetime) -> list[str]:
     """Record the stop and mark the job's unfinished stages failed; the task ids marked."""
-    from sqlalchemy import select
-
-    from airflow.api_fastapi.common.dagbag import create_dag_bag
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.utils.state import TaskInstanceState
-
     note = stop_note(user_name, when)
     run = session.scalar(select(DagRun).where(DagRun.dag_id == job.dag_id, DagRun.run_id == job.run_id))
     if not job.prefix:

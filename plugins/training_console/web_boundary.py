@@ -22,7 +22,10 @@ from __future__ import annotations
 import functools
 from urllib.parse import urlsplit
 
+from airflow.configuration import conf
 from fastapi import HTTPException, Request
+
+from training_console.vendor import plotly_inline_style_hashes
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_ORIGIN_SITES = frozenset({"same-origin", "none"})
@@ -32,8 +35,6 @@ OTHER_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-o
 @functools.cache
 def content_security_policy() -> str:
     """Only this origin's scripts and styles, plus the style elements plotly.js inserts, by their hashes (vendor.py)."""
-    from training_console.vendor import plotly_inline_style_hashes
-
     return "; ".join((
         "default-src 'self'", "script-src 'self'", " ".join(("style-src 'self'", *plotly_inline_style_hashes())),
         "img-src 'self' data: blob:", "font-src 'self' data:", "connect-src 'self'", "object-src 'none'",
@@ -48,8 +49,6 @@ def _forged(why: str) -> HTTPException:
 def _own_hosts(request: Request) -> set[str]:
     """host[:port] this API server answers as: the request's Host, and [api] base_url's (behind a proxy)."""
     hosts = {request.headers.get("host", "")}
-    from airflow.configuration import conf
-
     base_url = conf.get("api", "base_url", fallback="") or ""
     if base_url:
         hosts.add(urlsplit(base_url).netloc)

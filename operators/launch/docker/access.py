@@ -22,14 +22,16 @@ import re
 import shutil
 from typing import Mapping
 
+from operators.fs.job_root import JobRoot
+from operators.launch.docker.users import root_part
+from operators.state.job_state import SECRETS, state_path
+
 DEFAULT_USER = "1000:1000"  # the training image's `ml` user (docker/training.Dockerfile)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def is_root(user: str | None) -> bool:
     """Root by number after parsing ("", "0", "00", "root"): users.py."""
-    from operators.launch.docker.users import root_part
-
     return root_part(user or "") == "user"
 
 
@@ -48,8 +50,6 @@ def worker_is_root() -> bool:
 def give_job_root(path: str, uid: int, gid: int | None) -> int:
     """chown -R the job root to the container's user (operators/fs/job_root.py: links themselves, never their
     targets); returns how many entries changed hands, none on a retry."""
-    from operators.fs.job_root import JobRoot
-
     return JobRoot(path).give_to(uid, gid)
 
 
@@ -59,6 +59,7 @@ def secret_values(mapping: Mapping[str, str] | None) -> dict[str, str]:
         return {}
     if not isinstance(mapping, Mapping):
         raise ValueError('docker option secret_variables must be an object: {"ENV_NAME": "<Airflow Variable key>"}')
+    # lazy: Airflow; launch/ imports it at module level only in its hooks (test_import_graph)
     from airflow.sdk import Variable
 
     values = {}
@@ -78,8 +79,6 @@ def secret_values(mapping: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def secrets_dir(workspace: str, job_name: str) -> str:
-    from operators.state.job_state import SECRETS, state_path
-
     return state_path(workspace, job_name, SECRETS)
 
 

@@ -8,7 +8,10 @@ import dataclasses
 
 from typing import Any, Mapping
 
-from operators.launch.docker.containers import job_addresses, job_labels
+from docker.errors import APIError, ImageNotFound
+from docker.types import IPAMConfig, IPAMPool
+from tenacity import Retrying, retry_if_result, stop_before_delay, wait_exponential
+
 from operators.launch.base import (
     IMAGE_ERROR,
     OOM,
@@ -22,16 +25,15 @@ from operators.launch.base import (
     is_rate_limited,
     is_runtime_exit_code,
 )
-from operators.launch.outcome import read_failure_reason
+from operators.launch.docker.containers import job_addresses, job_labels
 from operators.launch.names import resource_name
+from operators.launch.outcome import read_failure_reason
 
 NETWORK_TRIES = 5
 
 
 def ensure_image(client, image: str, grace_seconds: float, on_line: LineCallback) -> LaunchResult | None:
     """The image on the engine: present, or pulled (see :func:`pull`)."""
-    from docker.errors import APIError, ImageNotFound
-
     try:
         client.inspect_image(image)
         return None
@@ -47,9 +49,6 @@ def ensure_image(client, image: str, grace_seconds: float, on_line: LineCallback
 def pull(client, image: str, grace_seconds: float, on_line: LineCallback) -> LaunchResult | None:
     """Pull the image; wait out a registry rate limit for a while (tenacity: doubling waits up to a minute, no attempt
     past the grace), fail fast on anything definite."""
-    from docker.errors import APIError
-    from tenacity import Retrying, retry_if_result, stop_before_delay, wait_exponential
-
     def pull_once() -> str | None:
         """None when pulled, else the registry's error."""
         try:
@@ -113,9 +112,6 @@ def create_job_network(client, request: LaunchRequest) -> list[str]:
     the subnet, and create it again with that subnet. Another network taking the subnet in between only costs
     a retry.
     """
-    from docker.errors import APIError
-    from docker.types import IPAMConfig, IPAMPool
-
     network, labels = resource_name(request.job_name), job_labels(request)
     for attempt in range(NETWORK_TRIES):
         probe = client.create_network(network, driver="bridge", labels=labels, check_duplicate=True)

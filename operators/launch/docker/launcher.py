@@ -31,15 +31,14 @@ import time
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping
 
+import psutil
 from airflow.providers.common.compat.sdk import BaseHook
+from airflow.providers.docker.hooks.docker import DockerHook
+from docker.errors import APIError, ImageNotFound, NotFound
 
 from operators.launch.docker.options import OPTION_KEYS
 from operators.launch.docker.users import root_part
-from operators.launch.docker import access
-from operators.launch.docker import engine
-from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name
-from operators.launch.docker.elastic import restart_lost
-from operators.launch.docker.logs import LogFollower
+from operators.launch import worker_slots
 from operators.launch.base import (
     DEFAULT_MASTER_PORT,
     USER_ERROR,
@@ -48,11 +47,17 @@ from operators.launch.base import (
     LaunchResult,
     LineCallback,
 )
-from operators.launch import worker_slots
-from operators.launch.outcome import clear_outcome_markers
-from operators.launch.worker_slots import NotEnoughGpus
+from operators.launch.docker import access
+from operators.launch.docker import engine
+from operators.launch.docker.containers import INDEX_LABEL, container_configs, container_name
+from operators.launch.docker.elastic import restart_lost
+from operators.launch.docker.logs import LogFollower
 from operators.launch.names import JOB_LABEL
 from operators.launch.names import resource_name
+from operators.launch.outcome import clear_outcome_markers
+from operators.launch.worker_slots import NotEnoughGpus
+from operators.launch.docker.settings import docker_settings
+from operators.settings import training_settings
 
 
 def _root_image_user(image: str, user: str, why: str) -> str:
@@ -85,18 +90,12 @@ class DockerLauncherHook(BaseHook):
     def engine_url(self) -> str:
         if self._docker_url is not None:
             return self._docker_url
-        from operators.launch.docker.settings import docker_settings
-
         return docker_settings().docker_url
 
     @cached_property
     def client(self):
-        from airflow.providers.docker.hooks.docker import DockerHook
-
         conn_id = self._docker_conn_id
         if conn_id is None:
-            from operators.launch.docker.settings import docker_settings
-
             conn_id = docker_settings().docker_conn_id
         return DockerHook(docker_conn_id=conn_id or None, base_url=self.engine_url, version="auto").get_conn()
 
@@ -105,8 +104,6 @@ class DockerLauncherHook(BaseHook):
         """The most processes a training container may hold: as given, else `[training.docker] pids_limit`."""
         if self._pids_limit is not None:
             return self._pids_limit
-        from operators.launch.docker.settings import docker_settings
-
         return docker_settings().pids_limit
 
     def _options(self, request: LaunchRequest) -> dict[str, Any]:
@@ -120,8 +117,6 @@ class DockerLauncherHook(BaseHook):
         if user and root_part(user):
             raise ValueError(f"docker option user is {user!r}: training containers never run as root; give a non-root "
                              "uid:gid, or leave it out to use the image's user")
-        from operators.launch.docker.settings import docker_settings  # host paths: the admin's, never a job's
-
         if options.get("host_workspace"):
             raise ValueError("docker option host_workspace is an admin setting: set [training.docker] host_workspace "
                              "in airflow.cfg, not in the job")
@@ -130,7 +125,7 @@ class DockerLauncherHook(BaseHook):
             "secret_variables": options.get("secret_variables") or {},
             "shm_size": options.get("shm_size", "1Gi") or None,
             "keep_containers": bool(options.get("keep_containers", False)),
-            "host_workspace": docker_settings().host_workspace or None,
+            "host_workspace": docker_settings().host_workspace or None,  # an admin setting, never a job option
             "image_pull_grace_seconds": float(options.get("image_pull_grace_seconds", 600)),
             "poll_interval": float(options.get("poll_interval", 1.0)),
             "stop_timeout": int(options.get("stop_timeout", 10)),
@@ -139,8 +134,6 @@ class DockerLauncherHook(BaseHook):
     def image(self, request: LaunchRequest) -> str:
         if request.image_uri or self._default_image:
             return request.image_uri or self._default_image
-        from operators.settings import training_settings
-
         return training_settings().default_image
 
     def configs(
@@ -311,8 +304,6 @@ class DockerLauncherHook(BaseHook):
         return user
 
     def _create(self, name: str, body: dict, options: Mapping[str, Any], on_line: LineCallback) -> LaunchResult | None:
-        from docker.errors import APIError, ImageNotFound
-
         client = self.client
         pulled = False
         while True:
@@ -379,8 +370,6 @@ class DockerLauncherHook(BaseHook):
             time.sleep(options["poll_interval"])
 
     def _stop(self, names: Iterable[str], options: Mapping[str, Any]) -> None:
-        from docker.errors import NotFound
-
         for name in names:
             try:
                 self.client.stop(name, timeout=options["stop_timeout"])
@@ -389,8 +378,6 @@ class DockerLauncherHook(BaseHook):
 
     # ---- engine helpers -------------------------------------------------------------------------------
     def _inspect(self, name: str) -> dict[str, Any]:
-        from docker.errors import NotFound
-
         try:
             return self.client.inspect_container(name)
         except NotFound:  # removed under us: stop() (on_kill) or by hand
@@ -406,8 +393,6 @@ class DockerLauncherHook(BaseHook):
         per_host = int(request.resources.get("gpu") or 0)
         if not per_host or not self.engine_url.startswith("unix://"):
             return None
-        from operators.settings import training_settings
-
         devices = worker_slots.gpu_devices(training_settings().local_gpu_devices)
         lease = worker_slots.claim(request.workspace, request.job_name, None, per_host * request.instance_count,
                                    devices)
@@ -419,8 +404,6 @@ class DockerLauncherHook(BaseHook):
         """The containers' init processes hold the job's GPUs: a worker that dies leaves them the job's."""
         if not self._gpus_leased:
             return
-        import psutil
-
         holders = []
         for name in self._containers(request):
             pid = (self._inspect(name).get("State") or {}).get("Pid")
@@ -443,8 +426,6 @@ class DockerLauncherHook(BaseHook):
             self.log.warning("Could not remove the containers of job %s: %s", request.job_name, err)
 
     def _remove_all(self, request: LaunchRequest) -> None:
-        from docker.errors import NotFound
-
         for name in self._containers(request):
             try:
                 self.client.remove_container(name, force=True, v=True)  # and its anonymous volumes

@@ -7,6 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubernetes.client import V1DeleteOptions
+from kubernetes.client.rest import ApiException
+from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
 from operators.launch.kubernetes.names import secret_name
 from operators.launch.names import JOB_LABEL
 
@@ -49,9 +54,6 @@ def finished_state(job: Any) -> str | None:
 
 def delete_job(core: Any, batch: Any, name: str, namespace: str, propagation_policy: str) -> None:
     """Delete the Job, its pods, its Service and its Secret (sync clients); what is gone already is fine."""
-    from kubernetes.client import V1DeleteOptions
-    from kubernetes.client.rest import ApiException
-
     steps = (
         ("delete Job", lambda: batch.delete_namespaced_job(
             name=name, namespace=namespace, body=V1DeleteOptions(propagation_policy=propagation_policy)
@@ -77,24 +79,21 @@ def delete_job(core: Any, batch: Any, name: str, namespace: str, propagation_pol
 
 async def delete_job_async(hook: Any, name: str, namespace: str, propagation_policy: str = "Foreground") -> None:
     """Delete the Job, its pods, its Service and its Secret; what is gone already is fine."""
-    from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, V1DeleteOptions
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     async with hook.get_conn() as api:
         calls = (
-            lambda: BatchV1Api(api).delete_namespaced_job(
-                name=name, namespace=namespace, body=V1DeleteOptions(propagation_policy=propagation_policy)
+            lambda: async_client.BatchV1Api(api).delete_namespaced_job(
+                name=name, namespace=namespace, body=async_client.V1DeleteOptions(propagation_policy=propagation_policy)
             ),
-            lambda: CoreV1Api(api).delete_collection_namespaced_pod(
+            lambda: async_client.CoreV1Api(api).delete_collection_namespaced_pod(
                 namespace=namespace, label_selector=f"{JOB_LABEL}={name}"
             ),
-            lambda: CoreV1Api(api).delete_namespaced_service(name=name, namespace=namespace),
-            lambda: CoreV1Api(api).delete_namespaced_secret(name=secret_name(name), namespace=namespace),
+            lambda: async_client.CoreV1Api(api).delete_namespaced_service(name=name, namespace=namespace),
+            lambda: async_client.CoreV1Api(api).delete_namespaced_secret(name=secret_name(name), namespace=namespace),
         )
         for call in calls:
             try:
                 await call()
-            except ApiException as err:
+            except AsyncApiException as err:
                 if err.status != 404:
                     raise
 

@@ -39,19 +39,10 @@ import time
 from functools import cached_property
 from typing import Any, Mapping
 
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from airflow.providers.common.compat.sdk import BaseHook
+from kubernetes.client.rest import ApiException
 
-from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, delete_job, finished_state
-from operators.launch.kubernetes.data_plane import with_data_plane
-from operators.launch.kubernetes.secrets import JobSecret, with_secret_env
-from operators.launch.kubernetes.steps import ClusterStep
-from operators.launch.kubernetes.watch import JobWatch
-from operators.launch.kubernetes.workspace import (
-    prepare_job_root,
-    succeeded_since_launch,
-    workspace_group,
-    write_launch_record,
-)
 from operators.launch.base import (
     DEFAULT_MASTER_PORT,
     PLATFORM_ERROR,
@@ -61,8 +52,8 @@ from operators.launch.base import (
     LineCallback,
     is_runtime_exit_code,
 )
-from operators.launch.log_stream import LogCursor, deliver_line, since_seconds
-from operators.launch.outcome import clear_outcome_markers, read_failure_reason
+from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, delete_job, finished_state
+from operators.launch.kubernetes.data_plane import with_data_plane
 from operators.launch.kubernetes.manifests import (
     CONTAINER_NAME,
     job_manifest,
@@ -70,9 +61,22 @@ from operators.launch.kubernetes.manifests import (
     service_manifest,
 )
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, host_names
-from operators.launch.names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION, resource_name
-from operators.state.job_state import state_dir
 from operators.launch.kubernetes.options import KubernetesJobOptions, resolve_options
+from operators.launch.kubernetes.secrets import JobSecret, with_secret_env
+from operators.launch.kubernetes.steps import ClusterStep
+from operators.launch.kubernetes.watch import JobWatch
+from operators.launch.kubernetes.workspace import (
+    prepare_job_root,
+    succeeded_since_launch,
+    workspace_group,
+    write_launch_record,
+)
+from operators.launch.log_stream import LogCursor, deliver_line, since_seconds
+from operators.launch.names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION, resource_name
+from operators.launch.outcome import clear_outcome_markers, read_failure_reason
+from operators.launch.kubernetes.settings import kubernetes_settings
+from operators.settings import training_settings, training_settings_env
+from operators.state.job_state import state_dir
 
 __all__ = ["KubernetesLauncherHook", "KubernetesLaunchError"]
 
@@ -106,22 +110,14 @@ class KubernetesLauncherHook(BaseHook):
     def settings(self):
         if self._settings is not None:
             return self._settings
-        from operators.launch.kubernetes.settings import kubernetes_settings
-
         return kubernetes_settings()
 
     @cached_property
     def kube(self):
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
         return KubernetesHook(conn_id=self.settings.conn_id or None)
 
     def async_kube(self):
         """The async hook for blocking mode, given the connection extras the sync hook has read already."""
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import (
-            AsyncKubernetesHook,
-        )
-
         return AsyncKubernetesHook(conn_id=self.kube.conn_id, connection_extras=dict(self.kube.conn_extras))
 
     @property
@@ -137,8 +133,6 @@ class KubernetesLauncherHook(BaseHook):
             return request.image_uri
         if self._default_image:
             return self._default_image
-        from operators.settings import training_settings
-
         return training_settings().default_image
 
     def job_manifest(self, request: LaunchRequest) -> dict[str, Any]:
@@ -146,8 +140,6 @@ class KubernetesLauncherHook(BaseHook):
         options = with_secret_env(self.options(request), resource_name(request.job_name), request.secret_env)
         if not options.in_cluster:
             return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
-        from operators.settings import training_settings_env  # the cluster's data plane: its containers in the Job
-
         manifest = job_manifest(request, options, self.image(request), options.workspace_group)
         return with_data_plane(manifest, request, self._mount_points(request), options,
                                training_settings_env(request.workspace) if request.checkpoints else {})
@@ -181,8 +173,6 @@ class KubernetesLauncherHook(BaseHook):
 
     def start(self, request: LaunchRequest) -> None:
         """Create the Job and its Service, or reattach to the Job a previous try created."""
-        from kubernetes.client.rest import ApiException
-
         _check_hosts(request, self.hosts(request.job_name, request.instance_count))
         options = self.options(request)
         manifest = self.job_manifest(request)
@@ -350,8 +340,6 @@ class KubernetesLauncherHook(BaseHook):
 
     # ---- helpers --------------------------------------------------------------------------------------
     def _read_job(self, name: str, namespace: str) -> Any | None:
-        from kubernetes.client.rest import ApiException
-
         try:
             return self.kube.get_job_status(job_name=name, namespace=namespace)
         except ApiException as err:
@@ -379,8 +367,6 @@ class KubernetesLauncherHook(BaseHook):
             )
 
     def _ensure_service(self, name: str, namespace: str, options: KubernetesJobOptions, job_uid: str) -> None:
-        from kubernetes.client.rest import ApiException
-
         core = self.kube.core_v1_client
         body = service_manifest(name, namespace, options.labels, owner_uid=job_uid)
         for _ in range(3):
@@ -426,8 +412,6 @@ class KubernetesLauncherHook(BaseHook):
 
     def _catch_up_logs(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> None:
         """The lines each pod wrote after the watch's cursor (a follow stream can miss the last ones)."""
-        from kubernetes.client.rest import ApiException
-
         namespace = event.get("namespace") or self.options(request).namespace
         name = event.get("name") or resource_name(request.job_name)
         pods: Mapping[str, int] = event.get("pods") or {}

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 CURSORS_ANNOTATION = "training.airflow/log-cursors"
 
 
@@ -35,8 +37,6 @@ class CursorKeeper:
             self.say(f"resuming the logs of {len(kept)} pod(s) where an earlier watch left them")
 
     async def save(self, batch: Any, cursors: dict[str, list[int]]) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         if not self.enabled or self.saved is None:
             return
         value = encode_cursors(cursors)

@@ -45,6 +45,7 @@ def disruption(pod: Any) -> str | None:
 
 def pull_error_is_permanent(pod: Any) -> str | None:
     """The provider's judgement of image-pull errors, widened by the registry rate-limit answers it misses."""
+    # lazy: Airflow; launch/ imports it at module level only in its hooks (test_import_graph)
     from airflow.providers.cncf.kubernetes.utils.pod_manager import detect_pod_terminate_early_issues
 
     message = detect_pod_terminate_early_issues(pod)

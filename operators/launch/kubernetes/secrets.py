@@ -25,10 +25,14 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
+from kubernetes.client.rest import ApiException
+from kubernetes_asyncio.client import CoreV1Api as AsyncCoreV1Api
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
 from operators.launch.kubernetes.api import KubernetesLaunchError, api_error
 from operators.launch.kubernetes.names import job_labels, secret_name
-from operators.launch.names import JOB_LABEL
 from operators.launch.kubernetes.options import KubernetesJobOptions
+from operators.launch.names import JOB_LABEL
 
 CREATE_ATTEMPTS = 5
 
@@ -68,13 +72,10 @@ def secret_manifest(name: str, namespace: str, values: Mapping[str, str], labels
 async def read_values_async(hook: Any, name: str, namespace: str) -> dict[str, str]:
     """The values in the Job's Secret, through the provider's AsyncKubernetesHook (the trigger masks them in the pod
     logs it streams: the triggerer never saw the worker's masker). {} when it is gone."""
-    from kubernetes_asyncio.client import CoreV1Api
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     async with hook.get_conn() as api:
         try:
-            secret = await CoreV1Api(api).read_namespaced_secret(name=secret_name(name), namespace=namespace)
-        except ApiException as err:
+            secret = await AsyncCoreV1Api(api).read_namespaced_secret(name=secret_name(name), namespace=namespace)
+        except AsyncApiException as err:
             if err.status == 404:
                 return {}
             raise api_error(f"read Secret {secret_name(name)}", namespace, err) from None
@@ -90,8 +91,6 @@ class JobSecret:
 
     def put(self, values: Mapping[str, str]) -> None:
         """Before the Job is created: the Secret with these values and no owner yet (a leftover is replaced)."""
-        from kubernetes.client.rest import ApiException
-
         body = secret_manifest(self.name, self.namespace, values, self.labels)
         for _ in range(CREATE_ATTEMPTS):
             try:
@@ -110,8 +109,6 @@ class JobSecret:
 
     def adopt(self, job_uid: str, values: Mapping[str, str]) -> None:
         """Make the Job `job_uid` the Secret's owner; recreate it (owned) if it is gone. Never a second Secret."""
-        from kubernetes.client.rest import ApiException
-
         existing = self._read()
         if existing is None:
             body = secret_manifest(self.name, self.namespace, values, self.labels, job_uid)
@@ -133,8 +130,6 @@ class JobSecret:
 
     def delete(self) -> None:
         """Delete it; what is gone already is fine."""
-        from kubernetes.client.rest import ApiException
-
         try:
             self.core.delete_namespaced_secret(name=self.secret, namespace=self.namespace)
         except ApiException as err:
@@ -142,8 +137,6 @@ class JobSecret:
                 raise api_error(f"delete Secret {self.secret}", self.namespace, err) from None
 
     def _read(self) -> Any | None:
-        from kubernetes.client.rest import ApiException
-
         try:
             return self.core.read_namespaced_secret(name=self.secret, namespace=self.namespace)
         except ApiException as err:

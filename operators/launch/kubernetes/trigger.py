@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+from airflow.sdk.log import mask_secret
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from operators.jobspec.secret_refs import redactor
 from operators.launch.kubernetes.api import delete_job_async
+from operators.launch.kubernetes.secrets import read_values_async
 from operators.launch.kubernetes.watch import JobWatch
+from operators.tracking.metrics import MetricCollector
 
 
 class KubernetesTrainingJobTrigger(BaseTrigger):
@@ -73,8 +78,6 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         )
 
     def _hook(self):
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
         if self.kube_config_path:
             extras = {"kube_config_path": self.kube_config_path}
             if self.cluster_context:
@@ -83,8 +86,6 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id or None)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from operators.tracking.metrics import MetricCollector
-
         # The log streams here, not in the worker: metrics are matched as lines pass and travel in the event.
         metrics = MetricCollector(self.metric_definitions)
         redact = await self._redactor()
@@ -113,14 +114,8 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def _redactor(self):
-        from operators.jobspec.secret_refs import redactor
-
         if not self.has_secret:
             return redactor(())
-        from airflow.sdk.log import mask_secret
-
-        from operators.launch.kubernetes.secrets import read_values_async
-
         try:
             values = await read_values_async(self._hook(), self.name, self.namespace)
         except Exception as err:  # noqa: BLE001 - waiting matters more; say that lines may show the values

@@ -30,6 +30,9 @@ import asyncio
 import time
 from typing import Any
 
+from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from operators.launch.base import (
     EVICTED,
     IMAGE_ERROR,
@@ -41,6 +44,8 @@ from operators.launch.base import (
 from operators.launch.kubernetes.elastic import ElasticHosts
 from operators.launch.kubernetes.events import list_warnings, read_warnings
 from operators.launch.kubernetes.job_failure import failure_event, job_failure
+from operators.launch.kubernetes.log_cursors import CursorKeeper
+from operators.launch.kubernetes.manifests import CONTAINER_NAME
 from operators.launch.kubernetes.pods import (
     DEFINITE_PULL_ERROR,
     FATAL_WAITING_REASONS,
@@ -53,10 +58,8 @@ from operators.launch.kubernetes.pods import (
     short_text,
     train_status,
 )
-from operators.launch.kubernetes.log_cursors import CursorKeeper
 from operators.launch.kubernetes.workload import GROUP, QUEUE_LABEL, VERSION, QueueStatus, queue_status, workload_of
 from operators.launch.log_stream import Emit, LogCursor, deliver_line, since_seconds
-from operators.launch.kubernetes.manifests import CONTAINER_NAME
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
@@ -354,8 +357,6 @@ class JobWatch:
         queue = ((job.metadata and job.metadata.labels) or {}).get(QUEUE_LABEL)
         if not queue:
             return None
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         try:
             listed = await objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "workloads")
         except ApiException as err:
@@ -406,8 +407,6 @@ class JobWatch:
         return list(result.items or [])
 
     async def run(self) -> dict[str, Any]:
-        from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, CustomObjectsApi
-
         try:
             async with self.hook.get_conn() as api:
                 core, batch = CoreV1Api(api), BatchV1Api(api)
@@ -427,8 +426,6 @@ class JobWatch:
 
     async def _watch(self, core: Any, batch: Any, objects: Any = None) -> dict[str, Any]:
         """Poll the Job, its pods and the namespace's warnings until a verdict."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         errors = 0
         while True:
             try:

@@ -18,6 +18,7 @@ import os
 import stat
 import time
 
+from operators.launch.outcome import clear_outcome_markers
 from operators.state.job_state import KUBERNETES_JOB
 
 # The success marker's time is the file system's (a coarse clock, milliseconds behind time.time(); on a shared file
@@ -87,8 +88,6 @@ def main(argv: list[str]) -> int:
     """`python -m operators.launch.kubernetes.workspace JOB_ROOT [MOUNT_POINT...]`: what the worker does before a
     Job on a shared volume, done by the training Job's init container when the data plane is the cluster's
     (operators/launch/kubernetes/data_plane.py)."""
-    from operators.launch.outcome import clear_outcome_markers
-
     job_root, mount_points = argv[0], argv[1:]
     prepare_job_root(job_root, mount_points)
     clear_outcome_markers(job_root)

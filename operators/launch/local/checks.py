@@ -9,15 +9,13 @@ from typing import Any
 from operators.jobspec.checks import check_connections
 from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
+from operators.launch.local.limits import LimitError, check_resources
+from operators.launch.worker_slots import gpu_devices
+from operators.settings import training_settings
 
 
 def check_options(spec: JobSpec, settings: Any = None) -> None:
-    from operators.launch.local.limits import LimitError, check_resources
-    from operators.launch.worker_slots import gpu_devices
-
     if settings is None:
-        from operators.settings import training_settings
-
         settings = training_settings()
     resources = spec.resources.model_dump(exclude_none=True)
     try:

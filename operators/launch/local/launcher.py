@@ -28,12 +28,14 @@ import logging
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
 from operators.launch.base import (
     OOM,
     PLATFORM_ERROR,
@@ -45,10 +47,11 @@ from operators.launch.base import (
     LineCallback,
     exit_failure_class,
 )
+from operators.launch.local.isolation import JobIsolation
+from operators.launch.local.limits import LimitError
 from operators.launch.local.network import NetworkUnavailable, join_command, open_namespace, sandbox_status, start_slirp4netns
 from operators.launch.local.network import check_available as check_network
 from operators.launch.local.processes import alive, kill_trees
-from operators.state.launch_records import ours, read_records, write_records
 from operators.launch.local.sandbox import (
     SandboxUnavailable,
     bwrap_command,
@@ -56,11 +59,11 @@ from operators.launch.local.sandbox import (
     runtime_path,
     user_environment,
 )
-from operators.launch.local.isolation import JobIsolation
-from operators.launch.local.limits import LimitError
-from operators.launch.worker_slots import GPU_QUEUE, NotEnoughGpus
 from operators.launch.outcome import read_failure_reason
+from operators.launch.worker_slots import GPU_QUEUE, NotEnoughGpus
+from operators.settings import TrainingSettings, training_settings
 from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, LEASE, ensure_state_dir, state_path
+from operators.state.launch_records import ours, read_records, write_records
 from training_runtime.contract import JOB_VENV_ENV, ROOT_ENV
 
 log = logging.getLogger(__name__)
@@ -124,8 +127,6 @@ class LocalLauncherHook:
                  network: str | None = None, settings=None):
         """settings: the TrainingSettings to read the rest from (uid range, limits, GPUs); airflow.cfg's when None and
         not every other argument is given, else the defaults (the SDK's local mode: no Airflow there)."""
-        from operators.settings import TrainingSettings, training_settings
-
         if settings is None:
             given = None not in (sandbox, environment_names, lease_seconds, network)
             settings = TrainingSettings(workspace="") if given else training_settings()
@@ -153,8 +154,6 @@ class LocalLauncherHook:
 
     def master_port(self) -> int:
         """A free port, so concurrent local jobs don't collide on 29500."""
-        import socket
-
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             return sock.getsockname()[1]
@@ -427,8 +426,6 @@ class LocalLauncherHook:
         return LaunchResult(False, code, reason or f"training process {how}", failure_class)
 
     def _record_pids(self, request: LaunchRequest) -> None:
-        import psutil
-
         records = []
         for host in self._hosts:  # in host order: a reattaching launcher maps them back to their hosts
             try:

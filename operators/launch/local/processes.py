@@ -13,12 +13,12 @@ import signal
 import subprocess
 import time
 
+import psutil
+
 KILL_GRACE_SECONDS = 10.0
 
 
 def alive(proc) -> bool:
-    import psutil
-
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -26,8 +26,6 @@ def alive(proc) -> bool:
 
 
 def tree(proc) -> list:
-    import psutil
-
     if proc is None:
         return []
     try:
@@ -43,8 +41,6 @@ def kill_trees(roots: list, grace: float = KILL_GRACE_SECONDS, children: list[su
     Our own children are waited for through their Popen objects: reaping them here (psutil) would make Popen report
     exit code 0 for a process that was killed.
     """
-    import psutil
-
     own = {p.pid for p in children}
     procs = [p for root in roots for p in tree(root)]
     procs += [p for child in children if child.poll() is None for p in tree(_process(child.pid))]
@@ -77,8 +73,6 @@ def kill_trees(roots: list, grace: float = KILL_GRACE_SECONDS, children: list[su
 
 
 def _process(pid: int):
-    import psutil
-
     try:
         return psutil.Process(pid)
     except psutil.Error:

@@ -31,6 +31,10 @@ import shutil
 import subprocess
 import sys
 
+import training_runtime
+
+from operators.launch.local.syscalls import available as seccomp_problem
+
 SANDBOXES = ("bubblewrap", "none")
 
 # Names of the worker's environment that reach user code (besides [training] local_environment).
@@ -53,8 +57,6 @@ def user_environment(environ, extra_names=()) -> dict[str, str]:
 
 def runtime_path() -> str:
     """The directory the worker imports training_runtime from: put on the training's PYTHONPATH so both agree."""
-    import training_runtime
-
     return os.path.dirname(os.path.dirname(os.path.abspath(training_runtime.__file__)))
 
 
@@ -77,8 +79,6 @@ def _probe(unshare_net: bool) -> str | None:
 
 
 def check_available(unshare_net: bool = True) -> None:
-    from operators.launch.local.syscalls import available as seccomp_problem
-
     problem = _probe(unshare_net)
     if not problem and seccomp_problem():
         raise SandboxUnavailable(f"the local backend's sandbox cannot start: {seccomp_problem()}")

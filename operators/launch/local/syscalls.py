@@ -36,7 +36,7 @@ CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000
 
 
 def _filter():
-    import pyseccomp as seccomp
+    import pyseccomp as seccomp  # lazy: pyseccomp is optional: available() reports it missing
 
     flt = seccomp.SyscallFilter(defaction=seccomp.ALLOW)  # bad architecture: killed (libseccomp's default)
     for name in REFUSED:

@@ -18,6 +18,11 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from botocore import UNSIGNED
+from botocore.config import Config
+from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, parse_timestamp, validate_region_name
+from dateutil.tz import tzutc
+
 from operators.storage import checksums
 from operators.storage.addressing import resolve_addressing
 from operators.storage.botocore.retries import install
@@ -31,8 +36,6 @@ _AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
 
 def _utc():
     """botocore's UTC tzinfo (dateutil's tzutc), so our datetimes are the ones botocore would have made."""
-    from dateutil.tz import tzutc
-
     return tzutc()
 
 
@@ -213,8 +216,6 @@ class _Connection:
 
     def engine_settings(self, bucket: str) -> EngineSettings | None:
         """engine_settings from the connection alone, or None where botocore's client has to be asked."""
-        from botocore import UNSIGNED
-
         config = self.config
         if getattr(config, "use_fips_endpoint", None) or getattr(config, "use_dualstack_endpoint", None):
             return None
@@ -285,8 +286,6 @@ def fast_timestamp(value: Any):
                 return parsedate_to_datetime(value).replace(tzinfo=_utc())
         except (TypeError, ValueError):
             pass
-    from botocore.utils import parse_timestamp
-
     return parse_timestamp(value)
 
 
@@ -316,6 +315,7 @@ def forget_data_loader() -> None:
 
 def _aws_hook_class():
     """AwsBaseHook whose sessions parse timestamps with `fast_timestamp` (everything else is the provider's)."""
+    # lazy: Airflow's amazon provider; cache/ imports this module through the storage hook without Airflow
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
     class StorageAwsHook(AwsBaseHook):
@@ -335,8 +335,6 @@ def _aws_hook_class():
 
 def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
     """Build the S3 client of connection `conn_id` (used for `loc`, which error messages name)."""
-    from botocore.config import Config
-
     aws = _aws_hook_class()(aws_conn_id=conn_id, client_type="s3")
     try:
         wrapper = aws.conn_config
@@ -389,8 +387,6 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
     if wrapper and wrapper.botocore_config is not None:
         config = config.merge(wrapper.botocore_config)  # the connection's config_kwargs win
     # What building the client would refuse, refused now: the client itself is built on first use (or never).
-    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
-
     try:
         if endpoint and not is_valid_endpoint_url(endpoint) and not is_valid_ipv6_endpoint_url(endpoint):
             raise ValueError(f"Invalid endpoint: {endpoint}")

@@ -26,6 +26,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterable
 
+from s3transfer.manager import TransferManager
+
 from operators.storage import checksums
 from operators.storage.botocore.client import Remote
 from operators.storage.botocore.retries import body_errors
@@ -64,8 +66,6 @@ def download_objects(
     make_parent_dirs(final for _, final in targets)
     errors = FirstError()
     if large:
-        from s3transfer.manager import TransferManager
-
         part_size = tuning.download_part_size(max(info.size for info, _ in large))
         pending: _PendingLarge | None = None
         try:

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import socket
 from typing import Any
+
+import botocore.exceptions as bx
+from botocore.retries.quota import RetryQuota
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -40,8 +44,6 @@ def _widen_retry_quota(client) -> None:
         # the after-call handler that refills it.
         handler = client.meta.events._emitter._unique_id_handlers["retry-config-s3"]["handler"]
         checker = handler.__self__._retry_quota
-        from botocore.retries.quota import RetryQuota
-
         checker._quota = RetryQuota(initial_capacity=_QUOTA_CAPACITY)
     except Exception:  # noqa: BLE001 - another retry mode (the connection's config_kwargs) or botocore version
         log.debug("could not widen botocore's retry quota; transfers keep its default", exc_info=True)
@@ -87,10 +89,6 @@ def install(client) -> None:
 
 def body_errors() -> tuple[type[BaseException], ...]:
     """What reading a response body raises when the connection breaks off or the body is cut short."""
-    import socket
-
-    import botocore.exceptions as bx
-
     return (
         socket.timeout,
         ConnectionError,

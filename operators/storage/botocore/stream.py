@@ -26,6 +26,8 @@ import os
 import threading
 from typing import Callable
 
+from s3transfer.manager import TransferManager
+
 from operators.storage import checksums
 from operators.storage.botocore.client import Remote
 from operators.storage.botocore.uploads import abort_leftover_uploads, store_takes_checksums
@@ -106,8 +108,6 @@ def upload_stream(
     Raises the producer's own exception if it failed (the upload is then aborted), a StorageError if the upload
     failed or what landed is not what was written.
     """
-    from s3transfer.manager import TransferManager
-
     read_fd, write_fd = os.pipe()
     try:
         fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_SIZE)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from s3transfer.subscribers import BaseSubscriber
+
 from operators.storage.progress import TransferProgress
 
 
 def subscriber_classes():
-    from s3transfer.subscribers import BaseSubscriber
-
     class KnownObject(BaseSubscriber):
         """Hands the listed size and ETag to s3transfer: no HEAD per object, and ranged GETs use If-Match."""
 

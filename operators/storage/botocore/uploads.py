@@ -8,6 +8,8 @@ import logging
 import os
 from typing import Callable
 
+from s3transfer.manager import TransferManager
+
 from operators.storage import checksums
 from operators.storage.botocore.client import Remote
 from operators.storage.botocore.subscribers import subscriber_classes
@@ -114,8 +116,6 @@ def upload_files(
 
     `list_landed` lists the destination prefix (one LIST instead of a HEAD per object when many were sent).
     """
-    from s3transfer.manager import TransferManager
-
     _, Progress, OnDone = subscriber_classes()
     transfer_config = tuning.transfer_config()
 

@@ -28,6 +28,8 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+import obstore
+
 from operators.storage import checksums
 from operators.storage.botocore.client import EngineSettings, Remote
 from operators.storage.errors import StorageError, translate_error
@@ -125,8 +127,6 @@ async def _get_object(store, remote: Remote, loc: StorageLocation, info: ObjectI
                       progress: TransferProgress) -> None:
     """GET (If-Match) into a temp file with its CRC or MD5 (transfers.body_check), verify, rename; body failures
     retried as in storage.botocore.downloads."""
-    import obstore
-
     uri = _uri(loc, info)
     temp = temp_name(final)
     attempt = mismatches = 0
@@ -197,8 +197,6 @@ async def _aiter(chunks):
 async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large, start: int, end: int,
                      progress: TransferProgress) -> None:
     """One range of a large object (If-Match) written at its offset; the last range verifies and renames."""
-    import obstore
-
     info = large.info
     uri = _uri(loc, info)
     if large.fd is None:

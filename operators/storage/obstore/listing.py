@@ -21,6 +21,8 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+import obstore
+
 from operators.storage.obstore.store import run_coroutine
 
 log = logging.getLogger("operators.storage.hook")
@@ -57,8 +59,6 @@ async def _again(request, what: str):
 
 async def _list_range(store, prefix: str, start_after: str | None, last: str | None) -> list[dict]:
     """Objects with start_after < path <= last (None: open end) under `prefix`, in key order."""
-    import obstore
-
     async def once() -> list[dict]:
         items: list[dict] = []
         async for chunk in obstore.list(store, prefix=prefix, offset=start_after, chunk_size=LIST_CHUNK):
@@ -73,8 +73,6 @@ async def _list_range(store, prefix: str, start_after: str | None, last: str | N
 
 async def head(store, key: str) -> dict | None:
     """The object's metadata, or None when no object has exactly this key."""
-    import obstore
-
     async def once() -> dict | None:
         try:
             return await obstore.head_async(store, key)
@@ -139,8 +137,6 @@ def _just_before(key: str) -> str | None:
 
 
 async def _exact(store, key: str) -> dict | None:
-    import obstore
-
     offset = _just_before(key)
     if offset is None:
         return await head(store, key)
@@ -175,8 +171,6 @@ def head_item(store, key: str) -> dict | None:
 
 def any_under(store, prefix: str) -> bool:
     """Whether any key (a marker included) starts with `prefix` (ending in '/')."""
-    import obstore
-
     async def once() -> bool:
         async for chunk in obstore.list(store, prefix=prefix, chunk_size=1):
             if chunk:

@@ -13,6 +13,8 @@ import logging
 import threading
 from datetime import timedelta
 
+from botocore.httpsession import get_cert_path
+
 from operators.storage.botocore.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, EngineSettings, Remote
 
 log = logging.getLogger("operators.storage.hook")
@@ -41,6 +43,7 @@ def obstore_settings(remote: Remote, bucket: str) -> EngineSettings | None:
 
 def _choose(remote: Remote, bucket: str) -> EngineSettings | None:
     try:
+        # lazy: obstore is optional (botocore serves the bucket without it)
         import obstore  # noqa: F401
     except ImportError:
         reason = "obstore is not installed"
@@ -63,14 +66,12 @@ def _choose(remote: Remote, bucket: str) -> EngineSettings | None:
 
 def _default_ca_bundle() -> str:
     """The CA bundle botocore verifies with when the connection says nothing (obstore uses the system's roots)."""
-    from botocore.httpsession import get_cert_path
-
     return get_cert_path(True)
 
 
 def make_store(settings: EngineSettings, bucket: str):
     """An obstore S3Store for `bucket` with the connection's endpoint, region, credentials and addressing style."""
-    from obstore.store import S3Store
+    from obstore.store import S3Store  # lazy: obstore is optional (botocore serves the bucket without it)
 
     credentials = settings.credentials
 

@@ -45,11 +45,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+import obstore
+
 from operators.storage import checksums
 from operators.storage.botocore.client import EngineSettings, Remote
 from operators.storage.botocore.uploads import abort_leftover_uploads
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
+from operators.storage.obstore.part_queue import PartQueue
 from operators.storage.obstore.store import OFFLOAD_BYTES, make_store, run_coroutine, run_workers
 from operators.storage.progress import TransferProgress
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
@@ -146,8 +149,6 @@ async def _put_single(store, remote: Remote, loc: StorageLocation, data: bytes,
                       attributes: dict[str, str] | None = None) -> str:
     """One PUT of `data` (with user metadata `attributes`); a transient failure after object_store's own retries is
     tried again. Returns the ETag."""
-    import obstore
-
     attempt = 0
     while True:
         attempt += 1
@@ -172,8 +173,6 @@ async def _put_multipart(store, remote: Remote, loc: StorageLocation, make_chunk
     object_store retries each part, but not CreateMultipartUpload nor CompleteMultipartUpload after a lost
     response: a transient failure is tried again here, from the start, while nothing was read (a stream) or
     whenever the bytes can be read again (`replayable`: a file)."""
-    import obstore
-
     attempt = 0
     while True:
         attempt += 1
@@ -359,8 +358,6 @@ def upload_stream_obstore(settings: EngineSettings, remote: Remote, loc: Storage
     """Upload to `loc` whatever `produce(write)` writes, while it writes (storage.botocore.stream's contract); returns
     the number of bytes. Raises the producer's own exception if it failed (nothing lands), a StorageError if the
     upload failed or what landed is not what was written."""
-    from operators.storage.obstore.part_queue import PartQueue
-
     store = make_store(settings, loc.bucket)
     part = part_size(tuning, None)
     parts_queue = PartQueue(part, ahead=STREAM_READ_AHEAD)

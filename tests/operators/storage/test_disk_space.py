@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from small_disk import small_disk  # noqa: F401  (the fixture)
 
-from operators.storage import disk_space
+from operators.storage import hook as storage_hook
 from operators.cache.data_cache import DataCacheHook
 from operators.storage.disk_space import DiskFullError
 from operators.storage.hook import ObjectStorageHook
@@ -179,7 +179,7 @@ def test_a_disk_filling_while_packing_aborts_the_multipart_upload_and_the_retry_
     disk.fill(leave=12 * MiB)  # room for 12 of the 20 MiB: the first part goes up, then the disk is full
     # Packing is faster than any watcher thread, so instead of filling the disk half-way, the up-front check is
     # switched off (as if another writer took the space right after it): the real ENOSPC comes mid-pack.
-    monkeypatch.setattr(disk_space, "check_pack_space", lambda src, archive: None)
+    monkeypatch.setattr(storage_hook, "check_pack_space", lambda src, archive: None)
 
     with pytest.raises(DiskFullError) as caught:
         storage.upload_packed_directory(str(model), f"s3://{bucket}/{key}", str(artifacts / "model.tar.gz"))
