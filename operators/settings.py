@@ -11,8 +11,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from operators.quantities import is_quantity
+
 
 def _conf():
+    # lazy: Airflow, which settings (below launch/) never imports at module level
     from airflow.configuration import conf
 
     return conf
@@ -81,8 +84,6 @@ def _uid_range(section: str, key: str, fallback: tuple[int, int]) -> tuple[int, 
 
 
 def _quantity_setting(section: str, key: str, fallback: str) -> str:
-    from operators.quantities import is_quantity
-
     raw = get_str(section, key, fallback).strip()
     if raw and not is_quantity(raw):
         raise ValueError(f"airflow.cfg [{section}] {key} must be a quantity like 8Gi or 2, got {raw!r}; fix the setting")

@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from operators.jobspec.model import SCHEMES, JobSpec
 from operators.jobspec.errors import SpecError
+from operators.jobspec.local_paths import in_closed_area, in_platform_area
+from operators.jobspec.model import SCHEMES, JobSpec
 from operators.storage.location import DEFAULT_CONNECTIONS
+
 PING_TIMEOUT_SECONDS = 5
 
 
@@ -36,6 +38,7 @@ def _local_path(uri: str) -> str:
 
 
 def check_connections(spec: JobSpec) -> None:
+    # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
     from airflow.providers.common.compat.sdk import BaseHook
 
     wanted: dict[str, str] = {}
@@ -63,8 +66,6 @@ def check_connections(spec: JobSpec) -> None:
 
 
 def check_local_paths(spec: JobSpec, roots: tuple[str, ...], areas: dict | None = None) -> None:
-    from operators.jobspec.local_paths import in_closed_area, in_platform_area
-
     for field, uri in spec_uris(spec):
         if _scheme(uri) != "file":
             continue

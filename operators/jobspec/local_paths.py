@@ -13,13 +13,12 @@ import os
 from typing import Any, Iterable, Mapping
 
 from operators.jobspec.errors import SpecError
+from operators.storage.location import parse_uri
 
 URI_FIELDS = ("source_dir", "output_path", "checkpoint_path", "resume_from")
 
 
 def _local_path(uri: str) -> str | None:
-    from operators.storage.location import parse_uri
-
     loc = parse_uri(uri)
     return os.path.realpath(loc.local_path) if loc.is_local and loc.local_path else None
 
@@ -37,6 +36,7 @@ def in_platform_area(field: str, path: str, areas: Mapping[str, tuple[str, ...]]
 
 def _configured(section: str, key: str, fallback: str) -> str:
     try:
+        # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
         from airflow.configuration import conf
 
         return conf.get(section, key, fallback=fallback) or fallback

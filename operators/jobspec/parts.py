@@ -6,12 +6,21 @@ typo at any level (`kubernetes.namspace`) is an error naming it, never silently 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from operators.quantities import parse_quantity
 
 
 def spec_error(message: str, field: str | None = None, details: list[str] | None = None) -> PydanticCustomError:
@@ -33,8 +42,6 @@ def _no_bool(value: Any) -> Any:
 
 
 def json_text(value: Any) -> str:
-    import json
-
     try:
         return json.dumps(value)
     except (TypeError, ValueError):
@@ -50,7 +57,6 @@ class Strict(BaseModel):
 
 def _quantity(value: Any, what: str, example: str) -> str | None:
     """A Kubernetes quantity (operators/quantities.py, the one parser) kept as the user wrote it."""
-    from operators.quantities import parse_quantity
 
     if value is None or value == "":
         return None

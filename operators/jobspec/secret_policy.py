@@ -28,6 +28,10 @@ from fnmatch import fnmatchcase
 from typing import Any, Iterable, Mapping
 
 from operators.jobspec.errors import SpecError
+from operators.settings import secret_references
+from operators.storage.location import (
+    DEFAULT_CONNECTIONS,  # the object storage hook's defaults
+)
 
 CONNECTIONS, VARIABLES, KUBERNETES_SECRETS = "connections", "variables", "kubernetes_secrets"
 KINDS = (CONNECTIONS, VARIABLES, KUBERNETES_SECRETS)
@@ -50,8 +54,6 @@ class Reference:
 
 
 def _default_connections() -> Mapping[str, str]:
-    from operators.storage.location import DEFAULT_CONNECTIONS  # the object storage hook's defaults
-
     return DEFAULT_CONNECTIONS
 
 
@@ -150,6 +152,5 @@ def parse_policy(raw: Any) -> SecretPolicy:
 
 def load_policy() -> SecretPolicy:
     """The admin's policy from airflow.cfg (or AIRFLOW__TRAINING__SECRET_REFERENCES)."""
-    from operators.settings import secret_references
 
     return parse_policy(secret_references())

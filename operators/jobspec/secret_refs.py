@@ -29,6 +29,7 @@ def read_reference(name: str, ref: Any) -> str:
     """The value a reference names; SpecError (naming environment.<name>, never the value) if it cannot be read."""
     where = f"environment.{name}"
     if hasattr(ref, "variable"):
+        # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
         from airflow.sdk import Variable
 
         try:
@@ -36,6 +37,7 @@ def read_reference(name: str, ref: Any) -> str:
         except Exception as err:  # not found, or the secrets backend refused
             raise SpecError(where, f"Airflow Variable {ref.variable!r} cannot be read ({type(err).__name__}); "
                             "create it (Admin > Variables, `airflow variables set`, a secrets backend)") from None
+    # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
     from airflow.providers.common.compat.sdk import BaseHook
 
     try:
@@ -51,6 +53,7 @@ def read_reference(name: str, ref: Any) -> str:
 
 def resolve_references(refs: Mapping[str, Any]) -> dict[str, str]:
     """name -> value of every reference, each registered with the secrets masker before anything can log it."""
+    # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
     from airflow.sdk.log import mask_secret
 
     values = {}

@@ -16,7 +16,15 @@ import functools
 import os
 from typing import Any
 
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSkipException,
+)
+
+from operators.launch.registry import launcher_for
 from operators.launch.steps import STEP_ENV, StepError
+from operators.settings import training_settings_env
 
 STEP_COMMAND = ["python3", "-m", "operators.stages.step_pod"]
 
@@ -45,7 +53,6 @@ def _cluster_step(op) -> Any | None:
     """The backend's runner for this stage's step, or None: the work happens here."""
     if not op.job:
         return None  # nothing validated: the stage says so itself (a skip), no pod needed for that
-    from operators.launch.registry import launcher_for
 
     launcher = launcher_for(op.spec.backend)
     runner = getattr(launcher, "cluster_step", None)
@@ -56,10 +63,6 @@ def _cluster_step(op) -> Any | None:
 
 
 def _run_step(op, context, step) -> Any:
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
-
-    from operators.settings import training_settings_env
-
     ti = context.get("ti")
     payload = {"operator": f"{type(op).__module__}:{type(op).__qualname__}", "task_id": op.task_id,
                "dag_id": op.dag_id, "run_id": context["run_id"], "try_number": getattr(ti, "try_number", 1),

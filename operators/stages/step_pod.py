@@ -13,6 +13,9 @@ import sys
 import traceback
 from typing import Any
 
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
 from operators.launch.steps import OUTCOME_BYTES, STEP_ENV
 
 TERMINATION_LOG = "/dev/termination-log"
@@ -40,8 +43,6 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s",
                         force=True)
     payload = json.loads(os.environ[STEP_ENV])
-    from airflow.sdk import DAG
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     try:
         module, _, name = payload["operator"].partition(":")

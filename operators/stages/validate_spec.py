@@ -4,7 +4,15 @@ import hashlib
 from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
+from operators.jobspec.entry_point import check_entry_point
+from operators.jobspec.local_paths import airflow_private_paths, check_private_paths
+from operators.jobspec.model import SpecError, base_name_from, job_name_from
+from operators.jobspec.secret_policy import load_policy, references
+from operators.launch.checks import check_world
+from operators.launch.spec import validate_spec
+from operators.settings import training_settings
 from operators.stages.failure_reasons import records_failure_reason
 
 
@@ -26,16 +34,6 @@ class ValidateSpecOperator(BaseOperator):
 
     @records_failure_reason
     def execute(self, context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from operators.jobspec.entry_point import check_entry_point
-        from operators.jobspec.local_paths import airflow_private_paths, check_private_paths
-        from operators.jobspec.secret_policy import load_policy, references
-        from operators.settings import training_settings
-        from operators.jobspec.model import SpecError, base_name_from, job_name_from
-        from operators.launch.spec import validate_spec
-        from operators.launch.checks import check_world
-
         raw = dict(self.spec_defaults)
         given = self.spec if self.spec is not None else context["params"]
         raw.update({k: v for k, v in dict(given).items() if v is not None})

@@ -327,13 +327,6 @@ def test_launch_layer_modules_stay_small(path):
 LAZY_MARKER = "lazy:"
 # The training-jobs view, which only the API server imports (plugins/training_jobs_plugin.py builds it on first read).
 CONSOLE = ROOT / "plugins" / "training_console"
-# Modules another change of issue 39 is rewriting now: their function-local imports get their markers there.
-NOT_MARKED_YET = {
-    "operators/jobspec/checks.py", "operators/jobspec/local_paths.py", "operators/jobspec/parts.py",
-    "operators/jobspec/secret_policy.py", "operators/jobspec/secret_refs.py", "operators/launch/docker/checks.py",
-    "operators/launch/kubernetes/checks.py", "operators/launch/kubernetes/steps.py", "operators/settings.py",
-    "operators/stages/in_cluster.py", "operators/stages/step_pod.py", "operators/stages/validate_spec.py",
-}
 
 
 def function_local_imports(tree: ast.Module) -> list[tuple[ast.stmt, ast.AST]]:
@@ -418,17 +411,12 @@ def test_the_marker_check_finds_an_import_without_its_reason():
 def test_every_function_local_import_says_why_it_is_local():
     """Function-local imports only where they keep a DAG file's parse or the SDK's local mode from importing a
     heavy library (or Airflow), for an optional dependency, or to break a cycle; each one's comment says which."""
-    unmarked, marked_now = {}, []
+    unmarked = {}
     for path in sorted([*PACKAGE.rglob("*.py"), *CONSOLE.glob("*.py")]):
-        relative = str(path.relative_to(ROOT))
         lines = unmarked_local_imports(path.read_text())
-        if relative in NOT_MARKED_YET:
-            if not lines:
-                marked_now.append(relative)
-        elif lines:
-            unmarked[relative] = lines
+        if lines:
+            unmarked[str(path.relative_to(ROOT))] = lines
     assert unmarked == {}, f"function-local imports without a '# {LAZY_MARKER} <why>' comment (file: lines)"
-    assert marked_now == [], "every local import of these is marked now: take them off NOT_MARKED_YET"
 
 
 # What a DAG file's parse must not import: the clients of the backends, storage and tracking belong to the tasks.

@@ -3,9 +3,14 @@ the Docker engine answers. (Its `user` and `host_workspace` are checked by its o
 
 from __future__ import annotations
 
-from operators.jobspec.checks import check_connections, PING_TIMEOUT_SECONDS, short_error
+from operators.jobspec.checks import (
+    PING_TIMEOUT_SECONDS,
+    check_connections,
+    short_error,
+)
 from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
+from operators.launch.docker.settings import docker_settings
 
 
 def check_options(spec: JobSpec) -> None:
@@ -18,11 +23,9 @@ def check_storage(spec: JobSpec) -> None:
 
 
 def check_reachable() -> None:
-    from operators.launch.docker.settings import docker_settings
-
     url = docker_settings().docker_url
     try:
-        import docker
+        import docker  # lazy: the Docker SDK, loaded only when a docker spec's engine is pinged
 
         client = docker.APIClient(base_url=url, version="auto", timeout=PING_TIMEOUT_SECONDS)
         client.ping()

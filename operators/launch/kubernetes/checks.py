@@ -7,19 +7,27 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from operators.jobspec.checks import PING_TIMEOUT_SECONDS, check_connections, short_error, spec_uris
+from kubernetes.client import VersionApi
+from kubernetes.client.rest import ApiException
+
+from operators.jobspec.checks import (
+    PING_TIMEOUT_SECONDS,
+    check_connections,
+    short_error,
+    spec_uris,
+)
 from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
+from operators.launch.kubernetes.options import resolve_options
+from operators.launch.kubernetes.profiles import ProfileError, check_spec_options
+from operators.launch.kubernetes.queues import queue_choice
+from operators.launch.kubernetes.settings import kubernetes_settings as read_settings
+from operators.storage.location import DEFAULT_CONNECTIONS, connection_env_name
 
 
 def check_options(spec: JobSpec, kubernetes_settings: Any = None) -> None:
     """The spec's kubernetes options against the admin's profile and queues ([training.kubernetes])."""
-    from operators.launch.kubernetes.profiles import ProfileError, check_spec_options
-    from operators.launch.kubernetes.queues import queue_choice
-
     if kubernetes_settings is None:
-        from operators.launch.kubernetes.settings import kubernetes_settings as read_settings
-
         kubernetes_settings = read_settings()
     try:
         check_spec_options(spec.backend_options(), kubernetes_settings)
@@ -32,12 +40,8 @@ def check_storage(spec: JobSpec, kubernetes_settings: Any = None) -> None:
     """Shared volume: the worker moves the bytes with its Airflow connections. The cluster's data plane: the steps
     in the cluster do, with the connections of the profile's storage_secret, so every location is object storage
     (the worker's files are not in the cluster) and the Secret holds each scheme's connection."""
-    from operators.launch.kubernetes.options import resolve_options
-    from operators.storage.location import DEFAULT_CONNECTIONS, connection_env_name
 
     if kubernetes_settings is None:
-        from operators.launch.kubernetes.settings import kubernetes_settings as read_settings
-
         kubernetes_settings = read_settings()
     options = resolve_options(spec.backend_options(), kubernetes_settings)
     if not options.in_cluster:
@@ -63,13 +67,11 @@ def check_storage(spec: JobSpec, kubernetes_settings: Any = None) -> None:
 
 
 def _secret_keys(options: Any) -> set[str]:
+    # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-    from kubernetes.client.rest import ApiException
-
-    from operators.launch.kubernetes.settings import kubernetes_settings
 
     try:
-        secret = KubernetesHook(conn_id=kubernetes_settings().conn_id or None).core_v1_client.read_namespaced_secret(
+        secret = KubernetesHook(conn_id=read_settings().conn_id or None).core_v1_client.read_namespaced_secret(
             options.storage_secret, options.namespace, _request_timeout=PING_TIMEOUT_SECONDS)
     except ApiException as err:
         if err.status == 404:
@@ -87,11 +89,10 @@ def _secret_keys(options: Any) -> set[str]:
 
 def check_reachable() -> None:
     """A cluster is configured (the connection, a kubeconfig or in-cluster) and answers with these credentials."""
+    # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
     from airflow.providers.common.compat.sdk import BaseHook
 
-    from operators.launch.kubernetes.settings import kubernetes_settings
-
-    conn_id = kubernetes_settings().conn_id
+    conn_id = read_settings().conn_id
     has_conn = False
     if conn_id:
         try:
@@ -105,9 +106,8 @@ def check_reachable() -> None:
         raise SpecError("backend", f"is kubernetes but no cluster is configured: no Airflow connection '{conn_id}', "
                         "no kubeconfig and not in a cluster; create the connection ([training.kubernetes] conn_id) "
                         "or use backend local or docker")
+    # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-    from kubernetes.client import VersionApi
-    from kubernetes.client.rest import ApiException
 
     try:
         VersionApi(KubernetesHook(conn_id=conn_id or None).get_conn()).get_code(_request_timeout=PING_TIMEOUT_SECONDS)

@@ -16,8 +16,15 @@ import logging
 import time
 from typing import Any, Callable, Mapping
 
+from kubernetes.client import V1DeleteOptions
+from kubernetes.client.rest import ApiException
+
 from operators.launch.base import is_rate_limited
-from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, finished_state
+from operators.launch.kubernetes.api import (
+    KubernetesLaunchError,
+    api_error,
+    finished_state,
+)
 from operators.launch.kubernetes.data_plane import STEP_CONTAINER, step_manifest
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION
 from operators.launch.kubernetes.options import KubernetesJobOptions
@@ -57,8 +64,6 @@ class ClusterStep:
 
     def delete(self) -> None:
         """Stop the step (on_kill): its Job and pod go; what is gone already is fine."""
-        from kubernetes.client import V1DeleteOptions
-        from kubernetes.client.rest import ApiException
 
         try:
             self.kube.batch_v1_client.delete_namespaced_job(
@@ -69,8 +74,6 @@ class ClusterStep:
 
     # ---- submit ----------------------------------------------------------------------------------------------
     def _submit(self, manifest: Mapping[str, Any]) -> None:
-        from kubernetes.client.rest import ApiException
-
         batch = self.kube.batch_v1_client
         for _ in range(5):
             try:
@@ -98,8 +101,6 @@ class ClusterStep:
                                     "else manages it")
 
     def _read_job(self) -> Any | None:
-        from kubernetes.client.rest import ApiException
-
         try:
             # jobs/status: what the launcher's Role grants (docs/kubernetes.md), no `get` on jobs needed
             return self.kube.batch_v1_client.read_namespaced_job_status(self.name, self.namespace)
@@ -118,8 +119,6 @@ class ClusterStep:
 
     # ---- follow ----------------------------------------------------------------------------------------------
     def _pods(self) -> list[Any]:
-        from kubernetes.client.rest import ApiException
-
         try:
             return self.kube.core_v1_client.list_namespaced_pod(
                 self.namespace, label_selector=f"job-name={self.name}").items
@@ -161,7 +160,6 @@ class ClusterStep:
 
     def _stream_log(self, pod: Any) -> None:
         """Every line of the step's log, as it is written; a dropped stream is resumed after the lines seen."""
-        from kubernetes.client.rest import ApiException
 
         core, seen = self.kube.core_v1_client, 0
         for _ in range(5):
@@ -190,8 +188,6 @@ class ClusterStep:
             time.sleep(1)
 
     def _terminated(self, pod_name: str) -> Any | None:
-        from kubernetes.client.rest import ApiException
-
         try:  # a list, not a get: the launcher's Role lists pods (docs/kubernetes.md)
             pods = self.kube.core_v1_client.list_namespaced_pod(
                 self.namespace, field_selector=f"metadata.name={pod_name}").items
