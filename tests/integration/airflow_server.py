@@ -53,14 +53,16 @@ class Api:
         self.base = base
         self.token: str | None = None
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
+    # The client waits longer than the server's SQLite lock wait (60 s, below): a request queued behind a stalled writer
+    # on a loaded machine answers late, it does not hang (a CI run timed out a POST /dagRuns at exactly 60 s).
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 150) -> tuple[int, dict]:
         status, raw, _ = self.raw(method, path, body, timeout)
         try:
             return status, json.loads(raw or b"{}")
         except ValueError:
             return status, {"raw": raw.decode(errors="replace")}
 
-    def raw(self, method: str, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, bytes, dict]:
+    def raw(self, method: str, path: str, body: dict | None = None, timeout: float = 150) -> tuple[int, bytes, dict]:
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
