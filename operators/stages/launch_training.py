@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
-from training_runtime.contract import METRICS_FILE_ENV, METRICS_STREAM
+from training_runtime.contract import METRICS_ECHO_ENV, METRICS_FILE_ENV, METRICS_STREAM
 
 from operators.fs.job_root import JobRoot
 from operators.jobspec.errors import SpecError
@@ -27,6 +27,9 @@ from operators.tuning.early_stopping import TrialMonitor
 # While training runs, the metrics matched so far are written to the job root's metrics.json at most this often, so
 # the training-jobs view draws the curves as they grow.
 LIVE_METRICS_SECONDS = 2.0
+# Where this worker cannot write the job root (the cluster's data plane), the series so far go to the XCom
+# METRIC_SERIES_KEY instead, at most this often (each push rewrites the whole series through the API server).
+LIVE_XCOM_SECONDS = 10.0
 QUEUE_KEY = "queue"  # {queue, priority} of a Job waiting in Kueue; read by plugins/training_console/jobs.py
 # {"final", "series"} of a job whose job root this worker cannot write (the cluster's data plane): where the training
 # console's curves come from instead of output/metrics.json (plugins/training_console/app.py)
@@ -71,6 +74,11 @@ class LaunchTrainingOperator(JobStageOperator):
         options = spec.backend_options()  # the section of the job's backend
         env = spec.literal_environment()  # secrets by reference: resolved in execute only (with_secrets)
         env[METRICS_FILE_ENV] = os.path.join(self.layout.root, METRICS_STREAM)
+        # This worker cannot read the metrics stream where the job root is the cluster's: `train` echoes it into the
+        # log (runtime/training_runtime/metrics_echo.py). The platform's variable: never a spec's.
+        env.pop(METRICS_ECHO_ENV, None)
+        if not self.volume_here:
+            env[METRICS_ECHO_ENV] = "1"
         return LaunchRequest(
             job_name=spec.job_name,
             job_root=self.layout.root,
@@ -113,7 +121,7 @@ class LaunchTrainingOperator(JobStageOperator):
         return self.cluster_workspace is None
 
     def _metrics(self):
-        return MetricCollector([m.model_dump() for m in self.spec.metric_definitions])
+        return MetricCollector([m.model_dump() for m in self.spec.metric_definitions], echoed=not self.volume_here)
 
     def _checkpoint_sync(self, *, before_training: bool = True):
         if not self.spec.checkpoint_path or not self.volume_here:
@@ -203,14 +211,19 @@ class LaunchTrainingOperator(JobStageOperator):
 
         def on_line(line: str) -> None:
             line = redact(line)
-            self.log.info("%s", line)
-            metrics.feed(line)
-            if volume_here and metrics.series and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
+            if not metrics.feed(line):  # an echoed point is the metrics stream's, not output to show
+                self.log.info("%s", line)
+            if not metrics.series:
+                return
+            if volume_here and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
                 last_write[0] = time.monotonic()
                 try:
                     _write_metrics(root, live, metrics.to_json())
                 except OSError as err:  # the live view is a convenience: never fail the training for it
                     self.log.debug("Could not write live metrics to %s: %s", live, err)
+            elif not volume_here and time.monotonic() - last_write[0] >= LIVE_XCOM_SECONDS:
+                last_write[0] = time.monotonic()
+                self._push(METRIC_SERIES_KEY, metrics.to_json())
 
         return on_line
 

@@ -14,11 +14,16 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from training_runtime.contract import METRIC_LINE_PREFIX
+
 from operators.fs.job_root import JobRoot, bounded_int, finite_number, loads_strict
 
 METRICS_READ_BYTES = 16 * 1024 * 1024  # the newest points of a larger file are kept
 MAX_NAME_CHARS = 200
 MAX_STEP = 2**53
+# A line `train` echoed from the metrics stream (runtime/training_runtime/metrics_echo.py), as the log shows it: bare,
+# or after the host's "[algo-2] " (operators/launch/log_stream.py).
+ECHOED_LINE = re.compile(r"(?:\[[^\]\s]{1,100}\] )?" + re.escape(METRIC_LINE_PREFIX) + "(.*)")
 
 
 # The runtime's samples of its hosts (runtime/training_runtime/system_metrics.py): system/<host>/<what>.
@@ -47,8 +52,12 @@ def valid_point(name: Any, point: Any) -> dict[str, Any] | None:
 
 
 class MetricCollector:
-    def __init__(self, definitions: Iterable[Mapping[str, str]] = ()):
+    """`echoed`: the log also carries the points of the metrics stream (the platform cannot read the job root and
+    asked `train` to echo them: the kubernetes backend's cluster data plane); such a line is a point, not output."""
+
+    def __init__(self, definitions: Iterable[Mapping[str, str]] = (), *, echoed: bool = False):
         self._patterns = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
+        self.echoed = echoed
         self.series: dict[str, list[dict[str, Any]]] = {}
 
     def add(self, name: str, value: float, step: int | None = None, timestamp: float | None = None) -> None:
@@ -59,7 +68,12 @@ class MetricCollector:
             "timestamp": round(time.time() if timestamp is None else timestamp, 3),
         })
 
-    def feed(self, line: str) -> None:
+    def feed(self, line: str) -> bool:
+        """Matches the line against the definitions; True when it was an echoed point (consumed: not the user's
+        output, the caller does not show it)."""
+        if self.echoed and (echoed := ECHOED_LINE.fullmatch(line)) is not None:
+            self.add_json_point(echoed.group(1))
+            return True
         for name, pattern in self._patterns:
             for match in pattern.finditer(line):
                 try:
@@ -68,6 +82,16 @@ class MetricCollector:
                     continue
                 if math.isfinite(value):
                     self.add(name, value)
+        return False
+
+    def add_json_point(self, text: str) -> None:
+        """One point as the metrics stream holds it (a JSON object a line); the tenant's: an invalid one is skipped."""
+        try:
+            point = loads_strict(text)
+        except (ValueError, RecursionError):  # RecursionError: a line of nested brackets
+            return
+        if isinstance(point, dict) and (valid := valid_point(point.get("name"), point)) is not None:
+            self.add(point["name"], valid["value"], valid["step"], valid["timestamp"])
 
     def read_file(self, path: str | Path, *, job_root: str | None = None) -> None:
         """Points the script wrote itself (one JSON object per line; bad lines and invalid points are skipped). The
@@ -80,12 +104,7 @@ class MetricCollector:
         except OSError:
             return
         for line in text.splitlines():
-            try:
-                point = loads_strict(line)
-            except ValueError:
-                continue
-            if isinstance(point, dict) and (valid := valid_point(point.get("name"), point)) is not None:
-                self.add(point["name"], valid["value"], valid["step"], valid["timestamp"])
+            self.add_json_point(line)
 
     def load_series(self, series: Any) -> None:
         """Series read back from a metrics.json (the job root's: every point is checked, invalid ones dropped)."""

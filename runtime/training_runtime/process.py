@@ -30,6 +30,8 @@ DRAIN_SECONDS = 1.0
 LEFTOVER_GRACE_SECONDS = 3.0
 #: Between SIGTERM and SIGKILL when the deadline passes (time to save a checkpoint).
 DEADLINE_GRACE_SECONDS = 10.0
+#: Held while a whole line goes to our stdout, so that lines written beside the child's (metrics_echo) never split one.
+OUTPUT_LOCK = threading.Lock()
 
 
 @dataclass
@@ -117,8 +119,9 @@ def _start_reader(pipe, destination, tail):
         with pipe:
             for line in iter(lambda: pipe.readline(MAX_LINE_BYTES), b""):
                 try:
-                    destination.write(line)
-                    destination.flush()
+                    with OUTPUT_LOCK:
+                        destination.write(line)
+                        destination.flush()
                 except (OSError, ValueError):
                     pass  # our own output is gone; keep draining so the child never blocks
                 if tail is not None:

@@ -27,6 +27,7 @@ from training_runtime import (
     hosts,
     lifetime,
     memory,
+    metrics_echo,
     outcome,
     process,
     requirements,
@@ -188,6 +189,9 @@ def _run_user_code(job, layout, argv, env, script, deadline, limit, watch_parent
     if deadline is not None and time.monotonic() >= deadline:
         raise MaxRunExceededError(_over_limit(limit, "before the user code started (installing requirements)"))
     sampler = system_metrics.start(root, job.current_host, environ)  # CPU/memory/GPU into the metrics stream
+    # The stream into our output too, where the platform asked for it: from the first host, as every host's job root
+    # is the same directory there (the other hosts' points are in the same file).
+    echo = metrics_echo.start(root, environ) if job.current_host == job.hosts[0] else None
     try:
         result = process.run(argv, cwd=layout.code_dir, env=env, deadline=deadline,
                              preexec_fn=lifetime.kill_child_with_us() if watch_parent else None)
@@ -206,6 +210,8 @@ def _run_user_code(job, layout, argv, env, script, deadline, limit, watch_parent
     finally:
         if sampler is not None:
             sampler.stop()
+        if echo is not None:  # after the sampler: its last point goes out too
+            echo.stop()
 
     stderr_tail = "Last lines of its stderr:\n" + "\n".join(result.tail) if result.tail else ""
     if result.timed_out:

@@ -39,6 +39,8 @@ if os.environ.get("SM_CURRENT_HOST") == "algo-1" or socket.gethostname().endswit
     with open(os.path.join(model, "weights.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)  # 1 MiB the test finds again in model.tar.gz
     os.symlink("/etc/passwd", os.path.join(model, "passwd"))  # a hostile link: never packed
+    with open(os.environ["TRAINING_METRICS_FILE"], "a") as f:  # a point the script writes, not logs
+        f.write('{"name": "accuracy", "value": 0.75, "step": 7}\\n')
 print("loss=0.25", flush=True)
 """
 
@@ -168,9 +170,14 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
     for host in ("plane-first-0", "plane-first-1"):
         for i in range(3):
             assert f"{host} reads part-{i}.csv: rows of part {i}" in output
-    assert values["launch_training"]["metrics"] == {"loss": 0.25}
+    # The point the script wrote to TRAINING_METRICS_FILE on the cluster's volume came through the pod's log (train
+    # echoes it there: runtime/training_runtime/metrics_echo.py), and the task log does not show that line.
+    assert values["launch_training"]["metrics"] == {"loss": 0.25, "accuracy": 0.75}
+    assert "[training-metric]" not in output
     # no metrics.json on this side: the curves the job page draws are the launch task's record
-    assert _recorded_series("plane-first")["series"]["loss"][0]["value"] == 0.25
+    series = _recorded_series("plane-first")["series"]
+    assert series["loss"][0]["value"] == 0.25
+    assert [(p["value"], p["step"]) for p in series["accuracy"]] == [(0.75, 7)]
     # model.tar.gz: published by the upload step, byte for byte what the pod wrote on the node's volume; the link the
     # job planted is not in it (the step says so in the task's log).
     written = (volume / "jobs" / "plane-first" / "model" / "weights.bin").read_bytes()

@@ -263,6 +263,7 @@ class KubernetesLauncherHook(BaseHook):
             propagation_policy=options.propagation_policy,
             metric_definitions=[dict(m) for m in request.metric_definitions],
             has_secret=bool(request.secret_env),
+            metrics_echoed=options.in_cluster,
             **self._kubeconfig_file(),
         )
 

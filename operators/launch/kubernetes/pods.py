@@ -15,6 +15,15 @@ FATAL_WAITING_REASONS = ("InvalidImageName", "ErrImageNeverPull")
 PULL_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff")
 MISSING_CLAIM = re.compile(r'persistentvolumeclaim "([^"]+)" not found', re.I)
 DEFINITE_PULL_ERROR = re.compile(r"not found|manifest unknown|does not exist|unauthorized|denied|invalid", re.I)
+# CreateContainerConfigError says a Secret/ConfigMap (or a key of it) is missing, which no waiting cures, or that the
+# kubelet's watch of one had not synced yet ("failed to sync secret cache: timed out waiting for the condition", on a
+# loaded node, for a Secret created a moment before the pod), which the kubelet retries.
+MISSING_CONFIG = re.compile(r"not found|couldn't find key|could not find key", re.I)
+
+
+def config_error_is_permanent(message: str | None) -> bool:
+    """Whether a CreateContainerConfigError's message names a missing object or key (see MISSING_CONFIG)."""
+    return bool(MISSING_CONFIG.search(message or ""))
 
 
 def pod_index(pod: Any) -> int:
@@ -70,8 +79,10 @@ def not_started(pod: Any) -> str | None:
     if train is not None and train.state is not None and waiting is None:
         return None  # running or terminated: the phase lags behind
     reason = (waiting.reason if waiting is not None else None) or "ContainerCreating"
-    if reason in PULL_WAITING_REASONS or reason in FATAL_WAITING_REASONS or reason == "CreateContainerConfigError":
+    if reason in PULL_WAITING_REASONS or reason in FATAL_WAITING_REASONS:
         return None
+    if reason == "CreateContainerConfigError" and config_error_is_permanent(waiting.message):
+        return None  # failed apart; a config error that waiting may cure counts as not started
     return reason
 
 

@@ -27,6 +27,7 @@ from operators.launch.kubernetes.api import (
 )
 from operators.launch.kubernetes.data_plane import STEP_CONTAINER, step_manifest
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION
+from operators.launch.kubernetes.pods import config_error_is_permanent
 from operators.launch.kubernetes.options import KubernetesJobOptions
 from operators.launch.names import resource_name
 from operators.launch.steps import StepError, StepOutcome
@@ -34,7 +35,8 @@ from operators.launch.steps import StepError, StepOutcome
 log = logging.getLogger(__name__)
 
 DELETE_WAIT_SECONDS = 120
-# Waiting reasons that no waiting cures: the step cannot start (its image, its Secret).
+# Waiting reasons that no waiting cures: the step cannot start (its image, its Secret; a config error only when the
+# object or key is missing: pods.config_error_is_permanent).
 STUCK_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError")
 
@@ -139,7 +141,8 @@ class ClusterStep:
                     return pod
                 waiting = state.waiting if state else None
                 # a registry's rate limit passes: waited out until the start timeout, as the training's pulls are
-                if waiting and waiting.reason in STUCK_REASONS and not is_rate_limited(waiting.message or ""):
+                if waiting and waiting.reason in STUCK_REASONS and not is_rate_limited(waiting.message or "") and (
+                        waiting.reason != "CreateContainerConfigError" or config_error_is_permanent(waiting.message)):
                     self.delete()
                     raise StepError(
                         f"step {self.step} cannot start in namespace {self.namespace} ({waiting.reason}: "

@@ -38,6 +38,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         kube_config_path: str | None = None,
         cluster_context: str | None = None,
         has_secret: bool = False,
+        metrics_echoed: bool = False,
     ):
         super().__init__()
         # Where the connection names a kubeconfig file (a path: no secret), the trigger carries it: the
@@ -57,6 +58,8 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         # The Job has a Secret of secrets by reference (operators/launch/kubernetes/secrets.py): its values are read
         # here, in the triggerer, and masked in the lines streamed from the pods; only this flag is serialized.
         self.has_secret = has_secret
+        # The log carries the metrics stream's points too (the cluster's data plane: see MetricCollector).
+        self.metrics_echoed = metrics_echoed
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -74,6 +77,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "kube_config_path": self.kube_config_path,
                 "cluster_context": self.cluster_context,
                 "has_secret": self.has_secret,
+                "metrics_echoed": self.metrics_echoed,
             },
         )
 
@@ -87,13 +91,13 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The log streams here, not in the worker: metrics are matched as lines pass and travel in the event.
-        metrics = MetricCollector(self.metric_definitions)
+        metrics = MetricCollector(self.metric_definitions, echoed=self.metrics_echoed)
         redact = await self._redactor()
 
         def emit(line: str) -> None:
             line = redact(line)
-            self.log.info("%s", line)
-            metrics.feed(line)
+            if not metrics.feed(line):  # an echoed point is not output to show
+                self.log.info("%s", line)
 
         watch = JobWatch(
             self._hook(),

@@ -51,6 +51,7 @@ from operators.launch.kubernetes.pods import (
     FATAL_WAITING_REASONS,
     MISSING_CLAIM,
     PULL_WAITING_REASONS,
+    config_error_is_permanent,
     disruption,
     not_started,
     pod_index,
@@ -275,7 +276,7 @@ class JobWatch:
                     return self.image_failure(
                         host, reason, f"still rate-limited after {int(now - first)} s: {detail}"
                     )
-            elif reason == "CreateContainerConfigError":
+            elif reason == "CreateContainerConfigError" and config_error_is_permanent(detail):
                 return failure_event(
                     USER_ERROR,
                     f"{host} cannot start: {detail or reason}; create the Secret/ConfigMap it refers to "

@@ -53,3 +53,17 @@ def test_system_samples_are_curves_not_final_metrics():
     collector.add("system/algo-1/cpu_percent", 180.0, step=1)
     assert collector.final() == {"loss": 0.5}  # the XCom, a search's objective and the list's columns
     assert set(collector.to_json()["series"]) == {"loss", "system/algo-1/cpu_percent"}  # the job page's charts
+
+
+def test_an_echoed_point_is_a_point_only_where_the_platform_asked_for_the_echo():
+    line = '[algo-1] [training-metric] {"name": "loss", "value": 0.5, "step": 3}'
+    shared = MetricCollector([{"Name": "loss", "Regex": r"value\": ([0-9.]+)"}])
+    assert shared.feed(line) is False  # a shared volume: the file is read, a line like this is the user's output
+    assert shared.series["loss"][0]["value"] == 0.5 and shared.series["loss"][0]["step"] == 0
+
+    cluster = MetricCollector([{"Name": "loss", "Regex": r"value\": ([0-9.]+)"}], echoed=True)
+    assert cluster.feed(line) is True
+    assert cluster.series["loss"][0]["step"] == 3  # the point itself, not the regex's match of it
+    assert cluster.feed("loss: [training-metric] 1") is False  # only at the start of a line (after the host)
+    assert cluster.feed('[training-metric] {"name": "loss", "value": true}') is True  # consumed, not kept
+    assert len(cluster.series["loss"]) == 1

@@ -488,6 +488,23 @@ def test_a_missing_secret_fails_fast(kube, workspace):
     assert result.failure_class == USER_ERROR and 'secret "hf" not found' in result.failure_reason
 
 
+def test_a_secret_the_kubelet_has_not_synced_yet_is_waited_for(kube, workspace):
+    """On a loaded node the kubelet may not have the Secret made a moment before the pod in its cache yet: it says
+    CreateContainerConfigError and tries again. Only a missing Secret or key fails fast (above)."""
+    hook, request, name = start_job(workspace, secret_env={"HF_TOKEN": "hf/token"})
+    pod = kube.pod_names(name)[0]
+
+    async def drive():
+        kube.set_waiting(pod, "CreateContainerConfigError",
+                         "failed to sync secret cache: timed out waiting for the condition")
+        await asyncio.sleep(0.5)  # several polls of the watch
+        kube.set_running(pod)
+        kube.terminate(pod, 0)
+
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
+    assert event["status"] == "success", event
+
+
 def test_a_missing_workspace_claim_fails_fast(kube, workspace):
     hook, request, name = start_job(workspace)
 
@@ -601,3 +618,36 @@ def test_a_failed_start_names_the_pods_latest_warning():
     assert failure["failure_class"] == PLATFORM_ERROR and failure["job_finished"] is False
     assert "on node node-7" in failure["message"]
     assert 'last warning: FailedCreatePodSandBox: failed to get sandbox image "pause": not found' in failure["message"]
+
+
+def test_points_echoed_into_the_log_reach_the_event_and_not_the_task_log(kube, workspace, capsys):
+    """The cluster's data plane: the worker cannot read output/metrics.jsonl, so `train` echoes its points into the
+    log (runtime/training_runtime/metrics_echo.py); the trigger takes them as metrics and does not show them."""
+    from operators.launch.kubernetes.trigger import KubernetesTrainingJobTrigger
+
+    hook = KubernetesLauncherHook()
+    request = make_request(workspace, hosts=2)
+    hook.start(request)
+    arguments = {**hook.trigger_arguments(request), "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
+    assert arguments["metrics_echoed"] is False  # a shared volume: the worker reads the file itself
+    trigger = rebuilt(KubernetesTrainingJobTrigger(**{**arguments, "metrics_echoed": True}))
+    pods = kube.pod_names(resource_name(request.job_name))
+    out = Output(capsys)
+
+    async def drive():
+        for pod in pods:
+            kube.set_running(pod)
+        kube.log(pods[0], "epoch 1 loss=0.5")
+        kube.log(pods[0], '[training-metric] {"name": "accuracy", "value": 0.75, "step": 1}')
+        kube.log(pods[0], '[training-metric] {"name": "system/algo-2/cpu_percent", "value": 93.5}')
+        kube.log(pods[0], '[training-metric] {"name": "bad", "value": "NaN"}')  # the tenant's: checked, dropped
+        kube.log(pods[0], "[training-metric] " + "[" * 5000)  # nested past the parser's depth: dropped, no error
+        await until(lambda: out.has("epoch 1 loss=0.5"))
+        for pod in pods:
+            kube.terminate(pod, 0)
+
+    event = run_trigger(trigger, drive)
+    assert event["status"] == "success"
+    assert {name: [p["value"] for p in points] for name, points in event["metrics"].items()} == \
+        {"loss": [0.5], "accuracy": [0.75], "system/algo-2/cpu_percent": [93.5]}
+    assert "training-metric" not in out.read()
