@@ -25,16 +25,17 @@ REGION = "us-east-1"
 
 
 class S3Server(minio_server.MinioServer):
-    """MinIO on 127.0.0.1 (started by `start`, stopped by `stop` or `with`) with its drive on disk, next to the log
+    """MinIO on 127.0.0.1 (or `host`: bench_cluster_staging.py gives the real node's bridge gateway; started by
+    `start`, stopped by `stop` or `with`) with its drive on disk, next to the log
     (the benchmarks store GiBs: not in memory, and a real store writes to disk too); emptied on start."""
 
     name = f"MinIO {minio_server.pinned_version()}"
 
-    def __init__(self, log_path: str) -> None:
+    def __init__(self, log_path: str, host: str = "127.0.0.1") -> None:
         data_dir = os.path.join(os.path.dirname(os.path.abspath(log_path)), "minio-drive")
         shutil.rmtree(data_dir, ignore_errors=True)
         os.makedirs(data_dir)
-        super().__init__(ACCESS_KEY, SECRET_KEY, data_dir=data_dir, log_path=log_path)
+        super().__init__(ACCESS_KEY, SECRET_KEY, data_dir=data_dir, log_path=log_path, host=host)
 
     def stop(self) -> None:
         super().stop()
@@ -102,9 +103,9 @@ class S3Server(minio_server.MinioServer):
         path = url.split(f":{self.port}", 1)[1]
 
         def worker(i: int) -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
             while time.monotonic() < stop:
-                conn.request("GET", path, headers={"Host": f"127.0.0.1:{self.port}"})
+                conn.request("GET", path, headers={"Host": f"{self.host}:{self.port}"})
                 response = conn.getresponse()
                 body = response.read()
                 if response.status != 200:

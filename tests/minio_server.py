@@ -50,9 +50,9 @@ def minio_binary() -> str:
     return path
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
@@ -108,6 +108,9 @@ def _die_with_parent() -> None:
 class MinioServer:
     """`minio server` on 127.0.0.1:<free port> with a temporary drive; the root user is the S3 access key.
 
+    `host` is the address it listens on (loopback by default; bench/bench_cluster_staging.py gives the real node's
+    bridge gateway, where the node's pods reach it directly, with no relay in between).
+
     `env` adds MinIO settings (e.g. {"MINIO_API_REQUESTS_MAX": "1"} for a server that throttles). Without a
     `data_dir` the drive is a new directory in /dev/shm where there is one: MinIO fsyncs every object it writes,
     and on a disk shared with other builds that made each small PUT take ~10 ms; in memory it costs nothing (the
@@ -122,8 +125,10 @@ class MinioServer:
         data_dir: str | None = None,
         log_path: str | None = None,
         env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.access_key = access_key
+        self.host = host
         self.secret_key = secret_key
         self.port = 0
         self.url = ""
@@ -159,12 +164,12 @@ class MinioServer:
         certs = os.path.join(self.data_dir, "certs")  # not ~/.minio: nothing outside the temp dir
         os.makedirs(drive, exist_ok=True)
         for attempt in range(3):  # the free port can be taken between our probe and MinIO's bind
-            self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
+            self.port = free_port(self.host)
+            self.url = f"http://{self.host}:{self.port}"
             log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
             self.process = subprocess.Popen(
-                [binary, "server", "--quiet", "--address", f"127.0.0.1:{self.port}",
-                 "--console-address", f"127.0.0.1:{free_port()}", "--certs-dir", certs, drive],
+                [binary, "server", "--quiet", "--address", f"{self.host}:{self.port}",
+                 "--console-address", f"{self.host}:{free_port(self.host)}", "--certs-dir", certs, drive],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
