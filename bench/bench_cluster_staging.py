@@ -116,6 +116,8 @@ def skip_reason(bin_dir: Path) -> str | None:
         return f"this machine cannot run a real node: {reason}"
     if not shutil.which("docker"):
         return "no docker command: the images are copied from the local Docker engine"
+    if not (bin_dir / "k8s").is_file():
+        return f"the control plane is not built in {bin_dir}: run `make k8s-tools`"
     kubelet = subprocess.run([str(bin_dir / "k8s"), "kubelet", "--version"], capture_output=True, text=True)
     if kubelet.returncode != 0:
         return f"{bin_dir / 'k8s'} has no kubelet compiled in: run `make k8s-tools`"
@@ -264,6 +266,11 @@ def real_node(workdir: str, bin_dir: Path):
         yield cluster, RealNode(Path(shared) / "node", cluster.kubeconfig, cluster.pki, k8s_bin=bin_dir)
         return
     directory = Path(workdir) / "cluster"
+    if directory.exists():  # an earlier run that was killed (SIGKILL: no teardown): stop what it left first
+        with contextlib.suppress(Exception):
+            RealNode(directory / "node", k8s_bin=bin_dir).down(quiet=True)
+        with contextlib.suppress(Exception):
+            LocalCluster(directory, bin_dir, kueue_dir=None).down()
     remove(str(directory))
     directory.mkdir(parents=True)
     cluster = LocalCluster(directory, bin_dir, workspace=directory / "default-workspace", kueue_dir=None)

@@ -1,6 +1,7 @@
 """Run every benchmark (what `make bench` calls), then write bench/results/latest.md: the tables and the goals.
 
-    .venv/bin/python bench/run_all.py                  # full sizes (~25 min on 2 idle cores)
+    .venv/bin/python bench/run_all.py                  # full sizes (~25 min on 2 idle cores; + ~6 min as root: the
+                                                       # cluster-staging benchmark starts a real node)
     .venv/bin/python bench/run_all.py --quick          # small sizes (~5 min)
     .venv/bin/python bench/run_all.py --only staging pack_upload
 
