@@ -590,4 +590,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as interrupted:  # Ctrl-C, SIGTERM, SIGHUP: what it started is stopped by now
+        sys.exit(f"bench_cluster_staging: interrupted ({interrupted or 'Ctrl-C'}); the node, the control plane and "
+                 "MinIO it started are stopped")
