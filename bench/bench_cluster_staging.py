@@ -24,7 +24,9 @@ appearing -> disappearing, polled every 20 ms), for ours the in-pod prefetch alo
 its first line to the arrival of its "cached as" / "cache hit" line), the client CPU (the node's kubepods cgroup,
 cpuacct: every container of the pod, start-up included) and the server's (MinIO's /proc/<pid>/stat).
 
-Skips with one line when this machine cannot run a real node or a binary/image is missing.
+Skips with one line when this machine cannot run a real node or a binary/image is missing. Tears down what it started
+(node, control plane, MinIO, namespace, PV, volume directory) on exit, Ctrl-C, SIGTERM and SIGHUP; what a run killed
+by SIGKILL left running (its bench/results/work/cluster-<pid>) is stopped by the next run.
 """
 
 from __future__ import annotations
@@ -254,6 +256,16 @@ def record_step_lines() -> list[LineClock]:
     return clocks
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def real_node(workdir: str, bin_dir: Path):
     """(cluster, node): TRAINING_CLUSTER_DIR's when it names a running real node (left running), else our own."""
@@ -265,12 +277,14 @@ def real_node(workdir: str, bin_dir: Path):
         cluster = LocalCluster(Path(shared), bin_dir).up()
         yield cluster, RealNode(Path(shared) / "node", cluster.kubeconfig, cluster.pki, k8s_bin=bin_dir)
         return
-    directory = Path(workdir) / "cluster"
-    if directory.exists():  # an earlier run that was killed (SIGKILL: no teardown): stop what it left first
-        with contextlib.suppress(Exception):
-            RealNode(directory / "node", k8s_bin=bin_dir).down(quiet=True)
-        with contextlib.suppress(Exception):
-            LocalCluster(directory, bin_dir, kueue_dir=None).down()
+    for stale in Path(workdir).glob("cluster-*"):  # a run that was killed (SIGKILL: no teardown) left these running
+        if stale.name.removeprefix("cluster-").isdigit() and not _pid_alive(int(stale.name.removeprefix("cluster-"))):
+            with contextlib.suppress(Exception):
+                RealNode(stale / "node", k8s_bin=bin_dir).down(quiet=True)
+            with contextlib.suppress(Exception):
+                LocalCluster(stale, bin_dir, kueue_dir=None).down()
+            remove(str(stale))
+    directory = Path(workdir) / f"cluster-{os.getpid()}"  # a fresh one: never a path a dying run may still hold
     remove(str(directory))
     directory.mkdir(parents=True)
     cluster = LocalCluster(directory, bin_dir, workspace=directory / "default-workspace", kueue_dir=None)
