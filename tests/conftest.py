@@ -34,7 +34,8 @@ for _var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", 
 from xdist_scheduling import (  # noqa: E402, F401
     pytest_keyboard_interrupt, pytest_runtest_logreport, pytest_runtest_logstart, pytest_xdist_make_scheduler)
 from timeout_guard import (  # noqa: E402, F401
-    pytest_runtest_teardown, pytest_timeout_cancel_timer, pytest_timeout_set_timer, pytest_unconfigure)
+    pytest_runtest_makereport, pytest_runtest_teardown, pytest_timeout_cancel_timer, pytest_timeout_set_timer,
+    pytest_unconfigure)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -19,8 +19,8 @@ import subprocess, sys
 import pytest
 sys.path.insert(0, {str(TESTS)!r})
 from xdist_scheduling import pytest_xdist_make_scheduler
-from timeout_guard import (pytest_runtest_teardown, pytest_timeout_cancel_timer, pytest_timeout_set_timer,
-                           pytest_unconfigure)
+from timeout_guard import (pytest_runtest_makereport, pytest_runtest_teardown, pytest_timeout_cancel_timer,
+                           pytest_timeout_set_timer, pytest_unconfigure)
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):

@@ -30,6 +30,7 @@ import pytest
 GRACE = float(os.environ.get("TEST_TIMEOUT_GRACE", "60"))
 RAISE_EVERY = 2.0
 _hard_exit_callbacks: list[Callable[[], None]] = []
+_ending = threading.Event()  # set when this process is about to be ended
 
 
 class TestTimedOut(Exception):
@@ -116,6 +117,7 @@ class Timer:
                 callback()
             except Exception as error:  # noqa: BLE001 - the process ends anyway; say what could not be stopped
                 sys.stderr.write(f"+++ cleanup {callback!r} failed: {error}\n")
+        _ending.set()
         kill_descendants()
         os._exit(1)
 
@@ -132,6 +134,15 @@ def pytest_runtest_teardown(item):
     timer = getattr(item, "_timeout_guard", None)
     if timer is not None:
         timer.tearing_down = True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Killing the call the main thread was stuck in (a child's waitpid) wakes it, with the TestTimedOut still
+    pending: it must not report the test as merely timed out before this process ends, so it waits here for the end.
+    The test is then reported as crashed, with the stacks printed above."""
+    if _ending.is_set():
+        threading.Event().wait()
 
 
 def pytest_timeout_cancel_timer(item):
