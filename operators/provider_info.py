@@ -150,6 +150,10 @@ KUBERNETES = {
                               example="training-storage"),
     "data_plane_service_account": _option("Service account of the in-cluster steps (workload identity: IRSA, GKE "
                                           "Workload Identity); empty = none. A profile may set it.", ""),
+    "data_plane_queue": _option("Kueue LocalQueue of the in-cluster steps' Jobs, where Kueue manages every Job of the "
+                                "namespace (manageJobsWithoutQueueName; a LocalQueue of a small CPU quota keeps them "
+                                "from waiting behind training); empty = none. A profile may set it.", "",
+                                example="data-plane"),
     "data_plane_uid": _option("The uid the in-cluster steps run as (the Airflow image's user); never the "
                               "training's.", "50000"),
     "data_plane_workspace": _option("Where the platform pods mount the workspace volume (data_plane = cluster): "

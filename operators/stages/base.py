@@ -94,6 +94,11 @@ class JobStageOperator(BaseOperator):
         except JobNameTaken as err:
             raise AirflowFailException(str(err)) from None  # retrying cannot help while the other run holds it
 
+    def step_fields(self, context) -> dict[str, Any]:
+        """The constructor arguments its step in the cluster rebuilds this stage from (operators/stages/in_cluster.py):
+        the rendered template fields, plus what a stage adds that only the worker has."""
+        return {name: getattr(self, name) for name in self.template_fields}
+
     def on_kill(self) -> None:
         """A stage whose work runs in the cluster (operators/stages/in_cluster.py) stops it there."""
         step = getattr(self, "_cluster_step", None)

@@ -66,7 +66,7 @@ def _run_step(op, context, step) -> Any:
     ti = context.get("ti")
     payload = {"operator": f"{type(op).__module__}:{type(op).__qualname__}", "task_id": op.task_id,
                "dag_id": op.dag_id, "run_id": context["run_id"], "try_number": getattr(ti, "try_number", 1),
-               "fields": {name: getattr(op, name) for name in op.template_fields}}
+               "fields": op.step_fields(context)}
     op._cluster_step = step  # on_kill stops it
     try:
         outcome = step.run(workspace=op.settings.workspace, command=STEP_COMMAND, payload=payload,

@@ -1,19 +1,23 @@
 from __future__ import annotations
 
-from operators.stages.links import stage_links
-
 import json
 import os
 from pathlib import Path
+from typing import Any, Mapping
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
-
+from operators.stages.launch_training import METRIC_SERIES_KEY
+from operators.stages.links import stage_links
 from operators.state.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
 from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
+from operators.tracking.metrics import MetricCollector
+
+# The metrics a step is given travel in its pod's environment (TRAINING_STEP), where one variable holds at most 128 KiB.
+STEP_METRICS_BYTES = 64 * 1024
 
 
 class UploadArtifactsOperator(JobStageOperator):
@@ -26,6 +30,27 @@ class UploadArtifactsOperator(JobStageOperator):
 
     operator_extra_links = stage_links()
     ui_color = "#e1bee7"
+
+    def __init__(self, *, metrics_from: str | None = None, metrics: Mapping[str, Any] | None = None, **kwargs):
+        """`metrics_from`: the launch task, whose XCom METRIC_SERIES_KEY holds the job's metrics where the worker could
+        not write them into the job root (the cluster's data plane); the worker hands them to the step as `metrics`,
+        which writes them as output/metrics.json before uploading."""
+        super().__init__(**kwargs)
+        self.metrics_from = metrics_from
+        self.metrics = metrics
+
+    def step_fields(self, context) -> dict[str, Any]:
+        fields = super().step_fields(context)
+        recorded = context["ti"].xcom_pull(task_ids=self.metrics_from, key=METRIC_SERIES_KEY) \
+            if self.metrics_from and context.get("ti") is not None else None
+        if recorded:
+            metrics = MetricCollector()
+            metrics.load_series(recorded.get("series") if isinstance(recorded, Mapping) else None)
+            fields["metrics"], stride = metrics.to_json_within(STEP_METRICS_BYTES)
+            if stride > 1:
+                self.log.warning("metrics.json keeps every %dth point of each series: the step's input holds %d KiB",
+                                 stride, STEP_METRICS_BYTES // 1024)
+        return fields
 
     @runs_in_cluster
     @storage_failures_fail_fast
@@ -109,6 +134,13 @@ class UploadArtifactsOperator(JobStageOperator):
             remember(name, target.stat())
 
         metrics = "output/metrics.json"
+        if self.metrics is not None:  # what the worker matched, written where the shared-volume mode writes it
+            recorded = MetricCollector()
+            recorded.load_series(self.metrics.get("series"))
+            try:
+                tree.write_json(metrics, recorded.to_json())
+            except OSError as err:  # the job's output/ may refuse it: the model and the reason still go up
+                self.log.warning("Could not write %s into the job root: %s", metrics, err)
         if succeeded:
             pack_and_upload_once(layout.model_dir, "model.tar.gz")
             if tree.has_entries(tree.relative(layout.output_data_dir)):

@@ -7,6 +7,7 @@ TRAINING_METRICS_FILE variable (<root>/output/metrics.jsonl); those points join 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -126,3 +127,14 @@ class MetricCollector:
 
     def to_json(self) -> dict[str, Any]:
         return {"final": self.final(), "series": self.series}
+
+    def to_json_within(self, max_bytes: int) -> tuple[dict[str, Any], int]:
+        """to_json() in at most `max_bytes` of JSON, and the stride it took: every series thinned to every stride-th
+        point (its last one always kept), the stride doubled until it fits; the final values are never thinned."""
+        stride = 1
+        while True:
+            data = {"final": self.final(),
+                    "series": {name: points[::-stride][::-1] for name, points in self.series.items()}}
+            if stride >= 2**20 or len(json.dumps(data, separators=(",", ":"))) <= max_bytes:
+                return data, stride
+            stride *= 2

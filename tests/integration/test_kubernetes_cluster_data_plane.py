@@ -178,6 +178,9 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
     series = _recorded_series("plane-first")["series"]
     assert series["loss"][0]["value"] == 0.25
     assert [(p["value"], p["step"]) for p in series["accuracy"]] == [(0.75, 7)]
+    # ... and metrics.json among the artifacts, as the shared-volume mode uploads it: written by the upload step
+    uploaded = json.loads(object_store.get(bucket, "out/plane-first/output/metrics.json"))
+    assert uploaded["final"] == {"loss": 0.25, "accuracy": 0.75} and uploaded["series"]["accuracy"] == series["accuracy"]
     # model.tar.gz: published by the upload step, byte for byte what the pod wrote on the node's volume; the link the
     # job planted is not in it (the step says so in the task's log).
     written = (volume / "jobs" / "plane-first" / "model" / "weights.bin").read_bytes()

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 from operators.launch.kubernetes.manifests import WORKSPACE_VOLUME, container_security_context, spec_hash
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, job_labels
 from operators.launch.kubernetes.options import KubernetesJobOptions
+from operators.launch.kubernetes.workload import QUEUE_LABEL
 from operators.launch.names import ORIGINAL_NAME_ANNOTATION
 from operators.launch.steps import STEP_ENV
 from operators.staging.checkpoint_sidecar import CHECKPOINT_SYNC_ENV, READY_FILE
@@ -85,6 +86,8 @@ def step_manifest(name: str, job_name: str, step: str, options: KubernetesJobOpt
     if env_from:
         container["envFrom"] = env_from
     labels = {**job_labels(name, options.labels), "app.kubernetes.io/component": STEP_COMPONENT}
+    if options.data_plane_queue:  # a namespace where Kueue holds every Job (manageJobsWithoutQueueName) admits it there
+        labels[QUEUE_LABEL] = options.data_plane_queue
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],

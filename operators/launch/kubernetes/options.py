@@ -122,6 +122,7 @@ class KubernetesJobOptions:
     data_plane_image: str = "training-airflow:latest"
     storage_secret: str = ""
     data_plane_service_account: str = ""
+    data_plane_queue: str = ""
     data_plane_uid: int = 50000
     workspace_group: int = 1000
     data_plane_workspace: str = "/workspace"
@@ -284,6 +285,7 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         data_plane_image=str(getattr(settings, "data_plane_image", "") or KubernetesJobOptions.data_plane_image),
         storage_secret=str(profile.get("storage_secret") or ""),
         data_plane_service_account=str(profile.get("data_plane_service_account") or ""),
+        data_plane_queue=str(profile.get("data_plane_queue") or ""),
         data_plane_uid=int(getattr(settings, "data_plane_uid", 50000)),
         workspace_group=int(getattr(settings, "workspace_group", 1000)),
         data_plane_workspace=str(getattr(settings, "data_plane_workspace", "") or "/workspace"),

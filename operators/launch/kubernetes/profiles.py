@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from operators.launch.kubernetes.names import is_label_value
+
 PROFILE_FIELDS = ("namespace", "service_account", "workspace_pvc", "workspace_subpath", "run_as_user",
                   "security_context", "container_security_context")
 # Where the job's bytes move and with which credentials (operators/launch/kubernetes/data_plane.py): a profile's
 # only, a spec never names them.
-DATA_PLANE_FIELDS = ("data_plane", "storage_secret", "data_plane_service_account")
+DATA_PLANE_FIELDS = ("data_plane", "storage_secret", "data_plane_service_account", "data_plane_queue")
 DEFAULT_PROFILE = "default"
 
 
@@ -51,6 +53,11 @@ def profiles(settings: Any) -> dict[str, dict[str, Any]]:
             raise ValueError(f"airflow.cfg [training.kubernetes] profiles.{name}.data_plane is "
                              f"{fields['data_plane']!r}; use shared_volume or cluster")
         result[str(name)] = {**default, **dict(fields)}
+    for name, fields in result.items():
+        queue = fields["data_plane_queue"] or ""
+        if not isinstance(queue, str) or not is_label_value(queue):
+            where = "data_plane_queue" if name == DEFAULT_PROFILE else f"profiles.{name}.data_plane_queue"
+            raise ValueError(f"airflow.cfg [training.kubernetes] {where} is {queue!r}, not a LocalQueue name; fix it")
     return result
 
 

@@ -41,6 +41,7 @@ class KubernetesSettings:
     data_plane: str = "shared_volume"
     data_plane_image: str = "training-airflow:latest"  # the platform's image the in-cluster steps run
     storage_secret: str = ""  # Secret of AIRFLOW_CONN_<ID> keys: the connections the in-cluster steps use
+    data_plane_queue: str = ""  # the Kueue LocalQueue of the steps, where Kueue manages every Job of the namespace
     data_plane_service_account: str = ""  # their service account (workload identity: IRSA, GKE Workload Identity)
     data_plane_uid: int = 50000  # their uid (the Airflow image's user); never the training's
     workspace_group: int = 1000  # the group both write the cluster's workspace through (the training image's)
@@ -75,6 +76,7 @@ def kubernetes_settings() -> KubernetesSettings:
         data_plane_image=get_str(s, "data_plane_image", KubernetesSettings.data_plane_image).strip(),
         storage_secret=get_str(s, "storage_secret", "").strip(),
         data_plane_service_account=get_str(s, "data_plane_service_account", "").strip(),
+        data_plane_queue=get_str(s, "data_plane_queue", "").strip(),
         data_plane_uid=get_int(s, "data_plane_uid", 50000, minimum=1),
         workspace_group=get_int(s, "workspace_group", 1000, minimum=1),
         data_plane_workspace=os.path.normpath(get_str(s, "data_plane_workspace", "/workspace").strip() or "/workspace"),

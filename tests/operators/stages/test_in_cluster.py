@@ -101,11 +101,48 @@ def test_a_backend_without_a_data_plane_of_its_own_works_here(workspace, tmp_pat
     assert result["files"] == 1 and os.path.isfile(workspace / "jobs" / "plane" / "code" / "train.py")
 
 
-def _run_pod(monkeypatch, tmp_path, operator: str, task_id: str, job: dict) -> tuple[int, dict]:
+class RecordedXCom:
+    """The task instance's xcom_pull, over what the launch task recorded."""
+
+    def __init__(self, recorded: dict):
+        self.recorded = recorded
+
+    def xcom_pull(self, *, task_ids, key):
+        return self.recorded.get((task_ids, key))
+
+
+def test_the_upload_step_gets_the_metrics_the_launch_task_recorded(workspace, monkeypatch):
+    step = RecordingStep(StepOutcome(result={"status": "succeeded"}))
+    monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: step)
+    job = _job("kubernetes", "s3://code/a.tar.gz", "s3://out")
+    series = {"accuracy": [{"value": 0.5, "step": 0, "timestamp": 1.0}, {"value": "NaN", "step": 1, "timestamp": 2.0},
+                           {"value": 0.9, "step": 2, "timestamp": 3.0}]}
+    ti = RecordedXCom({("launch_training", "metric_series"): {"final": {"accuracy": 0.9}, "series": series}})
+    op = UploadArtifactsOperator(task_id="upload_artifacts", job=job, metrics_from="launch_training")
+    op.execute({"run_id": "r1", "ti": ti})
+    sent = step.sent["payload"]["fields"]
+    assert sent["job"] == job
+    assert sent["metrics"] == {"final": {"accuracy": 0.9}, "series": {"accuracy": [  # the invalid point is dropped
+        {"value": 0.5, "step": 0, "timestamp": 1.0}, {"value": 0.9, "step": 2, "timestamp": 3.0}]}}
+
+    long = {"loss": [{"value": i / 7, "step": i, "timestamp": 1e9 + i} for i in range(20_000)]}
+    ti = RecordedXCom({("launch_training", "metric_series"): {"series": long}})
+    UploadArtifactsOperator(task_id="upload_artifacts", job=job, metrics_from="launch_training").execute(
+        {"run_id": "r1", "ti": ti})
+    sent = step.sent["payload"]["fields"]["metrics"]
+    assert len(json.dumps(sent)) <= 64 * 1024 < len(json.dumps(long))  # fits the step's environment
+    assert sent["series"]["loss"][-1]["step"] == 19_999 and sent["final"] == {"loss": 19_999 / 7}
+
+    nothing = UploadArtifactsOperator(task_id="upload_artifacts", job=job, metrics_from="launch_training")
+    nothing.execute({"run_id": "r1", "ti": RecordedXCom({})})  # the launch never recorded any: none sent
+    assert "metrics" not in step.sent["payload"]["fields"]
+
+
+def _run_pod(monkeypatch, tmp_path, operator: str, task_id: str, job: dict, **fields) -> tuple[int, dict]:
     message = tmp_path / "termination-log"
     monkeypatch.setenv("TRAINING_TERMINATION_LOG", str(message))
     monkeypatch.setenv(STEP_ENV, json.dumps({"operator": operator, "task_id": task_id, "dag_id": "training_job",
-                                             "run_id": "r1", "try_number": 1, "fields": {"job": job}}))
+                                             "run_id": "r1", "try_number": 1, "fields": {"job": job, **fields}}))
     code = step_pod.main()
     return code, json.loads(message.read_text())
 
@@ -137,3 +174,25 @@ def test_only_a_decorated_stage_can_be_a_step():
     assert UploadArtifactsOperator.execute.step_entry is not UploadArtifactsOperator.execute
     with pytest.raises(TypeError, match="not decorated with runs_in_cluster"):
         step_pod._step_entry(type("Plain", (), {"execute": lambda self, context: None}))
+
+
+def test_the_upload_step_writes_the_metrics_it_was_given_and_uploads_them(workspace, tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    job = _job("kubernetes", str(code), str(tmp_path / "out"))
+    _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code", job)
+    root = workspace / "jobs" / "plane"
+    (root / "model").mkdir(exist_ok=True)
+    (root / "model" / "weights.bin").write_text("w")
+    (root / "output").mkdir(exist_ok=True)
+    (root / "output" / "success").write_text("")
+    (root / "output" / "metrics.json").symlink_to(tmp_path / "elsewhere.json")  # the job's: replaced, not followed
+    metrics = {"final": {"accuracy": 0.9}, "series": {"accuracy": [{"value": 0.9, "step": 0, "timestamp": 1.0}]}}
+    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.upload_artifacts:UploadArtifactsOperator",
+                            "upload_artifacts", job, metrics=metrics)
+    assert status == 0 and said["result"]["status"] == "succeeded", said
+    uploaded = tmp_path / "out" / "plane" / "output" / "metrics.json"
+    assert said["result"]["artifacts"]["metrics.json"].endswith("/plane/output/metrics.json")
+    assert json.loads(uploaded.read_text()) == metrics
+    assert not (tmp_path / "elsewhere.json").exists()

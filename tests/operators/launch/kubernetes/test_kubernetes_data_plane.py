@@ -52,6 +52,26 @@ def test_a_step_is_a_restricted_one_pod_job_of_the_platform_image_with_the_stora
     assert env["AIRFLOW__TRAINING__WORKSPACE"] == "/opt/airflow/training"
 
 
+def test_the_steps_go_to_the_profiles_data_plane_queue_and_never_to_the_jobs():
+    """Where Kueue holds every Job of the namespace (manageJobsWithoutQueueName) a step without a queue would wait for
+    ever; with the training's queue it would wait behind the training (its quota)."""
+    settings = replace(CLUSTER, queue="team-a", profiles={"gpu": {"data_plane_queue": "gpu-data-plane"}})
+
+    def step_labels(options):
+        return step_manifest("plane-stage-code", "plane", "stage_code", resolve_options(options, settings),
+                             workspace="/workspace", command=["true"], payload={}, settings_env={})["metadata"]["labels"]
+
+    assert "kueue.x-k8s.io/queue-name" not in step_labels({})
+    assert step_labels({"profile": "gpu"})["kueue.x-k8s.io/queue-name"] == "gpu-data-plane"
+    queued = replace(settings, data_plane_queue="data-plane")
+    assert step_manifest("s", "plane", "restore", resolve_options({}, queued), workspace="/workspace", command=["true"],
+                         payload={}, settings_env={})["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "data-plane"
+    with pytest.raises(ValueError, match=r"profiles.bad.data_plane_queue is 'no spaces allowed', not a LocalQueue name"):
+        profiles(replace(CLUSTER, profiles={"bad": {"data_plane_queue": "no spaces allowed"}}))
+    with pytest.raises(SpecError, match="data_plane_queue"):  # a spec never names it: the profile's
+        _spec(kubernetes={"data_plane_queue": "mine"})
+
+
 def test_the_training_job_prepares_its_root_in_an_init_container_and_never_sees_the_storage_secret(tmp_path):
     workspace = tmp_path / "not-here"  # the worker has no volume: nothing is created on its side
     request = LaunchRequest(job_name="plane", job_root=str(workspace / "jobs" / "plane"), workspace=str(workspace),
