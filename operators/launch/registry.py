@@ -56,10 +56,11 @@ def launcher_class(backend: str) -> type:
     return _load(_BACKENDS[_known(backend)])
 
 
-def trigger_for(launcher: DeferrableLauncher, request: LaunchRequest) -> Any:
-    """The trigger that waits for `request`'s remote work, built from the launcher's primitives (the operator's
-    side: a launcher never imports its trigger)."""
-    return _load(launcher.trigger_class)(**launcher.trigger_arguments(request))
+def trigger_for(launcher: DeferrableLauncher, request: LaunchRequest, **task: Any) -> Any:
+    """The trigger that waits for `request`'s remote work, built from the launcher's primitives and the task's own
+    (`task`: primitives only that only the operator knows) (the operator's side: a launcher never imports its
+    trigger)."""
+    return _load(launcher.trigger_class)(**launcher.trigger_arguments(request), **task)
 
 
 def launcher_for(backend: str) -> Launcher:

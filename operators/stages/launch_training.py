@@ -20,20 +20,14 @@ from operators.launch.registry import launcher_for, trigger_for
 from operators.stages.base import JobStageOperator
 from operators.stages.links import stage_links
 from operators.staging.checkpoints import CheckpointSync
-from operators.tracking.metrics import MetricCollector
+from operators.tracking.metrics import LIVE_SERIES_SECONDS, METRIC_SERIES_KEY, MetricCollector
 from operators.tracking.mlflow import configured_uri, job_run
 from operators.tuning.early_stopping import TrialMonitor
 
 # While training runs, the metrics matched so far are written to the job root's metrics.json at most this often, so
 # the training-jobs view draws the curves as they grow.
 LIVE_METRICS_SECONDS = 2.0
-# Where this worker cannot write the job root (the cluster's data plane), the series so far go to the XCom
-# METRIC_SERIES_KEY instead, at most this often (each push rewrites the whole series through the API server).
-LIVE_XCOM_SECONDS = 10.0
 QUEUE_KEY = "queue"  # {queue, priority} of a Job waiting in Kueue; read by plugins/training_console/jobs.py
-# {"final", "series"} of a job whose job root this worker cannot write (the cluster's data plane): where the training
-# console's curves come from instead of output/metrics.json (plugins/training_console/app.py)
-METRIC_SERIES_KEY = "metric_series"
 
 
 class LaunchTrainingOperator(JobStageOperator):
@@ -143,11 +137,15 @@ class LaunchTrainingOperator(JobStageOperator):
             self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)
         if use_defer:
             self.launcher.start(request)
-            # A trigger cannot push XComs: the queue is recorded now, the view reads its place from the task log.
+            # The queue is recorded now, the view reads its place from the task log.
             queue = self.launcher.queue_of(request) if hasattr(self.launcher, "queue_of") else None
             context["ti"].xcom_push(key=QUEUE_KEY, value=queue)
+            ti = context["ti"]
+            # No metrics.json on this side: the trigger records the series so far as this task's XCom.
+            task = {} if self.volume_here else {"series_xcom": {"dag_id": ti.dag_id, "task_id": ti.task_id,
+                                                                "run_id": ti.run_id, "map_index": ti.map_index}}
             # The launcher enforces max_run_seconds (activeDeadlineSeconds); this is the safety net behind it.
-            self.defer(trigger=trigger_for(self.launcher, request), method_name="execute_complete",
+            self.defer(trigger=trigger_for(self.launcher, request, **task), method_name="execute_complete",
                        kwargs={"request": request.to_dict()},
                        timeout=timedelta(seconds=self.spec.max_run_seconds + 900))
         metrics = self._metrics()
@@ -221,7 +219,7 @@ class LaunchTrainingOperator(JobStageOperator):
                     _write_metrics(root, live, metrics.to_json())
                 except OSError as err:  # the live view is a convenience: never fail the training for it
                     self.log.debug("Could not write live metrics to %s: %s", live, err)
-            elif not volume_here and time.monotonic() - last_write[0] >= LIVE_XCOM_SECONDS:
+            elif not volume_here and time.monotonic() - last_write[0] >= LIVE_SERIES_SECONDS:
                 last_write[0] = time.monotonic()
                 self._push(METRIC_SERIES_KEY, metrics.to_json())
 

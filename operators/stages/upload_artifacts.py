@@ -10,11 +10,10 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from operators.fs.job_root import JobRoot
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
-from operators.stages.launch_training import METRIC_SERIES_KEY
 from operators.stages.links import stage_links
 from operators.state.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
 from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
-from operators.tracking.metrics import MetricCollector
+from operators.tracking.metrics import METRIC_SERIES_KEY, MetricCollector
 
 # The metrics a step is given travel in its pod's environment (TRAINING_STEP), where one variable holds at most 128 KiB.
 STEP_METRICS_BYTES = 64 * 1024

@@ -27,6 +27,13 @@ MAX_STEP = 2**53
 ECHOED_LINE = re.compile(r"(?:\[[^\]\s]{1,100}\] )?" + re.escape(METRIC_LINE_PREFIX) + "(.*)")
 
 
+# {"final", "series"} of a job whose job root Airflow cannot write (the kubernetes backend's cluster data plane): the
+# launch task's XCom, recorded as the job trains (by the worker, or by the trigger while the task is deferred), where
+# the training console's curves come from instead of output/metrics.json, and what upload_artifacts uploads as it.
+METRIC_SERIES_KEY = "metric_series"
+LIVE_SERIES_SECONDS = 10.0  # at most this often: each record rewrites the whole series through the API server
+
+
 # The runtime's samples of its hosts (runtime/training_runtime/system_metrics.py): system/<host>/<what>.
 SYSTEM_METRICS_PREFIX = "system/"
 

@@ -37,8 +37,7 @@ from airflow.models.xcom import XComModel
 from sqlalchemy import select
 
 from operators.stage_names import STAGE_LABELS, STAGES
-from operators.stages.launch_training import METRIC_SERIES_KEY
-from operators.tracking.metrics import is_system_metric
+from operators.tracking.metrics import METRIC_SERIES_KEY, is_system_metric
 from training_console import artifacts, compare, output_files, vendor
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.jobs import Job, decode_xcom, load_jobs, load_jobs_cached, query_items

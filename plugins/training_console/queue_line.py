@@ -2,7 +2,7 @@
 and the job page.
 
 The launch stage records the queue before it defers (XCom "queue": {queue, priority}); the wait itself happens in
-the triggerer, which cannot push XComs but logs each change (operators/launch/kubernetes/watch.py:
+the triggerer, which logs each change (operators/launch/kubernetes/watch.py:
 `[kubernetes] queued in team-a (position 2, waiting for cpu: ...)`, `preempted in ...`, `admitted by Kueue in ...`).
 The latest of those lines is read from the task's log through Airflow's own log reader (the one behind the REST
 API's log route, so it finds the triggerer's log files as the task's Logs tab does).

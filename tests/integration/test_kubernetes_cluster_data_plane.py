@@ -134,6 +134,28 @@ def _recorded_series(job_name: str) -> dict:
         return XComModel.deserialize_value(row)
 
 
+def _series_while_deferred(job_name: str) -> dict | None:
+    """The launch task's XCom "metric_series" while the task waits for its trigger (`airflow dags test` runs the
+    trigger in-process and keeps the task instance queued meanwhile), else None."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(select(DagRun).where(DagRun.dag_id == "training_job").order_by(DagRun.id.desc())).first()
+        if run is None or (run.conf or {}).get("job_name") != job_name:
+            return None
+        ti = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == "training_job", TaskInstance.run_id ==
+                                                        run.run_id, TaskInstance.task_id == "launch_training")).first()
+        if ti is None or ti.state not in ("deferred", "queued"):
+            return None
+        row = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job", key="metric_series",
+                                                 task_ids="launch_training")).first()
+        return XComModel.deserialize_value(row) if row is not None else None
+
+
 def _sidecar_log(core, namespace: str, job: str) -> str:
     logs = []
     for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items:
@@ -214,8 +236,8 @@ if found:
 for epoch in (1, 2):
     with open(os.path.join(ck, f"epoch-{epoch}"), "w") as f:
         f.write(f"state after epoch {epoch}")
-    print(f"epoch {epoch} checkpointed", flush=True)
-    time.sleep(5)
+    print(f"epoch {epoch} checkpointed loss={1 / epoch}", flush=True)
+    time.sleep(8)
 sys.exit(1)  # the first job dies after its second epoch
 """
 
@@ -233,20 +255,25 @@ def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(
         return {"job_name": name, "backend": "kubernetes", "image_uri": TRAINING_IMAGE,
                 "source_dir": f"s3://{bucket}/code/code.tar.gz", "entry_point": "train.py",
                 "output_path": f"s3://{bucket}/out", "checkpoint_path": f"s3://{bucket}/checkpoints/",
-                "resources": {"cpu": "500m", "memory": "256Mi"}}
+                "resources": {"cpu": "500m", "memory": "256Mi"},
+                "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
 
     first: dict = {}
     running = threading.Thread(target=lambda: first.update(zip(("state", "states", "values", "output", "seconds"),
                                                                 dags_test(job("ckpt-first"), timeout=600))))
     running.start()
-    seen_while_running = None
-    while running.is_alive():
-        if "checkpoints/epoch-1" in object_store.keys(bucket, "checkpoints/"):
+    seen_while_running = series_while_deferred = None
+    while running.is_alive() and not (seen_while_running and series_while_deferred):
+        if not seen_while_running and "checkpoints/epoch-1" in object_store.keys(bucket, "checkpoints/"):
             seen_while_running = time.monotonic()
-            break
+        series_while_deferred = series_while_deferred or _series_while_deferred("ckpt-first")
         time.sleep(0.5)
     running.join()
     assert first["state"] == "failed", first["states"]
+    # The deferred launch task's curves while the job trained: its trigger recorded them as the task's XCom.
+    assert series_while_deferred is not None, first["output"][-4000:]
+    assert series_while_deferred["series"]["loss"][0]["value"] == 1.0
+    assert "recorded as XCom metric_series" in first["output"]
     assert seen_while_running is not None, "no checkpoint reached checkpoint_path while the job ran; the sidecar " \
         "said: " + _sidecar_log(real_admin["core"], cluster_plane[0], "ckpt-first")
     assert object_store.get(bucket, "checkpoints/epoch-2") == b"state after epoch 2"  # the sidecar's last pass

@@ -3,12 +3,14 @@
 It holds only primitives and its waiting loop: the watch itself (pods, logs, failure classes) is
 operators/launch/kubernetes/watch.py, the deletes are operators/launch/kubernetes/api.py. Lines go to the trigger's
 log (which Airflow shows in the task log) and are matched against metric_definitions as they pass; the event is
-the watch's (primitives only, see operators/launch/kubernetes/watch.py) plus the matched metrics.
+the watch's (primitives only, see operators/launch/kubernetes/watch.py) plus the matched metrics; with `series_xcom`
+the series so far are also the task's XCom while it waits (operators/tracking/live_series.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+import asyncio
+from typing import Any, AsyncIterator, Mapping
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from airflow.sdk.log import mask_secret
@@ -18,6 +20,7 @@ from operators.jobspec.secret_refs import redactor
 from operators.launch.kubernetes.api import delete_job_async
 from operators.launch.kubernetes.secrets import read_values_async
 from operators.launch.kubernetes.watch import JobWatch
+from operators.tracking.live_series import record_series
 from operators.tracking.metrics import MetricCollector
 
 
@@ -39,6 +42,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         cluster_context: str | None = None,
         has_secret: bool = False,
         metrics_echoed: bool = False,
+        series_xcom: Mapping[str, Any] | None = None,
     ):
         super().__init__()
         # Where the connection names a kubeconfig file (a path: no secret), the trigger carries it: the
@@ -60,6 +64,8 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         self.has_secret = has_secret
         # The log carries the metrics stream's points too (the cluster's data plane: see MetricCollector).
         self.metrics_echoed = metrics_echoed
+        # {dag_id, task_id, run_id, map_index}: the task whose XCom records the series as they grow (None: none)
+        self.series_xcom = dict(series_xcom) if series_xcom else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -78,6 +84,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "cluster_context": self.cluster_context,
                 "has_secret": self.has_secret,
                 "metrics_echoed": self.metrics_echoed,
+                "series_xcom": self.series_xcom,
             },
         )
 
@@ -110,7 +117,14 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
             emit=emit,
             keep_cursors=True,  # a restarted triggerer continues each pod's log where this one left it
         )
-        event = dict(await watch.run())
+        stop_recording = asyncio.Event()
+        recording = self.series_xcom and asyncio.create_task(record_series(metrics, self.series_xcom, stop_recording))
+        try:
+            event = dict(await watch.run())
+        finally:
+            stop_recording.set()
+            if recording:  # a record on its way is finished first, never left racing the event
+                await recording
         for key in ("message", "detail"):  # a termination message is the pod's last log lines; the event is stored
             if isinstance(event.get(key), str):
                 event[key] = redact(event[key])

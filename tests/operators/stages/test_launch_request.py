@@ -10,7 +10,8 @@ from training_runtime.contract import METRICS_ECHO_ENV
 from operators.launch.base import LaunchRequest
 from operators.launch.spec import validate_spec
 from operators.stages import launch_training
-from operators.stages.launch_training import METRIC_SERIES_KEY, LaunchTrainingOperator
+from operators.stages.launch_training import LaunchTrainingOperator
+from operators.tracking.metrics import LIVE_SERIES_SECONDS, METRIC_SERIES_KEY
 
 ELASTIC = {"torch_distributed": {"elastic": {"min_hosts": 2, "max_restarts": 5}}}
 
@@ -49,8 +50,8 @@ def test_where_the_job_root_is_the_clusters_echoed_points_are_metrics_recorded_a
     on_line("[plane-0] epoch 1 loss=0.5")
     on_line('[plane-0] [training-metric] {"name": "accuracy", "value": 0.75, "step": 1}')
     clock[0] += 1
-    on_line("[plane-0] epoch 2 loss=0.25")  # within LIVE_XCOM_SECONDS of the last record: not recorded yet
-    clock[0] += launch_training.LIVE_XCOM_SECONDS
+    on_line("[plane-0] epoch 2 loss=0.25")  # within LIVE_SERIES_SECONDS of the last record: not recorded yet
+    clock[0] += LIVE_SERIES_SECONDS
     on_line('[plane-1] [training-metric] {"name": "system/plane-1/cpu_percent", "value": 50}')
     assert [key for key, _ in pushed] == [METRIC_SERIES_KEY, METRIC_SERIES_KEY]
     assert pushed[0][1]["final"] == {"loss": 0.5}

@@ -651,3 +651,43 @@ def test_points_echoed_into_the_log_reach_the_event_and_not_the_task_log(kube, w
     assert {name: [p["value"] for p in points] for name, points in event["metrics"].items()} == \
         {"loss": [0.5], "accuracy": [0.75], "system/algo-2/cpu_percent": [93.5]}
     assert "training-metric" not in out.read()
+
+
+def test_a_deferred_task_s_series_are_recorded_as_its_xcom_while_the_job_trains(kube, workspace, capsys, monkeypatch):
+    """The cluster's data plane has no metrics.json on Airflow's side: while the task is deferred, the trigger records
+    the series so far as the task's XCom metric_series (the job page's curves), only when they grew. (Airflow's XCom
+    stands in here; the trigger's record in a real `airflow dags test`: tests/integration/test_kubernetes_cluster_data_plane.py.)"""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from operators.launch.kubernetes import trigger as trigger_module
+    from operators.tracking import live_series
+
+    recorded: list[dict] = []
+
+    monkeypatch.setattr(XCom, "set", lambda **kwargs: recorded.append(kwargs))
+    monkeypatch.setattr(live_series, "LIVE_SERIES_SECONDS", 0.05)
+    hook = KubernetesLauncherHook()
+    request = make_request(workspace)
+    hook.start(request)
+    task = {"dag_id": "training_job", "task_id": "launch_training", "run_id": "r1", "map_index": -1}
+    arguments = {**hook.trigger_arguments(request), "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
+    trigger = rebuilt(trigger_module.KubernetesTrainingJobTrigger(**arguments, series_xcom=task))
+    (pod,) = kube.pod_names(resource_name(request.job_name))
+    out = Output(capsys)
+
+    async def drive():
+        kube.set_running(pod)
+        kube.log(pod, "epoch 1 loss=0.5")
+        await until(lambda: recorded)
+        await asyncio.sleep(0.3)  # nothing new: nothing recorded again
+        assert len(recorded) == 1
+        kube.log(pod, "epoch 2 loss=0.25")
+        await until(lambda: len(recorded) == 2)
+        kube.terminate(pod, 0)
+
+    event = run_trigger(trigger, drive)
+    assert event["status"] == "success" and out.has("epoch 2 loss=0.25")
+    assert [{k: v for k, v in r.items() if k != "value"} for r in recorded] == [{"key": "metric_series", **task}] * 2
+    assert [p["value"] for p in recorded[-1]["value"]["series"]["loss"]] == [0.5, 0.25]
+    assert recorded[-1]["value"]["final"] == {"loss": 0.25}
+    assert "series_xcom" not in hook.trigger_arguments(request)  # the operator's to give (a shared volume: none)
