@@ -12,6 +12,7 @@ triggerer, follows the training.
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tarfile
 import time
@@ -159,6 +160,9 @@ def test_a_job_s_stages_run_on_both_workers_and_a_lost_worker_leaves_the_trainin
     # The model the pod wrote, uploaded from the cluster; neither worker's disk held a byte of the job.
     with tarfile.open(fileobj=io.BytesIO(object_store.get(bucket, f"out/{name}/output/model.tar.gz"))) as tar:
         assert tar.extractfile("weights.bin").read() == bytes(range(256)) * 64
+    # metrics.json too: the series the surviving worker matched, handed by the upload task to its step
+    metrics = json.loads(object_store.get(bucket, f"out/{name}/output/metrics.json"))
+    assert metrics["final"] == {"loss": 0.017} and len(metrics["series"]["loss"]) >= 1
     for worker in WORKERS:
         workspace = deployment.worker_home(worker) / "workspace"
         assert [p for p in _files_under(workspace) if name in str(p)] == [], worker
