@@ -139,8 +139,8 @@ class LaunchTrainingOperator(JobStageOperator):
             self.launcher.start(request)
             # The queue is recorded now, the view reads its place from the task log.
             queue = self.launcher.queue_of(request) if hasattr(self.launcher, "queue_of") else None
-            context["ti"].xcom_push(key=QUEUE_KEY, value=queue)
             ti = context["ti"]
+            ti.xcom_push(key=QUEUE_KEY, value=queue)
             # No metrics.json on this side: the trigger records the series so far as this task's XCom.
             task = {} if self.volume_here else {"series_xcom": {"dag_id": ti.dag_id, "task_id": ti.task_id,
                                                                 "run_id": ti.run_id, "map_index": ti.map_index}}

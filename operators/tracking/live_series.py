@@ -10,7 +10,6 @@ from typing import Any, Mapping
 
 from operators.tracking.metrics import LIVE_SERIES_SECONDS, METRIC_SERIES_KEY, MetricCollector
 
-
 log = logging.getLogger(__name__)
 
 
