@@ -93,6 +93,7 @@ class LaunchRequest:
     # Secrets by reference, resolved at launch (operators/jobspec/secret_refs.py): never serialized (to_dict is what
     # a deferred task stores in the metadata DB), never printed (repr).
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    attempt: int = 1  # the launch task's try: a first one has nothing of its own to find in the cluster
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

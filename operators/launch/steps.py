@@ -3,12 +3,26 @@ how the step's pod learns its work and how it reports the outcome back to the Ai
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
 STEP_ENV = "TRAINING_STEP"  # the step's JSON payload (operators/stages/in_cluster.py reads it)
 # What the step says back must fit a Kubernetes termination message (the kubelet keeps at most 4096 bytes).
 OUTCOME_BYTES = 4096
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def report_outcome(message: dict[str, Any]) -> None:
+    """Say the step's outcome ({"result"}, {"skip"}, {"fail"} or {"error"}) where the kubelet keeps it for the worker:
+    the container's termination message, written by the platform's code only (no log line of a job's can forge it)."""
+    text = json.dumps(message, separators=(",", ":"), default=str)
+    if len(text.encode()) > OUTCOME_BYTES:
+        text = json.dumps({"error": f"the step's result is {len(text.encode())} bytes, more than a termination "
+                                    f"message holds ({OUTCOME_BYTES})"})
+    with open(os.environ.get("TRAINING_TERMINATION_LOG", TERMINATION_LOG), "w") as handle:
+        handle.write(text)
 
 
 @dataclass(frozen=True)

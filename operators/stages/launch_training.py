@@ -131,7 +131,7 @@ class LaunchTrainingOperator(JobStageOperator):
         self._stop_reason = None
         if self.volume_here:  # else the steps in the cluster claimed it (operators/stages/in_cluster.py)
             self.claim_job(context)
-        request = self.launch_request(with_secrets=True)
+        request = replace(self.launch_request(with_secrets=True), attempt=getattr(context["ti"], "try_number", 1) or 1)
         context["ti"].xcom_push(key="job_root", value=request.job_root)
         use_defer = self.launcher.capabilities.deferrable and (
             self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)

@@ -1,7 +1,6 @@
 """The entry point of a data-plane step's pod: `python -m operators.stages.step_pod` (operators/stages/in_cluster.py
 submits it). It builds the stage's operator from TRAINING_STEP, runs its work here, on the cluster's workspace, and
-reports the outcome where the kubelet keeps it for the worker: the container's termination message, written by this
-code only (no log line of a job's can forge it)."""
+reports the outcome where the kubelet keeps it for the worker (operators/launch/steps.py's report_outcome)."""
 
 from __future__ import annotations
 
@@ -11,23 +10,11 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
 
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from operators.launch.steps import OUTCOME_BYTES, STEP_ENV
-
-TERMINATION_LOG = "/dev/termination-log"
-
-
-def _say(message: dict[str, Any]) -> None:
-    text = json.dumps(message, separators=(",", ":"), default=str)
-    if len(text.encode()) > OUTCOME_BYTES:
-        text = json.dumps({"error": f"the step's result is {len(text.encode())} bytes, more than a termination "
-                                    f"message holds ({OUTCOME_BYTES})"})
-    with open(os.environ.get("TRAINING_TERMINATION_LOG", TERMINATION_LOG), "w") as handle:
-        handle.write(text)
+from operators.launch.steps import STEP_ENV, report_outcome
 
 
 def _step_entry(operator_class: type):
@@ -51,16 +38,16 @@ def main() -> int:
             op = operator_class(task_id=payload["task_id"], **payload["fields"])
         result = _step_entry(operator_class)(op, {"run_id": payload["run_id"], "dag_id": payload["dag_id"]})
     except AirflowSkipException as err:
-        _say({"skip": str(err)})
+        report_outcome({"skip": str(err)})
         return 0
     except AirflowFailException as err:
-        _say({"fail": str(err)})
+        report_outcome({"fail": str(err)})
         return 1
     except Exception as err:  # noqa: BLE001 - reported to the worker, which retries it as the task's retries say
         traceback.print_exc(file=sys.stdout)
-        _say({"error": f"{type(err).__name__}: {err}"})
+        report_outcome({"error": f"{type(err).__name__}: {err}"})
         return 1
-    _say({"result": result})
+    report_outcome({"result": result})
     return 0
 
 

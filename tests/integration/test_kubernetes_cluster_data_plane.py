@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import subprocess
 import tarfile
@@ -170,8 +171,47 @@ def _files_under(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()] if root.exists() else []
 
 
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _a_retry_after_the_ttl_reports_the_success(batch, namespace: str, job_name: str, volume: Path) -> None:
+    """The launch task's retry finds the Job gone (as ttlSecondsAfterFinished leaves it): a step on the cluster's
+    volume reads the success marker against the launch the init container recorded, and no second Job trains."""
+    from kubernetes.client import V1DeleteOptions
+
+    from operators.launch.base import LaunchRequest
+    from operators.launch.kubernetes.launcher import KubernetesLauncherHook
+
+    assert json.loads((volume / "state" / job_name / "kubernetes-job.json").read_text())["uid"]
+    batch.delete_namespaced_job(job_name, namespace, body=V1DeleteOptions(propagation_policy="Foreground"))
+    deadline = time.monotonic() + 120  # a hang guard
+    while batch.list_namespaced_job(namespace, field_selector=f"metadata.name={job_name}").items:
+        assert time.monotonic() < deadline, f"Job {job_name} was not deleted"
+        time.sleep(0.5)
+    hook = KubernetesLauncherHook()
+    request = LaunchRequest(job_name=job_name, job_root=f"/workspace/jobs/{job_name}", workspace="/workspace",
+                            layout="sagemaker", instance_count=2, hosts=tuple(hook.hosts(job_name, 2)),
+                            image_uri=TRAINING_IMAGE, attempt=2)
+    said = _Lines()  # what the task log gets
+    hook.log.addHandler(said)
+    try:
+        hook.start(request)
+    finally:
+        hook.log.removeHandler(said)
+    lines = said.lines
+    assert any("it succeeded; reporting that instead of training again" in line for line in lines), lines
+    assert any(f"[cluster] step outcome: Job {namespace}/{job_name}-outcome created" in line for line in lines), lines
+    assert not batch.list_namespaced_job(namespace, field_selector=f"metadata.name={job_name}").items
+
+
 @pytest.mark.timeout(900)  # the first test also imports the platform image into the node
-def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, object_store):
+def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, object_store, real_admin):
     namespace, volume, proxy = cluster_plane
     bucket = object_store.bucket("plane")
     object_store.put(bucket, "code/code.tar.gz", _archive({"train.py": TRAIN}))
@@ -224,6 +264,7 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
     assert _data_gets(proxy, bucket) == first_gets, "the second job read the channel from storage again"
     assert "reused" in output and "plane-second-1 reads part-2.csv: rows of part 2" in output
     print(f"\ncluster data plane, 2 hosts: first job {seconds:.1f}s, second (cache hit) {second:.1f}s")
+    _a_retry_after_the_ttl_reports_the_success(real_admin["batch"], namespace, "plane-second", volume)
 
 
 CHECKPOINTING = """\

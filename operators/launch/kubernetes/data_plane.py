@@ -12,7 +12,8 @@ that submits and follows a step is operators/launch/kubernetes/steps.py).
   connection of the Airflow deployment copied in by whoever triggered the run.
 - The training Job gets an init container of the same image that makes the job root writable for the training's uid
   and creates the read-only channels' mount points (what the worker does on a shared volume:
-  operators/launch/kubernetes/workspace.py), and clears an earlier try's outcome markers.
+  operators/launch/kubernetes/workspace.py), clears an earlier try's outcome markers and records the launch in the
+  job's state directory (so a retry after ttlSecondsAfterFinished asks a step whether that launch succeeded).
 - With a checkpoint_path, the training Job also gets a native sidecar (an init container with restartPolicy Always) of
   the same image that syncs the checkpoint directory to it while training runs and once more at the end
   (operators/staging/checkpoint_sidecar.py).
@@ -27,12 +28,14 @@ import json
 from typing import Any, Mapping
 
 from operators.launch.kubernetes.manifests import WORKSPACE_VOLUME, container_security_context, spec_hash
-from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, job_labels
+from operators.launch.kubernetes.names import CONTROLLER_UID_LABEL, SPEC_HASH_ANNOTATION, job_labels
 from operators.launch.kubernetes.options import KubernetesJobOptions
 from operators.launch.kubernetes.workload import QUEUE_LABEL
+from operators.launch.kubernetes.workspace import JOB_UID_ENV, WORKSPACE_COMMAND
 from operators.launch.names import ORIGINAL_NAME_ANNOTATION
 from operators.launch.steps import STEP_ENV
 from operators.staging.checkpoint_sidecar import CHECKPOINT_SYNC_ENV, READY_FILE
+from operators.state.job_state import state_dir
 
 STEP_CONTAINER = "step"
 PREPARE_CONTAINER = "prepare-job-root"
@@ -117,15 +120,17 @@ def step_manifest(name: str, job_name: str, step: str, options: KubernetesJobOpt
     return manifest
 
 
-def prepare_container(job_root: str, mount_points: list[str], workspace: str,
+def prepare_container(job_root: str, mount_points: list[str], workspace: str, state: str,
                       options: KubernetesJobOptions) -> dict[str, Any]:
     """The training Job's init container: the job root group-writable, the channels' mount points made, an
-    earlier try's outcome markers cleared (operators/launch/kubernetes/workspace.py's command line)."""
+    earlier try's outcome markers cleared, the launch recorded in the job's state directory `state`
+    (operators/launch/kubernetes/workspace.py's command line)."""
     return {
         "name": PREPARE_CONTAINER,
         "image": options.data_plane_image,
         "imagePullPolicy": options.image_pull_policy,
-        "command": ["python3", "-m", "operators.launch.kubernetes.workspace", job_root, *mount_points],
+        "command": [*WORKSPACE_COMMAND, "prepare", "--state", state, job_root, *mount_points],
+        "env": [{"name": JOB_UID_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{CONTROLLER_UID_LABEL}']"}}}],
         "volumeMounts": [workspace_mount(workspace, options)],
         "securityContext": {**container_security_context(KubernetesJobOptions()),
                             "runAsUser": options.data_plane_uid, "runAsGroup": options.workspace_group},
@@ -164,7 +169,8 @@ def with_data_plane(manifest: dict[str, Any], request: Any, mount_points: list[s
     """The training Job of `request` (LaunchRequest's attributes) with the platform's containers the cluster's data
     plane needs: the job root's preparation and, with request.checkpoints, the checkpoint sync."""
     pod = manifest["spec"]["template"]["spec"]
-    pod["initContainers"] = [prepare_container(request.job_root, mount_points, request.workspace, options)]
+    state = state_dir(request.workspace, request.job_name)
+    pod["initContainers"] = [prepare_container(request.job_root, mount_points, request.workspace, state, options)]
     if request.checkpoints:
         pod["initContainers"].append(checkpoint_sidecar(request.checkpoints, request.workspace, options, settings_env))
         pod["terminationGracePeriodSeconds"] = FINAL_SYNC_SECONDS

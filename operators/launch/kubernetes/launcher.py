@@ -63,7 +63,7 @@ from operators.launch.kubernetes.manifests import (
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, host_names
 from operators.launch.kubernetes.options import KubernetesJobOptions, resolve_options
 from operators.launch.kubernetes.secrets import JobSecret, with_secret_env
-from operators.launch.kubernetes.steps import ClusterStep
+from operators.launch.kubernetes.steps import ClusterStep, succeeded_in_cluster
 from operators.launch.kubernetes.watch import JobWatch
 from operators.launch.kubernetes.workspace import (
     prepare_job_root,
@@ -178,11 +178,12 @@ class KubernetesLauncherHook(BaseHook):
         manifest = self.job_manifest(request)
         name, namespace = manifest["metadata"]["name"], options.namespace
         on_volume = not options.in_cluster  # else the Job's init container does the job root's part
-        if on_volume and succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)) \
-                and self._read_job(name, namespace) is None:
+        # In the cluster the question costs a step's pod: asked by retries only (a first try has launched nothing).
+        if (on_volume or request.attempt > 1) and self._read_job(name, namespace) is None \
+                and self._succeeded_since_launch(request, options):
             self.log.info(
                 "Job %s/%s is gone (ttlSecondsAfterFinished) but the job root's success marker is newer than its "
-                "creation: it succeeded; reporting that instead of training again", namespace, name)
+                "launch: it succeeded; reporting that instead of training again", namespace, name)
             return
         if on_volume:  # mount points the kubelet would otherwise create as root, a job root the pods' uid can write
             prepare_job_root(request.job_root, self._mount_points(request))
@@ -302,9 +303,10 @@ class KubernetesLauncherHook(BaseHook):
         if not isinstance(event, Mapping) or event.get("status") not in ("success", "failed"):
             raise KubernetesLaunchError(f"unexpected trigger event {event!r} for job {request.job_name}")
         name = resource_name(request.job_name)
-        on_volume = not self.options(request).in_cluster
-        if on_volume and event.get("job_missing") and \
-                succeeded_since_launch(request.job_root, state_dir(request.workspace, request.job_name)):
+        options = self.options(request)
+        on_volume = not options.in_cluster
+        if event.get("job_missing") and not getattr(self, "_stopped", False) and \
+                self._succeeded_since_launch(request, options):
             on_line(f"[kubernetes] Job {name} finished and was removed after ttlSecondsAfterFinished; "
                     "its success marker says it succeeded")
             return LaunchResult(succeeded=True, exit_code=0)
@@ -340,6 +342,15 @@ class KubernetesLauncherHook(BaseHook):
         self._delete(resource_name(request.job_name), options.namespace, options.propagation_policy)
 
     # ---- helpers --------------------------------------------------------------------------------------
+    def _succeeded_since_launch(self, request: LaunchRequest, options: KubernetesJobOptions) -> bool:
+        """The runtime's success marker is newer than the job's last launch (operators/launch/kubernetes/workspace.py):
+        read here on a shared volume, by a step in the cluster where the data plane is the cluster's."""
+        state = state_dir(request.workspace, request.job_name)
+        if not options.in_cluster:
+            return succeeded_since_launch(request.job_root, state)
+        return succeeded_in_cluster(self.kube, options, request.job_name, request.job_root, state,
+                                    on_line=lambda line: self.log.info("%s", line))
+
     def _read_job(self, name: str, namespace: str) -> Any | None:
         try:
             return self.kube.get_job_status(job_name=name, namespace=namespace)

@@ -20,6 +20,7 @@ from operators.launch.names import JOB_LABEL, LABEL_PREFIX
 SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
 MANAGED_BY = "airflow-training-jobs"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"  # the Job's uid, on each of its pods
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

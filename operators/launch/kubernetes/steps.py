@@ -29,6 +29,7 @@ from operators.launch.kubernetes.data_plane import STEP_CONTAINER, step_manifest
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION
 from operators.launch.kubernetes.pods import config_error_is_permanent
 from operators.launch.kubernetes.options import KubernetesJobOptions
+from operators.launch.kubernetes.workspace import WORKSPACE_COMMAND
 from operators.launch.names import resource_name
 from operators.launch.steps import StepError, StepOutcome
 
@@ -222,6 +223,25 @@ class ClusterStep:
             self.delete()  # done: its result is in hand (ttlSecondsAfterFinished would remove it later anyway)
         return StepOutcome(result=said.get("result"), skipped=said.get("skip"), failed=said.get("fail"),
                            error=said.get("error"))
+
+
+def succeeded_in_cluster(kube: Any, options: KubernetesJobOptions, job_name: str, job_root: str, state: str,
+                         on_line: Callable[[str], None]) -> bool:
+    """Whether the last launch of the job succeeded, asked of a step on the cluster's workspace (this worker cannot
+    read the job root there): what a retry needs when ttlSecondsAfterFinished removed the Job. A step that cannot say
+    answers no: the job trains again, as it would without the question."""
+    step = ClusterStep(kube, options, job_name, "outcome", on_line=on_line)
+    try:
+        outcome = step.run(workspace=options.data_plane_workspace,
+                           command=[*WORKSPACE_COMMAND, "succeeded", "--state", state, job_root], payload={},
+                           settings_env={})
+    except (StepError, KubernetesLaunchError) as err:
+        on_line(f"[cluster] could not tell whether the last launch of {job_name} succeeded ({err}); training again")
+        return False
+    if outcome.error:
+        on_line(f"[cluster] could not tell whether the last launch of {job_name} succeeded ({outcome.error}); "
+                "training again")
+    return outcome.result is True
 
 
 def _container_status(pod: Any) -> Any | None:

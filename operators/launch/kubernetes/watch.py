@@ -46,6 +46,7 @@ from operators.launch.kubernetes.events import list_warnings, read_warnings
 from operators.launch.kubernetes.job_failure import failure_event, job_failure
 from operators.launch.kubernetes.log_cursors import CursorKeeper
 from operators.launch.kubernetes.manifests import CONTAINER_NAME
+from operators.launch.kubernetes.names import CONTROLLER_UID_LABEL
 from operators.launch.kubernetes.pods import (
     DEFINITE_PULL_ERROR,
     FATAL_WAITING_REASONS,
@@ -62,7 +63,6 @@ from operators.launch.kubernetes.pods import (
 from operators.launch.kubernetes.workload import GROUP, QUEUE_LABEL, VERSION, QueueStatus, queue_status, workload_of
 from operators.launch.log_stream import Emit, LogCursor, deliver_line, since_seconds
 
-CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 # Reconnecting a follow stream asks for a little more than the time since the last line seen, so a clock
 # difference between this machine and the node loses nothing (the cursor drops what was seen already).

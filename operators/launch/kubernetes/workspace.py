@@ -8,17 +8,20 @@
 - The launch record: `kubernetes-job.json` in the job's state directory (operators/state/job_state.py, which no pod
   mounts: a pod cannot forge it) says when this job's Job was created. ttlSecondsAfterFinished
   removes a finished Job; a retry that finds no Job but a success marker written after that creation knows the Job
-  succeeded (the runtime writes output/success last) and reports it instead of training again.
+  succeeded (the runtime writes output/success last) and reports it instead of training again. Where the data plane
+  is the cluster's, the Job's init container writes the record and a step reads the marker (main below).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import stat
 import time
 
 from operators.launch.outcome import clear_outcome_markers
+from operators.launch.steps import report_outcome
 from operators.state.job_state import KUBERNETES_JOB
 
 # The success marker's time is the file system's (a coarse clock, milliseconds behind time.time(); on a shared file
@@ -65,8 +68,9 @@ def _add_mode(path: str, bits: int) -> None:
         os.close(fd)
 
 
-def write_launch_record(state: str, job_uid: str) -> None:
-    """Record in the job's state directory `state` (created) that its Job `job_uid` was created now."""
+def write_launch_record(state: str, job_uid: str | None) -> None:
+    """Record in the job's state directory `state` (created) that its Job `job_uid` was created (or, written by the
+    Job's init container in the cluster, that one of its pods started) now."""
     os.makedirs(state, mode=0o700, exist_ok=True)
     path = os.path.join(state, KUBERNETES_JOB)
     with open(path + ".tmp", "w") as handle:
@@ -79,19 +83,39 @@ def succeeded_since_launch(job_root: str, state: str) -> bool:
     try:
         with open(os.path.join(state, KUBERNETES_JOB)) as handle:
             created = float(json.load(handle)["created"])
-        return os.stat(os.path.join(job_root, "output", "success")).st_mtime >= created - CLOCK_SLACK_SECONDS
+        marker = os.lstat(os.path.join(job_root, "output", "success"))  # the job root's: a link is no marker
+        return stat.S_ISREG(marker.st_mode) and marker.st_mtime >= created - CLOCK_SLACK_SECONDS
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
 
+# The platform image's entry point for this module in the cluster (operators/launch/kubernetes/data_plane.py).
+WORKSPACE_COMMAND = ["python3", "-m", "operators.launch.kubernetes.workspace"]
+JOB_UID_ENV = "TRAINING_JOB_UID"  # the init container's Job uid (the downward API), kept in the launch record
+
+
 def main(argv: list[str]) -> int:
-    """`python -m operators.launch.kubernetes.workspace JOB_ROOT [MOUNT_POINT...]`: what the worker does before a
-    Job on a shared volume, done by the training Job's init container when the data plane is the cluster's
-    (operators/launch/kubernetes/data_plane.py)."""
-    job_root, mount_points = argv[0], argv[1:]
-    prepare_job_root(job_root, mount_points)
-    clear_outcome_markers(job_root)
-    print(f"job root {job_root} prepared: group-writable, {len(mount_points)} mount point(s)", flush=True)
+    """What the worker does on a shared volume, done in the cluster when the data plane is the cluster's:
+    - `prepare --state STATE JOB_ROOT [MOUNT_POINT...]`: the training Job's init container prepares the job root,
+      clears an earlier try's outcome markers and records the launch in the job's state directory STATE;
+    - `succeeded --state STATE JOB_ROOT`: a step says (its termination message) whether the Job the record names
+      succeeded: what a retry asks when the TTL removed the Job."""
+    parser = argparse.ArgumentParser(prog="operators.launch.kubernetes.workspace")
+    parser.add_argument("action", choices=("prepare", "succeeded"))
+    parser.add_argument("--state", required=True)
+    parser.add_argument("job_root")
+    parser.add_argument("mount_points", nargs="*")
+    args = parser.parse_args(argv)
+    if args.action == "succeeded":
+        succeeded = succeeded_since_launch(args.job_root, args.state)
+        print(f"job root {args.job_root}: {'a' if succeeded else 'no'} success marker since the last launch",
+              flush=True)
+        report_outcome({"result": succeeded})
+        return 0
+    prepare_job_root(args.job_root, args.mount_points)
+    clear_outcome_markers(args.job_root)
+    write_launch_record(args.state, os.environ.get(JOB_UID_ENV))
+    print(f"job root {args.job_root} prepared: group-writable, {len(args.mount_points)} mount point(s)", flush=True)
     return 0
 
 

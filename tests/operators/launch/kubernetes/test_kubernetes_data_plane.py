@@ -84,6 +84,11 @@ def test_the_training_job_prepares_its_root_in_an_init_container_and_never_sees_
     (init,) = pod["initContainers"]
     assert init["name"] == PREPARE_CONTAINER and init["image"] == CLUSTER.data_plane_image
     assert init["command"][-2:] == [request.job_root, f"{request.job_root}/input/data/train"]
+    # the launch is recorded where no training pod mounts, with the Job's uid (a retry after the TTL reads it)
+    assert init["command"][3:6] == ["prepare", "--state", str(workspace / "state" / "plane")]
+    assert init["env"] == [{"name": "TRAINING_JOB_UID", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}]
+    assert all(mount["mountPath"] != str(workspace) for mount in pod["containers"][0]["volumeMounts"])
     assert init["securityContext"]["runAsUser"] == 50000
     assert pod["securityContext"]["fsGroup"] == 1000  # the group the steps wrote the job root through
     assert "envFrom" not in pod["containers"][0] and "envFrom" not in init

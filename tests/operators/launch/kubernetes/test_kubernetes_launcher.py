@@ -11,6 +11,7 @@ import json
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from fake_kube_api import FakeKubeApi  # noqa: E402
 
 from operators.launch.base import EVICTED, IMAGE_ERROR, OOM, PLATFORM_ERROR, TIMEOUT, USER_ERROR, LaunchRequest
+from operators.launch.kubernetes import launcher as launcher_module
 from operators.launch.kubernetes.launcher import KubernetesLaunchError, KubernetesLauncherHook
+from operators.launch.kubernetes.settings import KubernetesSettings
 from operators.launch.registry import trigger_for
 from operators.launch.names import resource_name
 
@@ -691,3 +694,40 @@ def test_a_deferred_task_s_series_are_recorded_as_its_xcom_while_the_job_trains(
     assert [p["value"] for p in recorded[-1]["value"]["series"]["loss"]] == [0.5, 0.25]
     assert recorded[-1]["value"]["final"] == {"loss": 0.25}
     assert "series_xcom" not in hook.trigger_arguments(request)  # the operator's to give (a shared volume: none)
+
+
+def test_with_the_clusters_data_plane_only_a_retry_asks_whether_a_launch_the_ttl_removed_succeeded(kube, workspace,
+                                                                                                    monkeypatch):
+    # The worker cannot read the job root there: a step in the cluster answers (its real run on the real node:
+    # tests/integration/test_kubernetes_cluster_data_plane.py). Asked only by a retry (a first try launched nothing)
+    # and by a result whose Job is gone; its yes means no second training.
+    asked: list[tuple[str, str]] = []
+    answer = {"value": True}
+
+    def succeeded_in_cluster(kube_hook, options, job_name, job_root, state, on_line):
+        asked.append((job_root, state))
+        return answer["value"]
+
+    monkeypatch.setattr(launcher_module, "succeeded_in_cluster", succeeded_in_cluster)
+    settings = KubernetesSettings(namespace=NAMESPACE, data_plane="cluster",
+                                  data_plane_image="registry.example.com/training-airflow:1.0")
+    request = make_request(workspace)
+    name = resource_name(request.job_name)
+
+    KubernetesLauncherHook(settings=settings).start(request)  # the first try: no question, a Job
+    assert not asked and kube.count("POST", "/jobs$") == 1
+    kube.jobs.clear()  # ttlSecondsAfterFinished
+
+    retry = replace(request, attempt=2)
+    KubernetesLauncherHook(settings=settings).start(retry)
+    assert asked == [(request.job_root, str(workspace / "state" / request.job_name))]
+    assert kube.count("POST", "/jobs$") == 1  # reported, not trained again
+    gone = {"status": "failed", "job_missing": True, "name": name, "namespace": NAMESPACE,
+            "message": f"Job {name} was deleted", "failure_class": PLATFORM_ERROR}
+    lines: list[str] = []
+    assert KubernetesLauncherHook(settings=settings).result_from_event(retry, gone, lines.append).succeeded
+    assert "its success marker says it succeeded" in lines[-1]
+
+    answer["value"] = False  # no success marker since the launch: the retry trains
+    KubernetesLauncherHook(settings=settings).start(retry)
+    assert kube.count("POST", "/jobs$") == 2 and (NAMESPACE, name) in kube.jobs

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from operators.launch.kubernetes.workspace import (
+    main,
     prepare_job_root,
     succeeded_since_launch,
     workspace_group,
@@ -57,6 +58,39 @@ def test_success_after_the_ttl_counts_only_when_newer_than_the_launch(tmp_path):
     just_before = json.loads((Path(state) / KUBERNETES_JOB).read_text())["created"] - 0.5
     os.utime(root / "output" / "success", (just_before, just_before))
     assert succeeded_since_launch(str(root), state)
+
+
+def test_a_success_marker_that_is_a_link_is_no_success(tmp_path):
+    # The job root is the job's: a link named success pointing at any newer file must not report a success.
+    root, state = tmp_path / "jobs" / "job", str(tmp_path / "state" / "job")
+    (root / "output").mkdir(parents=True)
+    write_launch_record(state, "uid-1")
+    (tmp_path / "elsewhere").write_text("")
+    (root / "output" / "success").symlink_to(tmp_path / "elsewhere")
+    assert not succeeded_since_launch(str(root), state)
+
+
+def test_in_the_cluster_the_init_container_records_the_launch_and_a_step_reports_its_success(tmp_path, monkeypatch):
+    # data_plane = cluster: `prepare` (the training Job's init container) and `succeeded` (a retry's step) on the
+    # cluster's workspace; the step's answer is its termination message.
+    root, state = tmp_path / "jobs" / "job", str(tmp_path / "state" / "job")
+    (root / "output").mkdir(parents=True)
+    (root / "output" / "success").write_text("")  # an earlier launch's
+    message = tmp_path / "termination-log"
+    monkeypatch.setenv("TRAINING_TERMINATION_LOG", str(message))
+    monkeypatch.setenv("TRAINING_JOB_UID", "uid-7")
+
+    assert main(["prepare", "--state", state, str(root), str(root / "input" / "data" / "train")]) == 0
+    assert not (root / "output" / "success").exists()  # an earlier try's outcome is cleared
+    assert (root / "input" / "data" / "train").is_dir()
+    assert json.loads((Path(state) / KUBERNETES_JOB).read_text())["uid"] == "uid-7"
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+    assert main(["succeeded", "--state", state, str(root)]) == 0
+    assert json.loads(message.read_text()) == {"result": False}
+
+    (root / "output" / "success").write_text("")  # what `train` writes last
+    assert main(["succeeded", "--state", state, str(root)]) == 0
+    assert json.loads(message.read_text()) == {"result": True}
 
 
 def test_a_launch_record_the_pod_forged_in_the_job_root_is_not_read(tmp_path):
