@@ -264,3 +264,29 @@ def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_
             kueue.delete_cluster_queue(kube_admin["api"], namespace)
             kube_admin["core"].delete_namespace(namespace)
             kube_admin["core"].delete_persistent_volume(namespace)
+
+
+def test_a_data_plane_step_kueue_holds_says_so_and_its_start_timeout_names_the_queue(kueue_queues, kube_admin):
+    """A step's Job (the cluster's data plane) in data_plane_queue, a LocalQueue Kueue does not admit it from (here:
+    none of that name): Kueue's webhook suspends it, the task log says where it waits, the start timeout says why."""
+    from types import SimpleNamespace
+
+    from operators.launch.kubernetes.api import KubernetesLaunchError
+    from operators.launch.kubernetes.data_plane import step_manifest
+    from operators.launch.kubernetes.options import KubernetesJobOptions
+    from operators.launch.kubernetes.steps import ClusterStep
+
+    options = KubernetesJobOptions(namespace=kueue_queues, data_plane="cluster", data_plane_queue="team-steps",
+                                   data_plane_image="training-airflow:latest", startup_timeout_seconds=15)
+    kube = SimpleNamespace(batch_v1_client=kube_admin["batch"], core_v1_client=kube_admin["core"])
+    lines: list[str] = []
+    step = ClusterStep(kube, options, "kq-step", "stage_code", on_line=lines.append)
+    step._submit(step_manifest(step.name, "kq-step", "stage_code", options, workspace="/workspace",
+                               command=["true"], payload={}, settings_env={}))
+    with pytest.raises(KubernetesLaunchError, match=r"did not start within 15 s .*\(waits suspended in Kueue queue "
+                                                    r"team-steps until Kueue admits it\)"):
+        step._wait_for_pod()
+    assert [line for line in lines if "waits suspended" in line] == [
+        f"[cluster] step stage_code: Job {kueue_queues}/kq-step-stage-code waits suspended in Kueue queue team-steps "
+        "until Kueue admits it"]
+    wait_for("the step's Job deleted", lambda: gone(kube_admin, kueue_queues, "kq-step-stage-code"), 120)

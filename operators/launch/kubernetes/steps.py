@@ -29,6 +29,7 @@ from operators.launch.kubernetes.data_plane import STEP_CONTAINER, step_manifest
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION
 from operators.launch.kubernetes.pods import config_error_is_permanent
 from operators.launch.kubernetes.options import KubernetesJobOptions
+from operators.launch.kubernetes.workload import QUEUE_LABEL
 from operators.launch.kubernetes.workspace import WORKSPACE_COMMAND
 from operators.launch.names import resource_name
 from operators.launch.steps import StepError, StepOutcome
@@ -36,6 +37,7 @@ from operators.launch.steps import StepError, StepOutcome
 log = logging.getLogger(__name__)
 
 DELETE_WAIT_SECONDS = 120
+NO_POD_SECONDS = 5  # a step's Job without a pod after this long is asked why once (Kueue holds it suspended)
 # Waiting reasons that no waiting cures: the step cannot start (its image, its Secret; a config error only when the
 # object or key is missing: pods.config_error_is_permanent).
 STUCK_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
@@ -130,10 +132,16 @@ class ClusterStep:
 
     def _wait_for_pod(self) -> Any:
         """The step's pod once its container runs or ran; fails at once on what waiting cannot cure."""
-        deadline = time.monotonic() + self.options.startup_timeout_seconds
-        said = None
+        started = time.monotonic()
+        deadline = started + self.options.startup_timeout_seconds
+        said = held = None
         while True:
-            for pod in self._pods():
+            pods = self._pods()
+            if not pods and held is None and time.monotonic() - started > NO_POD_SECONDS:
+                held = self._held_by()
+                if held:
+                    self.on_line(f"[cluster] step {self.step}: Job {self.namespace}/{self.name} {held}")
+            for pod in pods:
                 if pod.metadata.deletion_timestamp:
                     continue
                 status = _container_status(pod)
@@ -158,9 +166,21 @@ class ClusterStep:
                 self.delete()
                 raise KubernetesLaunchError(
                     f"step {self.step} did not start within {self.options.startup_timeout_seconds} s in namespace "
-                    f"{self.namespace}; check the namespace's quota and the workspace claim "
-                    f"{self.options.workspace_pvc}")
+                    f"{self.namespace}" + (f" ({held})" if held else "") + "; check the namespace's quota and the "
+                    f"workspace claim {self.options.workspace_pvc}")
             time.sleep(0.5)
+
+    def _held_by(self) -> str:
+        """Why the step's Job has no pod yet, when its spec says: Kueue (or another admission controller) holds it
+        suspended until it admits it; '' otherwise (a quota, a slow controller: the start timeout decides)."""
+        job = self._read_job()
+        if job is None or not (job.spec and job.spec.suspend):
+            return ""
+        queue = ((job.metadata.labels or {}).get(QUEUE_LABEL))
+        if queue:
+            return f"waits suspended in Kueue queue {queue} until Kueue admits it"
+        return ("waits suspended: Kueue holds the namespace's Jobs without a queue (manageJobsWithoutQueueName); "
+                "name the steps' LocalQueue in the profile's data_plane_queue")
 
     def _stream_log(self, pod: Any) -> None:
         """Every line of the step's log, as it is written; a dropped stream is resumed after the lines seen."""
