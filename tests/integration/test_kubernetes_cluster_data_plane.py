@@ -198,12 +198,14 @@ def _a_retry_after_the_ttl_reports_the_success(batch, namespace: str, job_name: 
     request = LaunchRequest(job_name=job_name, job_root=f"/workspace/jobs/{job_name}", workspace="/workspace",
                             layout="sagemaker", instance_count=2, hosts=tuple(hook.hosts(job_name, 2)),
                             image_uri=TRAINING_IMAGE, attempt=2)
-    said = _Lines()  # what the task log gets
-    hook.log.addHandler(said)
+    said = _Lines()  # what the task log gets (the hook's logger is Airflow's structlog one: a stdlib one in its place)
+    hook._log = logging.getLogger("test.retry-after-the-ttl")
+    hook._log.setLevel(logging.INFO)
+    hook._log.addHandler(said)
     try:
         hook.start(request)
     finally:
-        hook.log.removeHandler(said)
+        hook._log.removeHandler(said)
     lines = said.lines
     assert any("it succeeded; reporting that instead of training again" in line for line in lines), lines
     assert any(f"[cluster] step outcome: Job {namespace}/{job_name}-outcome created" in line for line in lines), lines
