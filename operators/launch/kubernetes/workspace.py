@@ -20,6 +20,7 @@ import os
 import stat
 import time
 
+from operators.fs.job_root import JobRoot
 from operators.launch.outcome import clear_outcome_markers
 from operators.launch.steps import report_outcome
 from operators.state.job_state import KUBERNETES_JOB
@@ -83,8 +84,8 @@ def succeeded_since_launch(job_root: str, state: str) -> bool:
     try:
         with open(os.path.join(state, KUBERNETES_JOB)) as handle:
             created = float(json.load(handle)["created"])
-        marker = os.lstat(os.path.join(job_root, "output", "success"))  # the job root's: a link is no marker
-        return stat.S_ISREG(marker.st_mode) and marker.st_mtime >= created - CLOCK_SLACK_SECONDS
+        marker = JobRoot(job_root).stat("output/success")  # the job's: a link (output/ too) is no marker
+        return marker is not None and marker.st_mtime >= created - CLOCK_SLACK_SECONDS
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

@@ -68,6 +68,12 @@ def test_a_success_marker_that_is_a_link_is_no_success(tmp_path):
     (tmp_path / "elsewhere").write_text("")
     (root / "output" / "success").symlink_to(tmp_path / "elsewhere")
     assert not succeeded_since_launch(str(root), state)
+    (tmp_path / "other-output").mkdir()  # nor output/ itself a link to another job's output
+    (tmp_path / "other-output" / "success").write_text("")
+    (root / "output" / "success").unlink()
+    (root / "output").rmdir()
+    (root / "output").symlink_to(tmp_path / "other-output")
+    assert not succeeded_since_launch(str(root), state)
 
 
 def test_in_the_cluster_the_init_container_records_the_launch_and_a_step_reports_its_success(tmp_path, monkeypatch):
