@@ -22,7 +22,7 @@ import pytest
 from counting_proxy import aws_connection_json
 from kube_cluster import make_namespace
 from real_node import TcpRelay
-from test_kubernetes_local_cluster_dag import dags_test
+from test_kubernetes_local_cluster_dag import dags_test, failure_reasons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
 
@@ -228,7 +228,7 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
                 "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
 
     state, states, values, output, seconds = dags_test(job("plane-first"), timeout=600)
-    assert state == "success", (states, output[-5000:])
+    assert state == "success", (failure_reasons(), states, output[-5000:])
     for step in ("stage_code", "prefetch_data", "write_configs", "restore", "upload_artifacts"):
         assert f"[cluster] step {step}: Job {namespace}/" in output, step
     for host in ("plane-first-0", "plane-first-1"):
@@ -262,7 +262,7 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
 
     # The same channel again: the cluster's cache has it (no object GET), the new job's pods mount the same entry.
     state, states, _, output, second = dags_test(job("plane-second"), timeout=600)
-    assert state == "success", (states, output[-5000:])
+    assert state == "success", (failure_reasons(), states, output[-5000:])
     assert _data_gets(proxy, bucket) == first_gets, "the second job read the channel from storage again"
     assert "reused" in output and "plane-second-1 reads part-2.csv: rows of part 2" in output
     print(f"\ncluster data plane, 2 hosts: first job {seconds:.1f}s, second (cache hit) {second:.1f}s")
@@ -323,7 +323,7 @@ def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(
     assert object_store.get(bucket, "out/ckpt-first/output/failure")  # the runtime's reason, uploaded by the step
 
     state, states, _, output, _ = dags_test(job("ckpt-second"), timeout=600)
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     assert "Restored 2 checkpoint file(s)" in output
     assert "resumed from epoch-2: state after epoch 2" in output
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kube_cluster import PLAY
+from operators.stages.failure_reasons import FAILURE_REASON_KEY
 
 # Each test is an Airflow start-up plus a DAG run: ~1 min on an idle machine, 2-3 min on a loaded one.
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(600)]
@@ -43,6 +44,21 @@ def dags_test(conf: dict, timeout: float = 540) -> tuple[str, dict, dict, str, f
         return run.state, states, values, proc.stdout + proc.stderr, seconds
 
 
+def failure_reasons() -> dict:
+    """The last run's failed tasks and the reason each recorded (XCom "failure_reason"): put first in a success
+    assertion's message, where a CI summary that shortens long lines still shows it."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(select(DagRun).where(DagRun.dag_id == "training_job").order_by(DagRun.id.desc())).first()
+        rows = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job",
+                                                  key=FAILURE_REASON_KEY)).all() if run else []
+        return {row.task_id: XComModel.deserialize_value(row) for row in rows}
+
+
 @pytest.fixture
 def job_conf(tmp_path):
     code = tmp_path / "code"
@@ -66,7 +82,7 @@ def log_lines(output: str) -> list[str]:
 
 def test_one_host_succeeds_with_every_log_line_once(kube_namespace, kube_admin, job_conf):
     state, states, values, output, seconds = dags_test(job_conf("kwok-one"))
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     lines = log_lines(output)
     expected = [f"line {i:04d}/500" for i in range(1, 501)]
     assert [line[:13] for line in lines] == expected, "a pod log line was lost or repeated"
@@ -79,7 +95,7 @@ def test_one_host_succeeds_with_every_log_line_once(kube_namespace, kube_admin, 
 
 def test_four_hosts_each_log_prefixed_and_all_succeed(kube_namespace, kube_admin, job_conf):
     state, states, values, output, seconds = dags_test(job_conf("kwok-four", instance_count=4))
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     for index in range(4):
         ours = [line for line in output.splitlines() if f"[kwok-four-{index}]" in line and "/500 epoch=" in line]
         assert len(ours) == 500, f"host {index}: {len(ours)} log lines"

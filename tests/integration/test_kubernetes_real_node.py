@@ -15,7 +15,7 @@ import pytest
 
 from dag_runner import HOSTILE_LINKS, HOSTILE_SCRIPT, assert_nothing_leaked, hostile_world
 from real_node import IMAGE, pod_s3_endpoint  # noqa: F401 - a fixture (the real-node fixtures come from conftest.py)
-from test_kubernetes_local_cluster_dag import dags_test
+from test_kubernetes_local_cluster_dag import dags_test, failure_reasons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
 
@@ -81,7 +81,7 @@ def test_one_host_runs_the_image_as_its_user_with_every_line_and_the_model(real_
     clock = PodClock(real_admin["core"], real_namespace, "real-one")
     state, states, values, output, seconds = dags_test(conf("real-one"), timeout=300)
     clock.stop()
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     assert "host real-one-0 uid 1000 of 1" in output  # the image's user, not root
     assert "hostile reached ." in output  # no sysctl, no sysrq, no /etc/shadow in the pod
     steps = [line[line.index("step "):line.index("step ") + 12] for line in output.splitlines() if "step " in line
@@ -143,7 +143,7 @@ else:
 time.sleep(3)  # let the other host connect to us too
 """
     state, states, _, output, seconds = dags_test(conf("real-two", script, instance_count=2), timeout=300)
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     # The runtime names the hosts by their pod's name in the headless Service (`real-two-0.real-two`).
     for me, other in (("real-two-0", "real-two-1"), ("real-two-1", "real-two-0")):
         assert f"{me}.real-two reached {other}.real-two at 10.213." in output, output[-4000:]
@@ -216,7 +216,7 @@ def test_s3_channel_and_credentials_from_a_secret(real_namespace, real_admin, co
                    "AWS_ACCESS_KEY_ID": "s3-credentials/access_key",
                    "AWS_SECRET_ACCESS_KEY": "s3-credentials/secret_key"}})
     state, states, _, output, seconds = dags_test(job, timeout=300)
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     for i in range(3):
         assert f"channel file part-{i}.csv: rows of part {i}" in output
     assert "read from S3 with the Secret's credentials: notes only the pod reads" in output
@@ -251,7 +251,7 @@ def test_pai_layout_with_a_command(real_namespace, conf, tmp_path):
                hyperparameters={"epochs": 3, "note": "a b; $(id)"}, inputs={"train": str(data)})
     del job["entry_point"]
     state, states, values, output, seconds = dags_test(job, timeout=300)
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     # The hyperparameters arrive as separate arguments, the shell's metacharacters untouched.
     assert 'argv ["--epochs", "3", "--note", "a b; $(id)"]' in output, output[-4000:]
     assert "code in /ml/usercode" in output and "input /ml/input/data/train/: ['a.txt']" in output, output[-4000:]
@@ -267,7 +267,7 @@ def test_links_a_pod_leaves_in_the_job_root_leak_nothing_and_overwrite_nothing(r
     state, states, values, output, _ = dags_test(
         conf("real-hostile", HOSTILE_SCRIPT, hyperparameters=world["hyperparameters"], checkpoint_path=str(ckpt)),
         timeout=300)
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     out = tmp_path / "out" / "real-hostile" / "output"
     with tarfile.open(out / "model.tar.gz") as tf:
         assert tf.getnames() == ["model.json"]

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from dag_runner import DDP_SCRIPT
-from test_kubernetes_local_cluster_dag import dags_test
+from test_kubernetes_local_cluster_dag import dags_test, failure_reasons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
 TORCH_IMAGE = os.environ.get("TRAINING_TORCH_IMAGE", "training-torch:latest")
@@ -42,7 +42,7 @@ def test_two_host_ddp_all_reduce_on_real_pods(real_namespace, torch_image, tmp_p
             "resources": {"cpu": "500m", "memory": "2Gi"}, "output_path": str(tmp_path / "out"),
             "metric_definitions": [{"Name": "allreduce", "Regex": "allreduce=([0-9.]+)"}], "max_run_seconds": 600}
     state, states, values, output, seconds = dags_test(conf, timeout=900)
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     for rank in (0, 1):  # each rank's line, prefixed with its host, reached the task log
         assert f"rank={rank} world=2 allreduce=3.0" in output, output[-4000:]
     assert values["launch_training"]["metrics"] == {"allreduce": 3.0}

@@ -9,7 +9,7 @@ import pytest
 import kueue
 from kube_cluster import make_queues
 from test_kubernetes_real_node import conf  # noqa: F401 - the fixture
-from test_kubernetes_local_cluster_dag import dags_test
+from test_kubernetes_local_cluster_dag import dags_test, failure_reasons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
 
@@ -28,7 +28,7 @@ def test_a_two_host_job_admitted_by_kueue_runs_on_the_real_node(real_cluster, re
         state, states, _, output, seconds = dags_test(conf("real-queued", TWO_HOSTS, instance_count=2), timeout=400)
     finally:
         kueue.delete_cluster_queue(real_admin["api"], real_namespace)
-    assert state == "success", (states, output[-4000:])
+    assert state == "success", (failure_reasons(), states, output[-4000:])
     assert "admitted by Kueue in team-a" in output, output[-4000:]
     for host in ("real-queued-0", "real-queued-1"):
         assert f"{host}.real-queued of 2 hosts" in output, output[-4000:]

@@ -15,9 +15,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import stat
+import tempfile
 import time
 
 from operators.fs.job_root import JobRoot
@@ -73,10 +75,17 @@ def write_launch_record(state: str, job_uid: str | None) -> None:
     """Record in the job's state directory `state` (created) that its Job `job_uid` was created (or, written by the
     Job's init container in the cluster, that one of its pods started) now."""
     os.makedirs(state, mode=0o700, exist_ok=True)
-    path = os.path.join(state, KUBERNETES_JOB)
-    with open(path + ".tmp", "w") as handle:
-        json.dump({"uid": job_uid, "created": time.time()}, handle)
-    os.replace(path + ".tmp", path)
+    # A temporary name of its own: every host's init container writes the record as its pod starts, often in the
+    # same instant, and a shared name renamed away under another writer failed that pod (and so the Job).
+    fd, temp = tempfile.mkstemp(prefix=f".{KUBERNETES_JOB}.", suffix=".tmp", dir=state)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"uid": job_uid, "created": time.time()}, handle)
+        os.replace(temp, os.path.join(state, KUBERNETES_JOB))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def succeeded_since_launch(job_root: str, state: str) -> bool:

@@ -146,3 +146,21 @@ def test_a_file_swapped_for_a_link_while_the_root_is_prepared_never_passes_its_m
     monkeypatch.undo()
     assert outside.stat().st_mode & 0o777 == 0o600  # the link's target keeps its mode
     assert os.path.islink(root / "model" / "weights")
+
+
+def test_the_pods_of_one_job_record_their_launch_at_the_same_time_without_failing(tmp_path):
+    """Every host's init container writes the launch record when its pod starts, often in the same instant: one
+    writer's temporary file must never be renamed away under another (a failed init container fails the Job)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    state = str(tmp_path / "state")
+
+    def host(uid: str) -> None:
+        for _ in range(200):
+            write_launch_record(state, uid)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(host, [f"uid-{i}" for i in range(8)]))  # re-raises a writer's error
+    record = json.loads((tmp_path / "state" / KUBERNETES_JOB).read_text())
+    assert record["uid"].startswith("uid-") and record["created"] <= time.time()
+    assert os.listdir(state) == [KUBERNETES_JOB], "a temporary file was left behind"
