@@ -13,7 +13,8 @@ elsewhere (the production-shaped tests pass PostgreSQL's URL: tests/integration/
 `kill(name)` / `restart(name)` kill and start one component. What it shares with `make airflow`: the repository's
 airflow.cfg, dags/ and plugins/, and the secrets file written by tools/airflow_secrets.py (jwt secret, [api]
 secret_key, fernet key) loaded into every component's environment. What differs: AIRFLOW_HOME (a temp dir with its
-own SQLite DB, logs and workspace), the port (api-server, worker and triggerer log servers: all free ports, so
+own logs and workspace; the fixtures' metadata DB is a database of its own on the session's PostgreSQL, without one
+SQLite in the home), the port (api-server, worker and triggerer log servers: all free ports, so
 several engineers' servers run side by side), a known admin password, 1 s scheduler heartbeat.
 On failure, each component's output is in `<home>/<component>.log` (`server.log_tail(name)`).
 """
@@ -253,16 +254,7 @@ class AirflowServer:
     # -- helpers for tests ----------------------------------------------------------------------------------
     def trigger(self, dag_id: str, conf: dict, run_id: str | None = None) -> dict:
         body = {"logical_date": None, "conf": conf, **({"dag_run_id": run_id} if run_id else {})}
-        for attempt in range(3):
-            status, run = self.api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
-            # SQLite's one writer: on a loaded machine the API's audit-log insert (which runs before the run is
-            # created) can wait out its 60 s lock timeout and answer 500 "Database error": the request did nothing.
-            detail = run.get("detail") if isinstance(run, dict) else None
-            if status == 500 and isinstance(detail, dict) and detail.get("reason") == "Database error" and attempt < 2:
-                continue
-            if status == 409 and attempt and run_id:  # created after all by the request that answered 500
-                status, run = self.api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
-            break
+        status, run = self.api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
         assert status == 200, run
         return run
 
@@ -312,16 +304,20 @@ def _read_env(path: Path) -> dict[str, str]:
                 if line.strip() and not line.startswith("#") and "=" in line)
 
 
-def airflow_deployment(tmp_path_factory, db_url: str | None = None, extra_env: dict[str, str] | None = None,
-                       name: str = "airflow-server") -> AirflowServer:
-    """The real Airflow components in a fresh home: what every fixture of this kind starts (use it as a context)."""
+def airflow_deployment(tmp_path_factory, postgres=None, db_url: str | None = None,
+                       extra_env: dict[str, str] | None = None, name: str = "airflow-server") -> AirflowServer:
+    """The real Airflow components in a fresh home: what every fixture of this kind starts (use it as a context).
+    `postgres` (the session's PostgresServer): on a database of its own there, as a deployment runs
+    (docs/operations.md); SQLite's single writer stalled the API's writes past a minute on a loaded CI machine."""
+    if postgres is not None and db_url is None:
+        db_url = postgres.create_database(name.replace("-", "_"))
     return AirflowServer(tmp_path_factory.mktemp(name), extra_env=extra_env, db_url=db_url)
 
 
 @pytest.fixture(scope="session")
-def airflow_server(tmp_path_factory):
+def airflow_server(tmp_path_factory, postgres_server):
     """One real Airflow per test session (about a minute to start); tests share it, so they use their own job names.
     Besides admin it has alice and bob (the auth manager's `User` role) and olivia (`Op`): `server.user_api("alice")`."""
     users = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user,bob:user,olivia:op"}
-    with airflow_deployment(tmp_path_factory, extra_env=users) as server:
+    with airflow_deployment(tmp_path_factory, postgres_server, extra_env=users) as server:
         yield server

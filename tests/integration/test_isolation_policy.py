@@ -22,13 +22,13 @@ QUOTA = 6000  # bytes of staged code per user
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, postgres_server):
     secrets = tmp_path_factory.mktemp("isolation-passwords") / "passwords.json"
     secrets.write_text(json.dumps(PASSWORDS))
     env = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user,victor:viewer",
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(secrets),
            "AIRFLOW__TRAINING__SDK_CODE_QUOTA_BYTES": str(QUOTA)}
-    with airflow_deployment(tmp_path_factory, extra_env=env, name="isolation-server") as server:
+    with airflow_deployment(tmp_path_factory, postgres_server, extra_env=env, name="isolation-server") as server:
         yield server
 
 

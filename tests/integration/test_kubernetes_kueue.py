@@ -191,6 +191,7 @@ def test_a_spec_picks_a_listed_queue_and_priority_through_airflow_dags_test(kueu
 
 @pytest.mark.timeout(900)  # an Airflow deployment's start-up plus two DAG runs
 def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_deferred(kube_cluster, kube_admin,
+                                                                                         postgres_server,
                                                                                          tmp_path_factory, tmp_path):
     """Served Airflow components (a real triggerer): the second of two 2-host jobs on a quota that holds one waits
     deferred; the training-jobs API says "queued" in team-a with the trigger's latest line, then it runs."""
@@ -202,7 +203,7 @@ def test_a_queued_jobs_page_says_where_it_waits_and_its_place_while_the_task_is_
     namespace = "kq-page"
     env = {"AIRFLOW__TRAINING_KUBERNETES__PROFILES": json.dumps({namespace: {"namespace": namespace}}),
            "AIRFLOW__TRAINING_KUBERNETES__QUEUES": "team-a,team-b"}
-    with airflow_deployment(tmp_path_factory, extra_env=env, name="airflow-kueue-page") as server:
+    with airflow_deployment(tmp_path_factory, postgres_server, extra_env=env, name="airflow-kueue-page") as server:
         make_namespace(kube_admin["core"], server.home / "workspace", name=namespace)
         try:
             make_queues(kube_cluster, kube_admin["api"], namespace, QUOTA)

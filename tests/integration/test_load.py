@@ -138,11 +138,6 @@ def airflow_env(proxy_url: str, s3_server) -> dict[str, str]:
     }
 
 
-def new_database(postgres_server, name: str) -> str:
-    postgres_server.sql(f"CREATE DATABASE {name} OWNER airflow", database="postgres")
-    return postgres_server.url.rsplit("/", 1)[0] + "/" + name
-
-
 class ServedRuns:
     """The runs triggered over the REST API of the served components (scheduler + LocalExecutor)."""
 
@@ -194,7 +189,7 @@ def test_twenty_runs_at_once_share_one_download_and_all_complete(postgres_server
     home = tmp_path / "airflow"
     env = airflow_env(load_proxy.url, s3_server)
 
-    with ServedRuns(home, env, new_database(postgres_server, "airflow_load")) as driver:
+    with ServedRuns(home, env, postgres_server.create_database("airflow_load")) as driver:
         load_proxy.reset()
         started = time.monotonic()
         driver.submit(confs)

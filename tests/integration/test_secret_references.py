@@ -32,10 +32,10 @@ TRAIN = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, postgres_server):
     env = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": USERS,
            "AIRFLOW__TRAINING__SECRET_REFERENCES": json.dumps(POLICY)}
-    with airflow_deployment(tmp_path_factory, extra_env=env, name="secret-references") as server:
+    with airflow_deployment(tmp_path_factory, postgres_server, extra_env=env, name="secret-references") as server:
         server._wait_for_dag("hyperparameter_search", 240)
         admin = server.api
         assert admin.call("POST", "/api/v2/connections", {"connection_id": "prod_db", "conn_type": "postgres",

@@ -93,7 +93,7 @@ def test_the_jobs_list_pages_a_thousand_jobs(airflow_server, tmp_path):
     conf = job_conf(tmp_path, "scale-job")
     airflow_server.trigger("training_job", conf, run_id="scale-job")
     assert airflow_server.wait_for_run("training_job", "scale-job")["state"] == "success"
-    clone_run(airflow_server.home / "airflow.db", "training_job", "scale-job", 1000)
+    clone_run(airflow_server.db_url, "training_job", "scale-job", 1000)
     api = airflow_server.api
     timings = {}
     for name, query in (("newest first", ""), ("sorted by loss", "&sort=metric:loss&order=asc"),
