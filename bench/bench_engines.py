@@ -39,8 +39,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import (  # noqa: E402
-    MiB,
     RESULTS_DIR,
+    MiB,
     freeze_imported_heap,
     load_average,
     markdown_table,
@@ -170,8 +170,8 @@ def main() -> None:
         import boto3  # noqa: F401 - the task process has it imported already
 
         from operators.settings import training_settings
-        from operators.storage.botocore.client import forget_data_loader
         from operators.storage.hook import ObjectStorageHook
+        from operators.storage.remote import forget_data_loader
 
         quiet_logs()
         settings = training_settings()
@@ -281,8 +281,8 @@ def upload_engines(args, server: S3Server, workdir: str, datasets, settings, s5c
     """--upload: each engine uploads the same local directory to a fresh prefix, round-robin, median of --repeats."""
     from unittest import mock
 
-    from operators.storage.botocore.client import forget_data_loader
     from operators.storage.hook import ObjectStorageHook
+    from operators.storage.remote import forget_data_loader
 
     sections, results = [], {"datasets": {}, "direction": "upload"}
     runs_done = [0]

@@ -28,8 +28,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import (  # noqa: E402
-    MiB,
     RESULTS_DIR,
+    MiB,
     freeze_imported_heap,
     load_average,
     markdown_table,
@@ -109,9 +109,9 @@ def main() -> None:
         import boto3  # noqa: F401 - imported up front: the task process has it already
 
         from operators.cache.data_cache import DataCacheHook
-        from operators.storage.botocore.client import forget_data_loader
-        from operators.storage.hook import ObjectStorageHook
         from operators.settings import training_settings
+        from operators.storage.hook import ObjectStorageHook
+        from operators.storage.remote import forget_data_loader
 
         quiet_logs()
         settings = training_settings()

@@ -94,7 +94,7 @@ _METADATA_HEADER = f"x-amz-meta-{METADATA_KEY}"
 
 # botocore parameters of an upload that stores UPLOAD_ALGORITHM as a full-object checksum: CreateMultipartUpload
 # takes both, PutObject and UploadPart the algorithm (s3transfer passes each request what it accepts); the value of
-# each request's body goes in a header (storage.botocore.client), never in an aws-chunked trailer.
+# each request's body goes in a header (storage.remote), never in an aws-chunked trailer.
 # CompleteMultipartUpload carries no whole-object value (s3transfer would need it before reading the bytes): the
 # store composes it from the parts' values (MinIO does, and refuses a part whose value does not match), and the
 # HEAD after the upload compares it with the CRC of what was sent.

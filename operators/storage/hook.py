@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from operators.fs.safe_tar import pack_directory
 from operators.settings import training_settings
-from operators.storage.botocore.client import make_remote
 from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
 from operators.storage.errors import StorageError
 from operators.storage.location import (
@@ -47,6 +46,7 @@ from operators.storage.location import (
     parse_uri,
 )
 from operators.storage.progress import DEFAULT_INTERVAL_SECONDS, TransferProgress
+from operators.storage.remote import make_remote
 from operators.storage.stores import LocalStore, RemoteStore, Store
 from operators.storage.transfers import TransferTuning
 

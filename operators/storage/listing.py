@@ -28,7 +28,7 @@ from operators.storage.location import (
 from operators.storage.obstore.store import store_for
 
 if TYPE_CHECKING:
-    from operators.storage.botocore.client import Remote
+    from operators.storage.remote import Remote
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -78,7 +78,9 @@ def exact_object(remote: Remote, loc: StorageLocation) -> dict | None:
     """The listed item of the object whose key is exactly `loc.key`, or None."""
     store = _store(remote, loc.bucket)
     if store is not None:
-        from operators.storage.obstore.listing import head_item  # lazy: obstore is optional (botocore lists without it)
+        from operators.storage.obstore.listing import (
+            head_item,  # lazy: obstore is optional (botocore lists without it)
+        )
 
         return head_item(store, loc.key)
     return botocore_listing.exact_item(remote, loc.bucket, loc.key)
@@ -88,7 +90,9 @@ def any_key_under(remote: Remote, loc: StorageLocation, prefix: str) -> bool:
     """Whether some key (a directory marker included) of `loc`'s bucket starts with `prefix` (ending in '/')."""
     store = _store(remote, loc.bucket) if prefix else None
     if store is not None:
-        from operators.storage.obstore.listing import any_under  # lazy: obstore is optional (botocore lists without it)
+        from operators.storage.obstore.listing import (
+            any_under,  # lazy: obstore is optional (botocore lists without it)
+        )
 
         return any_under(store, prefix)
     return botocore_listing.any_under(remote, loc.bucket, prefix)

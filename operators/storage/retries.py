@@ -12,7 +12,7 @@ failed 13 of 24 transfers (channel downloads, model packs, directory uploads); w
 (docs/operations.md, "Object-store faults").
 
 The two places where botocore's retries alone are not enough (its retry quota, a CompleteMultipartUpload retried
-after a lost response) are fixed on each botocore client by storage.botocore.retries.install.
+after a lost response) are fixed on each botocore client by storage.remote_retries.install.
 """
 
 from __future__ import annotations

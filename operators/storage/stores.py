@@ -20,7 +20,11 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
 from operators.storage.botocore.downloads import download_objects
-from operators.storage.botocore.small_objects import delete_keys, put_object, read_object
+from operators.storage.botocore.small_objects import (
+    delete_keys,
+    put_object,
+    read_object,
+)
 from operators.storage.botocore.stream import upload_stream
 from operators.storage.botocore.uploads import upload_files
 from operators.storage.errors import StorageError, is_not_found, translate_error
@@ -32,7 +36,12 @@ from operators.storage.listing import (
     list_prefix,
     remote_lists_through_obstore,
 )
-from operators.storage.location import LOCAL_SCHEME, ObjectInfo, ObjectListing, StorageLocation
+from operators.storage.location import (
+    LOCAL_SCHEME,
+    ObjectInfo,
+    ObjectListing,
+    StorageLocation,
+)
 from operators.storage.obstore import store as obstore_store
 from operators.storage.progress import TransferProgress
 from operators.storage.small_objects import delete_local, write_local
@@ -202,7 +211,7 @@ class RemoteStore(Store):
 
     @property
     def remote(self):
-        """The connection's client (storage.botocore.client.Remote); built once, on first use (by one thread)."""
+        """The connection's client (storage.remote.Remote); built once, on first use (by one thread)."""
         with self._lock:
             if self._remote is None:
                 self._remote = self._make_remote()

@@ -27,7 +27,7 @@ from operators.storage.progress import TransferProgress
 from operators.storage.retries import BODY_ATTEMPTS
 
 if TYPE_CHECKING:
-    from operators.storage.botocore.client import Remote
+    from operators.storage.remote import Remote
 
 log = logging.getLogger("operators.storage.hook")
 

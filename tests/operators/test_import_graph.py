@@ -206,6 +206,21 @@ def test_no_backend_package_reaches_another(backend):
         assert others == [], f"{module} imports another backend's {others}"
 
 
+STORAGE_ENGINES = ("storage.botocore", "storage.obstore")
+
+
+@pytest.mark.parametrize("engine", STORAGE_ENGINES)
+def test_no_storage_engine_reaches_the_other(engine):
+    """Like the backends: both engines run on the connection's neutral client (storage.remote), never on each other."""
+    graph = import_graph()
+    modules = [m for m in graph if _in_package(m, engine)]
+    assert modules
+    for module in modules:
+        others = sorted(m for m in _reachable(graph, module)
+                        if any(_in_package(m, e) for e in STORAGE_ENGINES if e != engine))
+        assert others == [], f"{module} imports the other engine's {others}"
+
+
 def test_a_backend_module_outside_its_folder_is_found():
     """The boundary helpers on a made-up graph: a docker module reaching a kubernetes one through a shared module."""
     graph = {"operators.launch.docker.x": {"operators.launch.base"},

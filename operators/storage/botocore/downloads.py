@@ -29,12 +29,12 @@ from typing import Callable, Iterable
 from s3transfer.manager import TransferManager
 
 from operators.storage import checksums
-from operators.storage.botocore.client import Remote
-from operators.storage.botocore.retries import body_errors
 from operators.storage.botocore.subscribers import subscriber_classes
 from operators.storage.errors import translate_error
 from operators.storage.location import ObjectInfo, StorageLocation
 from operators.storage.progress import TransferProgress
+from operators.storage.remote import Remote
+from operators.storage.remote_retries import body_errors
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import (
     IO_CHUNK,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from operators.storage.botocore.client import Remote
+from operators.storage.remote import Remote
 
 
 def exact_item(remote: Remote, bucket: str, key: str) -> dict | None:

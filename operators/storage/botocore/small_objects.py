@@ -8,14 +8,14 @@ import base64
 import hashlib
 import time
 
-from operators.storage.botocore.client import Remote
-from operators.storage.botocore.retries import body_errors
 from operators.storage.errors import StorageError
 from operators.storage.location import (
     StorageLocation,
     is_md5_etag,
     normalize_etag,
 )
+from operators.storage.remote import Remote
+from operators.storage.remote_retries import body_errors
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import etag_is_not_md5
 

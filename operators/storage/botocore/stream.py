@@ -8,7 +8,7 @@ when the whole stream is below the multipart threshold). So packing and uploadin
 is bounded by s3transfer's part buffers (at most `max_in_memory_upload_chunks` parts), whatever the size.
 
 Where the store takes checksums (storage.botocore.uploads.store_takes_checksums), the upload stores a full-object
-CRC64NVME: each part carries its own (a header computed by storage.botocore.client), the store composes the whole
+CRC64NVME: each part carries its own (a header computed by storage.remote), the store composes the whole
 object's, and the HEAD after the upload checks it against the CRC of everything written (computed in C on the way,
 where the MD5 it replaces would cost ~1.7 ms per MiB).
 
@@ -29,11 +29,12 @@ from typing import Callable
 from s3transfer.manager import TransferManager
 
 from operators.storage import checksums
-from operators.storage.botocore.client import Remote
-from operators.storage.botocore.uploads import abort_leftover_uploads, store_takes_checksums
+from operators.storage.botocore.uploads import store_takes_checksums
 from operators.storage.errors import StorageError, translate_error
+from operators.storage.leftover_uploads import abort_leftover_uploads
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
 from operators.storage.progress import TransferProgress
+from operators.storage.remote import Remote
 from operators.storage.transfers import etag_hides_md5
 
 log = logging.getLogger("operators.storage.hook")

@@ -1,2 +1,2 @@
-"""The obstore engine: Rust object_store on one event loop, on the botocore engine's connection (see
+"""The obstore engine: Rust object_store on one event loop, on the connection both engines share (see
 operators/storage/__init__.py)."""

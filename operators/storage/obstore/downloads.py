@@ -5,7 +5,7 @@ in Rust on one event loop, ~1.2 ms per object (bench/README.md, "transfer engine
 stays ours, with the guarantees of the botocore path (storage.botocore.downloads):
 
 - the same connection: endpoint, region, credentials (AwsBaseHook's session, refreshed through a provider) and the
-  addressing style botocore itself resolves for the bucket (storage.botocore.client.Remote.engine_settings);
+  addressing style botocore itself resolves for the bucket (storage.remote.Remote.engine_settings);
 - every GET carries If-Match with the listed ETag, so a changed object fails as "changed", never mixes versions;
 - objects below the multipart threshold are one GET each, streamed to a temp file with their CRC or MD5
   (transfers.body_check); objects at or above it are split into ranges fetched in parallel and written at their
@@ -31,11 +31,16 @@ from dataclasses import dataclass, field
 import obstore
 
 from operators.storage import checksums
-from operators.storage.botocore.client import EngineSettings, Remote
 from operators.storage.errors import StorageError, translate_error
 from operators.storage.location import ObjectInfo, StorageLocation
-from operators.storage.obstore.store import OFFLOAD_BYTES, make_store, run_coroutine, run_workers
+from operators.storage.obstore.store import (
+    OFFLOAD_BYTES,
+    make_store,
+    run_coroutine,
+    run_workers,
+)
 from operators.storage.progress import TransferProgress
+from operators.storage.remote import EngineSettings, Remote
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
 from operators.storage.transfers import (
     IO_CHUNK,

@@ -2,9 +2,10 @@
 the obstore engine (listing, downloads, uploads) gets its store from, and the one switch between obstore and
 botocore.
 
-The obstore engine runs on the botocore engine's connection (storage.botocore.client.Remote: endpoint, addressing,
+The obstore engine runs on the connection both engines share (storage.remote.Remote: endpoint, addressing,
 refreshable credentials) and leaves it the few requests it does not make itself (HEADs that tell an encrypted
-object's ETag from an MD5, ListMultipartUploads after a multipart upload); botocore's modules never import these."""
+object's ETag from an MD5, ListMultipartUploads after a multipart upload: storage.leftover_uploads); neither engine
+imports the other."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from datetime import timedelta
 
 from botocore.httpsession import get_cert_path
 
-from operators.storage.botocore.client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, EngineSettings, Remote
+from operators.storage.remote import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    EngineSettings,
+    Remote,
+)
 
 log = logging.getLogger("operators.storage.hook")
 
@@ -71,7 +77,9 @@ def _default_ca_bundle() -> str:
 
 def make_store(settings: EngineSettings, bucket: str):
     """An obstore S3Store for `bucket` with the connection's endpoint, region, credentials and addressing style."""
-    from obstore.store import S3Store  # lazy: obstore is optional (botocore serves the bucket without it)
+    from obstore.store import (
+        S3Store,  # lazy: obstore is optional (botocore serves the bucket without it)
+    )
 
     credentials = settings.credentials
 

@@ -21,7 +21,7 @@ What stays ours, with the guarantees of the botocore path:
 - object_store retries each request (5xx incl. 503 SlowDown, 429, resets, timeouts) with backoff, but not the
   POSTs of a multipart upload (create, complete) whose response was lost: a transient failure is tried again here,
   a single PUT or a file's multipart upload from its start, a stream's while none of it was read;
-- multipart uploads that fail are aborted by obstore itself; `botocore.uploads.abort_leftover_uploads`
+- multipart uploads that fail are aborted by obstore itself; `storage.leftover_uploads.abort_leftover_uploads`
   (ListMultipartUploads) stays the safety net after every multipart upload (a lost CreateMultipartUpload response's
   upload);
 - a CompleteMultipartUpload whose response was lost and whose retry got NoSuchUpload (MinIO, Ceph forget a
@@ -48,15 +48,25 @@ from typing import Awaitable, Callable
 import obstore
 
 from operators.storage import checksums
-from operators.storage.botocore.client import EngineSettings, Remote
-from operators.storage.botocore.uploads import abort_leftover_uploads
 from operators.storage.errors import StorageError, translate_error
+from operators.storage.leftover_uploads import abort_leftover_uploads
 from operators.storage.location import StorageLocation, is_md5_etag, normalize_etag
 from operators.storage.obstore.part_queue import PartQueue
-from operators.storage.obstore.store import OFFLOAD_BYTES, make_store, run_coroutine, run_workers
+from operators.storage.obstore.store import (
+    OFFLOAD_BYTES,
+    make_store,
+    run_coroutine,
+    run_workers,
+)
 from operators.storage.progress import TransferProgress
+from operators.storage.remote import EngineSettings, Remote
 from operators.storage.retries import BODY_ATTEMPTS, backoff_seconds
-from operators.storage.transfers import IO_CHUNK, TransferTuning, UploadItem, etag_hides_md5
+from operators.storage.transfers import (
+    IO_CHUNK,
+    TransferTuning,
+    UploadItem,
+    etag_hides_md5,
+)
 
 log = logging.getLogger("operators.storage.hook")
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from botocore.exceptions import EndpointResolutionError
 
-from operators.storage.botocore.client import make_remote
 from operators.storage.location import parse_uri
+from operators.storage.remote import make_remote
 
 BUCKETS = ("bkt-1", "my.dotted.bucket", "Upper_Case", "ab", "a" * 63)
 

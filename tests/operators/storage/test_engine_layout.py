@@ -1,6 +1,7 @@
-"""operators/storage/: one sub-package per engine beside the engine-neutral layer (issue 39). The botocore engine
-never imports the obstore one (obstore runs on botocore's connection, not the reverse), and the neutral modules the
-engines build on import no engine (only RemoteStore, the listing and the hook choose between them)."""
+"""operators/storage/: one sub-package per engine beside the engine-neutral layer (issue 39). Neither engine imports
+the other (both run on the connection's neutral client, storage.remote, and share the multipart safety net,
+storage.leftover_uploads), and the neutral modules the engines build on import no engine (only RemoteStore, the
+listing and the hook choose between them)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,16 @@ def _engine(name: str) -> str | None:
     return parts[2] if len(parts) > 3 and parts[2] in ("botocore", "obstore") else None
 
 
-def test_botocore_never_imports_obstore():
-    for path in (STORAGE / "botocore").glob("*.py"):
-        assert not [m for m in _imported(path) if _engine(m) == "obstore"], path.name
+def test_neither_engine_imports_the_other():
+    for engine, other in (("botocore", "obstore"), ("obstore", "botocore")):
+        for path in (STORAGE / engine).glob("*.py"):
+            assert not [m for m in _imported(path) if _engine(m) == other], f"{engine}/{path.name}"
 
 
 def test_the_neutral_modules_below_the_engines_import_no_engine():
     neutral = [p for p in STORAGE.glob("*.py") if p.stem not in CHOOSERS and p.stem != "__init__"]
-    assert {p.stem for p in neutral} >= {"location", "errors", "transfers", "retries", "progress", "addressing"}
+    assert {p.stem for p in neutral} >= {"location", "errors", "transfers", "retries", "progress", "addressing",
+                                         "remote", "remote_retries", "leftover_uploads"}
     for path in neutral:
         assert not [m for m in _imported(path) if _engine(m)], path.name
 

@@ -13,11 +13,10 @@ import os
 
 import pytest
 
-from operators.storage.botocore.client import make_remote
-from operators.storage.hook import StorageError, parse_uri
-from operators.storage.obstore.store import obstore_settings
 from operators.settings import TrainingSettings
-from operators.storage.hook import ObjectStorageHook
+from operators.storage.hook import ObjectStorageHook, StorageError, parse_uri
+from operators.storage.obstore.store import obstore_settings
+from operators.storage.remote import make_remote
 
 MiB = 1024 * 1024
 

@@ -9,15 +9,15 @@ import os
 import pytest
 from cache_trees import new_cache, put_tree
 
+from operators.fs.safe_tar import pack_directory
 from operators.settings import TrainingSettings
 from operators.staging.code import stage_code
-from operators.storage.botocore import client as storage_client
-from operators.storage.botocore.client import make_remote
+from operators.storage import remote as storage_client
 from operators.storage.errors import StorageError
 from operators.storage.hook import ObjectStorageHook
 from operators.storage.listing import describe_remote, exact_object, list_prefix
 from operators.storage.location import parse_uri
-from operators.fs.safe_tar import pack_directory
+from operators.storage.remote import make_remote
 
 KEYS = {
     "d/a b.txt": b"space",

@@ -20,14 +20,23 @@ from urllib.parse import urlsplit
 
 from botocore import UNSIGNED
 from botocore.config import Config
-from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, parse_timestamp, validate_region_name
+from botocore.utils import (
+    is_valid_endpoint_url,
+    is_valid_ipv6_endpoint_url,
+    parse_timestamp,
+    validate_region_name,
+)
 from dateutil.tz import tzutc
 
 from operators.storage import checksums
 from operators.storage.addressing import resolve_addressing
-from operators.storage.botocore.retries import install
 from operators.storage.errors import StorageError, display_endpoint
-from operators.storage.location import DEFAULT_CONNECTIONS, StorageLocation, connection_env_name
+from operators.storage.location import (
+    DEFAULT_CONNECTIONS,
+    StorageLocation,
+    connection_env_name,
+)
+from operators.storage.remote_retries import install
 from operators.storage.retries import REQUEST_RETRIES
 
 log = logging.getLogger("operators.storage.hook")
