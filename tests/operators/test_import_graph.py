@@ -193,32 +193,20 @@ def test_jobspec_launch_and_cache_import_nothing_from_pipelines_or_stages(packag
 
 
 BACKEND_PACKAGES = ("launch.local", "launch.docker", "launch.kubernetes")
-
-
-@pytest.mark.parametrize("backend", BACKEND_PACKAGES)
-def test_no_backend_package_reaches_another(backend):
-    graph = import_graph()
-    modules = [m for m in graph if _in_package(m, backend)]
-    assert modules
-    for module in modules:
-        others = sorted(m for m in _reachable(graph, module)
-                        if any(_in_package(m, b) for b in BACKEND_PACKAGES if b != backend))
-        assert others == [], f"{module} imports another backend's {others}"
-
-
+# The storage engines, like the backends: both run on the connection's neutral client (storage.remote).
 STORAGE_ENGINES = ("storage.botocore", "storage.obstore")
 
 
-@pytest.mark.parametrize("engine", STORAGE_ENGINES)
-def test_no_storage_engine_reaches_the_other(engine):
-    """Like the backends: both engines run on the connection's neutral client (storage.remote), never on each other."""
+@pytest.mark.parametrize("siblings, package", [(group, package) for group in (BACKEND_PACKAGES, STORAGE_ENGINES)
+                                               for package in group])
+def test_no_backend_or_storage_engine_reaches_a_sibling(siblings, package):
     graph = import_graph()
-    modules = [m for m in graph if _in_package(m, engine)]
+    modules = [m for m in graph if _in_package(m, package)]
     assert modules
     for module in modules:
         others = sorted(m for m in _reachable(graph, module)
-                        if any(_in_package(m, e) for e in STORAGE_ENGINES if e != engine))
-        assert others == [], f"{module} imports the other engine's {others}"
+                        if any(_in_package(m, sibling) for sibling in siblings if sibling != package))
+        assert others == [], f"{module} imports a sibling's {others}"
 
 
 def test_a_backend_module_outside_its_folder_is_found():
