@@ -1,4 +1,4 @@
-"""The botocore engine's transfers with the store's own checksums (storage.checksums; botocore.client's handlers,
+"""The botocore engine's transfers with the store's own checksums (storage.checksums; storage.remote's handlers,
 botocore.downloads, botocore.uploads, botocore.stream), against the real S3 server (MinIO behind the counting
 proxy): uploads store a full-object CRC64NVME, sent in a header and never in an aws-chunked trailer; downloads are
 verified by it instead of MD5; objects without one still by MD5; a store that refuses checksum headers still gets
