@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from operators.storage import checksums
 from operators.storage.hook import ObjectStorageHook, StorageError, parse_uri
 from operators.storage.progress import TransferProgress
 from operators.settings import TrainingSettings
@@ -107,6 +108,9 @@ def test_small_stream_is_one_put_checked_against_its_md5(tmp_path, storage_conne
     assert object_store.get(bucket, "stream/small.bin") == data
     # one PUT, verified by the ETag it answered (the MD5 of what was written): no HEAD, no listing
     assert [r["method"] for r in s3_proxy.snapshot() if r["path"].endswith("small.bin")] == ["PUT"]
+    # ... carrying the CRC64NVME its downloads verify instead of MD5
+    assert object_store.client.head_object(Bucket=bucket, Key="stream/small.bin")["Metadata"] == \
+        checksums.metadata(checksums.CRC64NVME.compute(data))
 
 
 def test_upload_packed_directory_gives_the_same_archive_as_packing_alone(tmp_path, storage_connections, object_store):
