@@ -138,10 +138,10 @@ KUBERNETES = {
                               "queue's default.", "", example="low"),
     "queue_priorities": _option("Comma-separated WorkloadPriorityClasses a spec's kubernetes.queue_priority may "
                                 "pick besides the default.", "", example="low,high"),
-    "data_plane": _option("Where a job's bytes move: shared_volume (the Airflow workers mount workspace_pvc at "
-                          "[training] workspace) or cluster (platform pods in the training namespace stage, prefetch, "
-                          "restore, sync checkpoints and upload; the worker mounts nothing). A profile may set it.",
-                          "shared_volume", example="cluster"),
+    "data_plane": _option("Where a job's bytes move: cluster (platform pods in the training namespace stage, prefetch, "
+                          "restore, sync checkpoints and upload; the worker mounts nothing) or shared_volume (the "
+                          "Airflow workers mount workspace_pvc at [training] workspace). A profile may set it.",
+                          "cluster", example="shared_volume"),
     "data_plane_image": _option("The platform's image the in-cluster steps run (data_plane = cluster).",
                                 "training-airflow:latest", example="registry.example.com/training-airflow:3.3.2"),
     "storage_secret": _option("Secret in the training namespace whose keys are AIRFLOW_CONN_<ID>: the connections "

@@ -52,7 +52,8 @@ def check_storage(spec: JobSpec, kubernetes_settings: Any = None) -> None:
         if "://" not in uri or uri.startswith("file://"):
             raise SpecError(field, f"{uri} is a local path, but this job's bytes move in the cluster (kubernetes "
                             "data_plane = cluster), which cannot read this worker's files; upload it to object "
-                            "storage and give its s3://, cos://, oss:// or obs:// URI")
+                            "storage and give its s3://, cos://, oss:// or obs:// URI (or, where the Airflow workers "
+                            "mount the cluster's volume, an admin sets data_plane = shared_volume)")
         schemes.setdefault(uri.split("://", 1)[0], field)
     keys = _secret_keys(options) if options.storage_secret else set()
     for scheme, field in schemes.items():

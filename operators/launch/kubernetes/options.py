@@ -24,6 +24,7 @@ from pydantic import Field
 from operators.jobspec.parts import Count, Strict
 from operators.launch.kubernetes.profiles import profile_for
 from operators.launch.kubernetes.queues import queue_choice
+from operators.launch.kubernetes.settings import DEFAULT_DATA_PLANE
 from operators.launch.kubernetes.names import (
     is_dns1123_label,
     is_dns1123_subdomain,
@@ -118,7 +119,7 @@ class KubernetesJobOptions:
     queue: str = ""  # Kueue LocalQueue: the Job is created suspended and admitted whole (operators/launch/kubernetes/queues.py)
     queue_priority: str = ""  # Kueue WorkloadPriorityClass
     # The profile's data plane (operators/launch/kubernetes/data_plane.py); never a spec's.
-    data_plane: str = "shared_volume"
+    data_plane: str = DEFAULT_DATA_PLANE
     data_plane_image: str = "training-airflow:latest"
     storage_secret: str = ""
     data_plane_service_account: str = ""
@@ -281,7 +282,7 @@ def resolve_options(options: Mapping[str, Any] | None, settings: Any) -> Kuberne
         propagation_policy=propagation,
         queue=queue,
         queue_priority=queue_priority,
-        data_plane=str(profile.get("data_plane") or "shared_volume"),
+        data_plane=str(profile.get("data_plane") or DEFAULT_DATA_PLANE),
         data_plane_image=str(getattr(settings, "data_plane_image", "") or KubernetesJobOptions.data_plane_image),
         storage_secret=str(profile.get("storage_secret") or ""),
         data_plane_service_account=str(profile.get("data_plane_service_account") or ""),

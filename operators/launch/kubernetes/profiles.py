@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from operators.launch.kubernetes.names import is_label_value
+from operators.launch.kubernetes.settings import DATA_PLANES, DEFAULT_DATA_PLANE
 
 PROFILE_FIELDS = ("namespace", "service_account", "workspace_pvc", "workspace_subpath", "run_as_user",
                   "security_context", "container_security_context")
@@ -49,7 +50,7 @@ def profiles(settings: Any) -> dict[str, dict[str, Any]]:
             extra = sorted(set(fields) - set(allowed)) if isinstance(fields, Mapping) else []
             raise ValueError(f"airflow.cfg [training.kubernetes] profiles.{name} must be an object of "
                              f"{', '.join(allowed)}" + (f" (not {extra[0]!r})" if extra else "") + "; fix it")
-        if fields.get("data_plane", "shared_volume") not in ("shared_volume", "cluster"):
+        if fields.get("data_plane", DEFAULT_DATA_PLANE) not in DATA_PLANES:
             raise ValueError(f"airflow.cfg [training.kubernetes] profiles.{name}.data_plane is "
                              f"{fields['data_plane']!r}; use shared_volume or cluster")
         result[str(name)] = {**default, **dict(fields)}

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from operators.settings import get_bool, get_choice, get_int, get_json, get_list, get_str
 
 DATA_PLANES = ("shared_volume", "cluster")
+# A deployment that says nothing moves its jobs' bytes in the cluster: it needs no volume on the Airflow workers, which
+# most deployments (managed Airflow, a GPU cluster elsewhere) cannot mount; one whose workers can says shared_volume.
+DEFAULT_DATA_PLANE = "cluster"
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class KubernetesSettings:
     queue_priorities: tuple[str, ...] = ()
     # Where a job's bytes move (operators/launch/kubernetes/data_plane.py): "shared_volume" = on the Airflow worker,
     # which mounts the workspace volume; "cluster" = in platform pods beside the training, the worker holds nothing.
-    data_plane: str = "shared_volume"
+    data_plane: str = DEFAULT_DATA_PLANE
     data_plane_image: str = "training-airflow:latest"  # the platform's image the in-cluster steps run
     storage_secret: str = ""  # Secret of AIRFLOW_CONN_<ID> keys: the connections the in-cluster steps use
     data_plane_queue: str = ""  # the Kueue LocalQueue of the steps, where Kueue manages every Job of the namespace
@@ -72,7 +75,7 @@ def kubernetes_settings() -> KubernetesSettings:
         queues=get_list(s, "queues"),
         queue_priority=get_str(s, "queue_priority", "").strip(),
         queue_priorities=get_list(s, "queue_priorities"),
-        data_plane=get_choice(s, "data_plane", "shared_volume", DATA_PLANES),
+        data_plane=get_choice(s, "data_plane", DEFAULT_DATA_PLANE, DATA_PLANES),
         data_plane_image=get_str(s, "data_plane_image", KubernetesSettings.data_plane_image).strip(),
         storage_secret=get_str(s, "storage_secret", "").strip(),
         data_plane_service_account=get_str(s, "data_plane_service_account", "").strip(),

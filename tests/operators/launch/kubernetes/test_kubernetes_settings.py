@@ -28,3 +28,22 @@ def test_a_bad_value_is_one_line_naming_the_setting(monkeypatch, variable, value
     with pytest.raises(ValueError, match=re.escape(message)) as err:
         kubernetes_settings()
     assert str(err.value).startswith("airflow.cfg [") and "\n" not in str(err.value)
+
+
+def test_a_deployment_that_names_no_data_plane_moves_the_bytes_in_the_cluster(monkeypatch):
+    """The shipped airflow.cfg says shared_volume (this checkout's local cluster mounts its workspace); a deployment's
+    airflow.cfg without the line gets the cluster's data plane, which needs no volume on the Airflow workers."""
+    from airflow.configuration import conf
+
+    from operators.launch.kubernetes.options import resolve_options
+
+    assert kubernetes_settings().data_plane == "shared_volume"  # the shipped airflow.cfg, as the suite runs it
+    monkeypatch.delenv("AIRFLOW__TRAINING_KUBERNETES__DATA_PLANE", raising=False)
+    saved = conf.get("training.kubernetes", "data_plane")
+    conf.remove_option("training.kubernetes", "data_plane")
+    try:
+        settings = kubernetes_settings()
+        assert settings.data_plane == "cluster"
+        assert resolve_options({}, settings).in_cluster
+    finally:
+        conf.set("training.kubernetes", "data_plane", saved)
