@@ -51,5 +51,15 @@ def main() -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End the pod's process once the outcome is written and the log flushed, without the interpreter's teardown: with
+    Airflow imported that is ~0.3 s of every step's life (1.52 -> 1.19 s for the import alone, measured), and nothing
+    is left for it to do (the stages close their files and temporary directories themselves)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
@@ -156,6 +158,33 @@ def test_the_pod_runs_the_stage_here_and_reports_its_result(workspace, tmp_path,
     assert status == 0 and said == {"result": {"code_dir": str(workspace / "jobs" / "plane" / "code"), "files": 1,
                                                "bytes": 9}}
     assert (workspace / "jobs" / "plane" / "code" / "train.py").read_text() == "print(1)\n"
+
+
+def test_the_pod_process_ends_with_the_outcome_and_its_whole_log(workspace, tmp_path, monkeypatch):
+    """`python -m operators.stages.step_pod` as the pod runs it: it leaves without the interpreter's teardown, so what
+    must outlive it is checked here: the exit status, the termination message and the stage's last log line."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    job = _job("kubernetes", str(code), str(tmp_path / "out"))
+    message = tmp_path / "termination-log"
+
+    def run_pod(operator: str) -> subprocess.CompletedProcess:
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}  # stdout: a pipe's buffer
+        env.update({"TRAINING_TERMINATION_LOG": str(message), STEP_ENV: json.dumps(
+            {"operator": operator, "task_id": "stage_code", "dag_id": "training_job", "run_id": "r1",
+             "try_number": 1, "fields": {"job": job}})})
+        return subprocess.run([sys.executable, "-m", "operators.stages.step_pod"], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    done = run_pod("operators.stages.stage_code:StageCodeOperator")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(message.read_text())["result"]["files"] == 1
+    assert f"Code from {code} staged into" in done.stdout
+
+    broken = run_pod("operators.stages.stage_code:NoSuchOperator")  # an error: its traceback is printed, not logged
+    assert broken.returncode == 1 and list(json.loads(message.read_text())) == ["error"]
+    assert "AttributeError" in broken.stdout and broken.stdout.rstrip().endswith("NoSuchOperator'")
 
 
 def test_the_pod_reports_a_skip_and_a_failure(workspace, tmp_path, monkeypatch):
