@@ -42,6 +42,15 @@ NO_POD_SECONDS = 5  # a step's Job without a pod after this long is asked why on
 # object or key is missing: pods.config_error_is_permanent).
 STUCK_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError")
+# How often the step's pod is read while it starts and once its log has ended: a step lives seconds, so each poll's
+# half interval shows in its wall time; polls (not a watch) keep the launcher's Role without `watch` on pods.
+FAST_POLL_SECONDS, SLOW_POLL_SECONDS, FAST_POLL_FOR = 0.2, 1.0, 10.0
+
+
+def _poll_pause(waited: float) -> float:
+    """The pause before the next read: fast for the first seconds (a pod starts in 1-3 s), then slow (an image
+    pull, a queue) so a long wait costs the API server little."""
+    return FAST_POLL_SECONDS if waited < FAST_POLL_FOR else SLOW_POLL_SECONDS
 
 
 def step_name(job_name: str, step: str) -> str:
@@ -168,7 +177,7 @@ class ClusterStep:
                     f"step {self.step} did not start within {self.options.startup_timeout_seconds} s in namespace "
                     f"{self.namespace}" + (f" ({held})" if held else "") + "; check the namespace's quota and the "
                     f"workspace claim {self.options.workspace_pvc}")
-            time.sleep(0.5)
+            time.sleep(_poll_pause(time.monotonic() - started))
 
     def _held_by(self) -> str:
         """Why the step's Job has no pod yet, when its spec says: Kueue (or another admission controller) holds it
@@ -224,12 +233,12 @@ class ClusterStep:
         return status.state.terminated if status and status.state else None
 
     def _outcome(self, pod: Any) -> StepOutcome:
-        deadline = time.monotonic() + 60  # the log ends a moment before the kubelet reports the exit
+        started = time.monotonic()  # the log ends a moment before the kubelet reports the exit
         while (terminated := self._terminated(pod.metadata.name)) is None:
-            if time.monotonic() > deadline:
+            if time.monotonic() - started > 60:
                 raise KubernetesLaunchError(f"the log of step {self.step} ended but its pod {pod.metadata.name} "
                                             "did not terminate within 60 s")
-            time.sleep(0.5)
+            time.sleep(_poll_pause(time.monotonic() - started))
         try:
             said = json.loads(terminated.message or "")
         except ValueError:
