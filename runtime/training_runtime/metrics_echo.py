@@ -14,30 +14,33 @@ the cluster's volume, so the file holds every host's points (each system sample 
 fail a training.
 """
 
-import logging
 import os
 import sys
-import threading
 
 from training_runtime.contract import METRIC_LINE_PREFIX, METRICS_ECHO_ENV, METRICS_STREAM
+from training_runtime.periodic import Periodic
 from training_runtime.process import MAX_LINE_BYTES, OUTPUT_LOCK
-
-log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 READ_BYTES = 1024 * 1024
 
 
-class Echo:
+class Echo(Periodic):
     """Follows ``path`` from its start (a retry's earlier points too, as the platform reads the whole file where it
-    can) and writes its new complete lines to ``output`` (a binary stream)."""
+    can) and writes its new complete lines to ``output`` (a binary stream). Its last pass, at stop(), sends the
+    points written as the user code ended before ``train`` reports its outcome."""
+
+    thread_name = "metrics-echo"
+    last_tick = True
 
     def __init__(self, path, output, seconds=POLL_SECONDS):
-        self.path, self.output, self.seconds = path, output, seconds
+        super().__init__(seconds)
+        self.path, self.output = path, output
         self._offset = 0
         self._partial = b""
-        self._done = threading.Event()
-        self._thread = None
+
+    def tick(self):
+        self.copy_new_lines()
 
     def copy_new_lines(self):
         try:
@@ -68,28 +71,6 @@ class Echo:
             with OUTPUT_LOCK:
                 self.output.write(text)
                 self.output.flush()
-
-    def _loop(self):
-        while not self._done.wait(self.seconds):
-            self._pass()
-
-    def _pass(self):
-        try:
-            self.copy_new_lines()
-        except Exception as error:  # noqa: BLE001 - the echo must never fail a training
-            log.debug("metrics echo: pass skipped: %s", error)
-
-    def start(self):
-        self._thread = threading.Thread(target=self._loop, name="metrics-echo", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self):
-        """The last points (written as the user code ended) go out before ``train`` reports its outcome."""
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        self._pass()
 
 
 def start(root, environ, output=None):

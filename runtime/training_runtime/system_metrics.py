@@ -22,11 +22,11 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 from training_runtime import memory
 from training_runtime.contract import METRICS_STREAM
+from training_runtime.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -102,20 +102,20 @@ def gpu_sample(run=subprocess.run):
     return sample
 
 
-class Sampler:
-    """Samples every ``seconds`` from a daemon thread between :meth:`start` and :meth:`stop`, appending points to
-    ``path`` (opened for append each time: the user script appends to the same file)."""
+class Sampler(Periodic):
+    """Samples every ``seconds`` between :meth:`start` and :meth:`stop` (the first sample is the CPU baseline),
+    appending points to ``path`` (opened for append each time: the user script appends to the same file)."""
+
+    thread_name = "system-metrics"
 
     def __init__(self, path, host, seconds=DEFAULT_SECONDS, clock=time.monotonic, gpus=gpu_sample):
+        super().__init__(seconds)
         self.path = path
         self.host = host
-        self.seconds = seconds
         self._clock = clock
         self._gpus = gpus
         self._step = 0
         self._last_cpu = None  # (cpu seconds, clock) of the previous sample
-        self._done = threading.Event()
-        self._thread = None
 
     def sample(self):
         """One sample: {what: value}."""
@@ -149,23 +149,11 @@ class Sampler:
         finally:
             os.close(fd)
 
-    def _loop(self):
-        self.sample()  # the CPU baseline
-        while not self._done.wait(self.seconds):
-            try:
-                self.write(self.sample())
-            except Exception as error:  # noqa: BLE001 - system metrics must never fail a training
-                log.debug("system metrics: sample skipped: %s", error)
+    def first(self):
+        self.sample()
 
-    def start(self):
-        self._thread = threading.Thread(target=self._loop, name="system-metrics", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(5)
+    def tick(self):
+        self.write(self.sample())
 
 
 def start(root, host, environ):
