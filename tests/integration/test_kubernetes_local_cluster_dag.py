@@ -30,23 +30,19 @@ def dags_test(conf: dict, timeout: float = 540) -> tuple[str, dict, dict, str, f
     proc = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "training_job", "--conf", json.dumps(conf)],
                           cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, timeout=timeout)
     seconds = time.monotonic() - started
-    from airflow.models.dagrun import DagRun
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        run = session.scalars(select(DagRun).where(DagRun.dag_id == "training_job").order_by(DagRun.id.desc())).first()
-        assert run is not None and run.conf.get("job_name") == conf["job_name"], proc.stdout[-3000:] + proc.stderr[-3000:]
-        states = {ti.task_id: ti.state for ti in run.get_task_instances(session=session)}
-        rows = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job", key="return_value")).all()
-        values = {row.task_id: XComModel.deserialize_value(row) for row in rows}
-        return run.state, states, values, proc.stdout + proc.stderr, seconds
+    state, run_conf, states, values = _latest_run(key="return_value")
+    assert run_conf.get("job_name") == conf["job_name"], proc.stdout[-3000:] + proc.stderr[-3000:]
+    return state, states, values, proc.stdout + proc.stderr, seconds
 
 
 def failure_reasons() -> dict:
     """The last run's failed tasks and the reason each recorded (XCom "failure_reason"): put first in a success
     assertion's message, where a CI summary that shortens long lines still shows it."""
+    return _latest_run(key=FAILURE_REASON_KEY)[3]
+
+
+def _latest_run(key: str):
+    """The latest training_job run's state and conf ({} where there is none), {task: state}, {task: its XCom `key`}."""
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -54,9 +50,11 @@ def failure_reasons() -> dict:
 
     with create_session() as session:
         run = session.scalars(select(DagRun).where(DagRun.dag_id == "training_job").order_by(DagRun.id.desc())).first()
-        rows = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job",
-                                                  key=FAILURE_REASON_KEY)).all() if run else []
-        return {row.task_id: XComModel.deserialize_value(row) for row in rows}
+        if run is None:
+            return None, {}, {}, {}
+        states = {ti.task_id: ti.state for ti in run.get_task_instances(session=session)}
+        rows = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job", key=key)).all()
+        return run.state, run.conf or {}, states, {row.task_id: XComModel.deserialize_value(row) for row in rows}
 
 
 @pytest.fixture
