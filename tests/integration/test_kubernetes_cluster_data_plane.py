@@ -22,7 +22,7 @@ import pytest
 from counting_proxy import aws_connection_json
 from kube_cluster import make_namespace
 from real_node import TcpRelay
-from test_kubernetes_local_cluster_dag import dags_test, failure_reasons
+from test_kubernetes_local_cluster_dag import dags_test, failure_reasons, latest_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
 
@@ -121,40 +121,19 @@ def _data_gets(proxy, bucket: str) -> int:
 
 def _recorded_series(job_name: str) -> dict:
     """The launch task's XCom "metric_series" of the last run of training_job (operators/stages/launch_training.py)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        run = session.scalars(select(DagRun).where(DagRun.dag_id == "training_job").order_by(DagRun.id.desc())).first()
-        assert run.conf["job_name"] == job_name
-        row = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job", key="metric_series",
-                                                 task_ids="launch_training")).first()
-        assert row is not None, "launch_training recorded no metric_series"
-        return XComModel.deserialize_value(row)
+    _state, conf, _states, series = latest_run(key="metric_series")
+    assert conf.get("job_name") == job_name
+    assert "launch_training" in series, "launch_training recorded no metric_series"
+    return series["launch_training"]
 
 
 def _series_while_deferred(job_name: str) -> dict | None:
     """The launch task's XCom "metric_series" while the task waits for its trigger (`airflow dags test` runs the
     trigger in-process and keeps the task instance queued meanwhile), else None."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        run = session.scalars(select(DagRun).where(DagRun.dag_id == "training_job").order_by(DagRun.id.desc())).first()
-        if run is None or (run.conf or {}).get("job_name") != job_name:
-            return None
-        ti = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == "training_job", TaskInstance.run_id ==
-                                                        run.run_id, TaskInstance.task_id == "launch_training")).first()
-        if ti is None or ti.state not in ("deferred", "queued"):
-            return None
-        row = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids="training_job", key="metric_series",
-                                                 task_ids="launch_training")).first()
-        return XComModel.deserialize_value(row) if row is not None else None
+    _state, conf, states, series = latest_run(key="metric_series")
+    if conf.get("job_name") != job_name or states.get("launch_training") not in ("deferred", "queued"):
+        return None
+    return series.get("launch_training")
 
 
 def _sidecar_log(core, namespace: str, job: str) -> str:

@@ -30,7 +30,7 @@ def dags_test(conf: dict, timeout: float = 540) -> tuple[str, dict, dict, str, f
     proc = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "training_job", "--conf", json.dumps(conf)],
                           cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, timeout=timeout)
     seconds = time.monotonic() - started
-    state, run_conf, states, values = _latest_run(key="return_value")
+    state, run_conf, states, values = latest_run(key="return_value")
     assert run_conf.get("job_name") == conf["job_name"], proc.stdout[-3000:] + proc.stderr[-3000:]
     return state, states, values, proc.stdout + proc.stderr, seconds
 
@@ -38,10 +38,10 @@ def dags_test(conf: dict, timeout: float = 540) -> tuple[str, dict, dict, str, f
 def failure_reasons() -> dict:
     """The last run's failed tasks and the reason each recorded (XCom "failure_reason"): put first in a success
     assertion's message, where a CI summary that shortens long lines still shows it."""
-    return _latest_run(key=FAILURE_REASON_KEY)[3]
+    return latest_run(key=FAILURE_REASON_KEY)[3]
 
 
-def _latest_run(key: str):
+def latest_run(key: str):
     """The latest training_job run's state and conf ({} where there is none), {task: state}, {task: its XCom `key`}."""
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
