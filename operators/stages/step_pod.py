@@ -9,12 +9,13 @@ import json
 import logging
 import os
 import sys
-import traceback
 
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from operators.launch.steps import STEP_ENV, report_outcome
+
+log = logging.getLogger(__name__)
 
 
 def _step_entry(operator_class: type):
@@ -26,10 +27,29 @@ def _step_entry(operator_class: type):
     return execute
 
 
-def main() -> int:
+def masked_log_output():
+    """Log to stdout (the worker streams it into the task's log, which whoever triggers the DAG reads) through
+    Airflow's secrets masker, and turn masking on: a task process gets both from the task runner, which a step does
+    not run, so the connections the step reads (the admin's storage Secret) would reach the log in clear. The masker
+    knows each connection's password and extra once the hooks have read it. Returns the masker."""
+    # Airflow's own triggerer command turns masking on the same way (no public accessor in the Task SDK).
+    from airflow.sdk._shared.secrets_masker import SecretsMasker, _secrets_masker
+
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s",
                         force=True)
+    SecretsMasker.enable_log_masking()
+    masker = _secrets_masker()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(masker)
+    return masker
+
+
+def main() -> int:
+    masker = masked_log_output()
     payload = json.loads(os.environ[STEP_ENV])
+
+    def report(message: dict) -> None:
+        report_outcome(masker.redact(message))  # the outcome reaches the task's log and XComs too
 
     try:
         module, _, name = payload["operator"].partition(":")
@@ -38,16 +58,16 @@ def main() -> int:
             op = operator_class(task_id=payload["task_id"], **payload["fields"])
         result = _step_entry(operator_class)(op, {"run_id": payload["run_id"], "dag_id": payload["dag_id"]})
     except AirflowSkipException as err:
-        report_outcome({"skip": str(err)})
+        report({"skip": str(err)})
         return 0
     except AirflowFailException as err:
-        report_outcome({"fail": str(err)})
+        report({"fail": str(err)})
         return 1
     except Exception as err:  # noqa: BLE001 - reported to the worker, which retries it as the task's retries say
-        traceback.print_exc(file=sys.stdout)
-        report_outcome({"error": f"{type(err).__name__}: {err}"})
+        log.exception("The step failed")
+        report({"error": f"{type(err).__name__}: {err}"})
         return 1
-    report_outcome({"result": result})
+    report({"result": result})
     return 0
 
 

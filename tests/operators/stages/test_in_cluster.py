@@ -5,6 +5,7 @@ its termination message. (The steps in real pods: tests/integration/test_kuberne
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -185,6 +186,29 @@ def test_the_pod_process_ends_with_the_outcome_and_its_whole_log(workspace, tmp_
     broken = run_pod("operators.stages.stage_code:NoSuchOperator")  # an error: its traceback is printed, not logged
     assert broken.returncode == 1 and list(json.loads(message.read_text())) == ["error"]
     assert "AttributeError" in broken.stdout and broken.stdout.rstrip().endswith("NoSuchOperator'")
+
+
+def test_the_pod_masks_its_connections_secrets_in_its_log_and_its_outcome(workspace, tmp_path, monkeypatch, capsys):
+    """The storage Secret's connections reach a step as AIRFLOW_CONN_* variables, and its log and outcome reach the
+    task's log and XComs, which whoever triggers the DAG reads: once a hook has read a connection, its password
+    appears in neither."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk._shared.secrets_masker import SecretsMasker
+
+    monkeypatch.setattr(SecretsMasker, "mask_secrets_in_logs", False)  # as a fresh process has it; restored after
+    secret = "pod-storage-secret-1234"
+    monkeypatch.setenv("AIRFLOW_CONN_POD_STORAGE", json.dumps({"conn_type": "aws", "login": "AKIAPOD",
+                                                               "password": secret}))
+    assert BaseHook.get_connection("pod_storage").password == secret  # what the stage's storage hook does first
+    missing = _job("kubernetes", str(tmp_path / f"code-{secret}"), str(tmp_path / "out"))
+
+    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code",
+                            missing)
+    logging.getLogger("operators.storage.hook").info("a line that names %s", secret)
+
+    assert status == 1 and secret not in said["fail"] and "code-***" in said["fail"]
+    out = capsys.readouterr().out
+    assert "a line that names ***" in out and secret not in out
 
 
 def test_the_pod_reports_a_skip_and_a_failure(workspace, tmp_path, monkeypatch):
