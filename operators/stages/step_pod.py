@@ -49,7 +49,10 @@ def main() -> int:
     payload = json.loads(os.environ[STEP_ENV])
 
     def report(message: dict) -> None:
-        report_outcome(masker.redact(message))  # the outcome reaches the task's log and XComs too
+        # The outcome reaches the task's log and XComs too. Its text is redacted, not the dict: the masker also hides
+        # the value of any key that looks sensitive, and a result's keys are the job's own names (a channel
+        # "tokenizer" would lose its cache entry).
+        report_outcome(json.loads(masker.redact(json.dumps(message, default=str))))
 
     try:
         module, _, name = payload["operator"].partition(":")

@@ -210,6 +210,19 @@ def test_the_pod_masks_its_connections_secrets_in_its_log_and_its_outcome(worksp
     out = capsys.readouterr().out
     assert "a line that names ***" in out and secret not in out
 
+    # Only the secrets go: a result keyed by the job's own names, one the masker finds sensitive-looking, stays whole.
+    data = tmp_path / "vocab"
+    data.mkdir()
+    (data / "vocab.txt").write_text("a b c\n")
+    job = validate_spec({"job_name": "plane", "backend": "kubernetes", "source_dir": "s3://code/a.tar.gz",
+                         "entry_point": "train.py", "output_path": str(tmp_path / "out"),
+                         "inputs": {"tokenizer": str(data)}}, default_job_name="x", default_base_job_name="x",
+                        default_backend="local", default_layout="ti").to_dict()
+    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.prefetch_data:PrefetchDataOperator",
+                            "prefetch_data", job)
+    assert status == 0, said
+    assert said["result"]["tokenizer"]["uri"] == str(data) and "***" not in json.dumps(said)
+
 
 def test_the_pod_reports_a_skip_and_a_failure(workspace, tmp_path, monkeypatch):
     job = _job("kubernetes", "s3://code/a.tar.gz", str(tmp_path / "out"))
