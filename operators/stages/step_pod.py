@@ -11,6 +11,8 @@ import os
 import sys
 
 from airflow.sdk import DAG
+# Airflow's own triggerer command turns masking on through this module too (the Task SDK has no public accessor).
+from airflow.sdk._shared.secrets_masker import SecretsMasker, _secrets_masker
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from operators.launch.steps import STEP_ENV, report_outcome
@@ -32,9 +34,6 @@ def masked_log_output():
     Airflow's secrets masker, and turn masking on: a task process gets both from the task runner, which a step does
     not run, so the connections the step reads (the admin's storage Secret) would reach the log in clear. The masker
     knows each connection's password and extra once the hooks have read it. Returns the masker."""
-    # Airflow's own triggerer command turns masking on the same way (no public accessor in the Task SDK).
-    from airflow.sdk._shared.secrets_masker import SecretsMasker, _secrets_masker
-
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s",
                         force=True)
     SecretsMasker.enable_log_masking()
