@@ -2,9 +2,12 @@
 
 import argparse
 import logging
+import os
 import sys
 
 from training_runtime import __version__
+from training_runtime.environment import read_job_variables
+from training_runtime.errors import PLATFORM_ERROR
 from training_runtime.files import write_atomically
 from training_runtime.layouts import LAYOUT_NAMES
 
@@ -84,6 +87,14 @@ def parse_args(argv=None):
         "wait for it",
     )
     parser.add_argument(
+        "--environment-fd",
+        metavar="FD",
+        type=int,
+        help="read the job's own environment variables (a JSON object of names to strings) from the inherited "
+        "descriptor FD, close it, and add them to train's environment before anything else: for launchers whose "
+        "privileged processes start train and must not run with the job's variables (the local backend's sandbox)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="validate the job root and print what would run; install and run nothing",
@@ -95,6 +106,13 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     configure_logging()
+    if args.environment_fd is not None:
+        try:
+            os.environ.update(read_job_variables(args.environment_fd))
+        except (OSError, ValueError) as error:  # the launcher's to fix: a retry may help
+            logging.getLogger("training_runtime").error("cannot read the job's environment (--environment-fd %d): %s",
+                                                        args.environment_fd, error)
+            return PLATFORM_ERROR
     from training_runtime.trainer import train
 
     code = train(

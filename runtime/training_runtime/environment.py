@@ -159,6 +159,27 @@ def build(job, layout, resources, base_env, python):
     return env
 
 
+def read_job_variables(fd):
+    """The job's own variables from descriptor ``fd`` (``train --environment-fd``): a JSON object of names to
+    strings, read to its end and the descriptor closed, so the user code never inherits it.
+
+    A launcher hands them over this way, not in the environment, when privileged processes (bubblewrap as root,
+    setpriv before it drops, nsenter) start ``train``: the loader acts on LD_PRELOAD, LD_AUDIT, ... in every process
+    that execs with them, so only ``train``, already the job's unprivileged user, may apply them (ValueError if the
+    content is not such an object)."""
+    try:
+        chunks = list(iter(lambda: os.read(fd, 1 << 20), b""))
+    finally:
+        os.close(fd)
+    variables = json.loads(b"".join(chunks).decode("utf-8"))
+    if not isinstance(variables, dict) or not all(
+        isinstance(name, str) and _VALID_ENV_NAME.match(name) and isinstance(value, str) and "\0" not in value
+        for name, value in variables.items()
+    ):
+        raise ValueError("not a JSON object of variable names to strings")
+    return variables
+
+
 def _set_named(env, prefix, name, value):
     """``PREFIX<NAME upper-cased>`` as the original toolkits name it, plus the
     sanitised ``PREFIX<NAME_WITH_UNDERSCORES>`` when that differs."""

@@ -243,6 +243,30 @@ def test_an_image_whose_user_has_group_root_is_refused_before_any_container(tmp_
     assert engine().containers(all=True, filters={"ancestor": image_with_group_root}) == []
 
 
+@pytest.fixture
+def image_with_a_second_root(tmp_path):
+    """The training image with a user `toor` that is uid 0 by another name."""
+    return derived_image(tmp_path, "training-second-root-test:latest",
+                         "USER root\nRUN echo 'toor:x:0:0::/root:/bin/sh' >> /etc/passwd\nUSER 1000:1000")
+
+
+def test_a_user_name_that_is_root_in_the_image_is_refused_without_running_the_image(tmp_path,
+                                                                                    image_with_a_second_root):
+    # Resolving the name reads the image's /etc/passwd from a container never started: had it run `sh -c id` as
+    # that name, the tenant's image would have run its code as uid 0 first.
+    since = int(time.time()) - 1
+    hook, request = make_request(tmp_path, image=image_with_a_second_root, options={"user": "toor"})
+    result = hook.run(request, lambda line: None)
+    assert (result.failure_class, result.retryable) == ("user_error", False), result
+    assert result.failure_reason.startswith(f"docker option user 'toor' is uid 0 in image {image_with_a_second_root}")
+    started = list(engine().events(since=since, until=int(time.time()) + 1, decode=True,
+                                   filters={"type": "container", "event": "start",
+                                            "image": image_with_a_second_root}))
+    assert started == []
+    assert engine().containers(all=True, filters={"ancestor": image_with_a_second_root}) == []
+    assert leftovers(request) == NOTHING
+
+
 def test_a_failing_host_is_a_user_error_with_its_message_and_exit_code_and_stops_the_others(tmp_path):
     hook, request = make_request(tmp_path, hosts=2, mode="fail")
     lines: list[str] = []

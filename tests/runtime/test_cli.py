@@ -1,9 +1,11 @@
 """The `train` command line, `python -m training_runtime`, and the package's promises."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,46 @@ def test_runs_on_python_3_9_with_the_standard_library_only(make_job):
     )
     assert result.returncode == 0, result.stderr
     assert job.seen()["executable"].endswith("python3.9")
+
+
+def _run_with_variables(job, content: bytes, env: dict | None = None) -> tuple[int, str, str]:
+    """`train` with `content` on the descriptor --environment-fd names; (exit code, stderr, what the descriptor
+    shows in /proc/<pid>/fd)."""
+    read, write = os.pipe()
+    os.write(write, content)
+    os.close(write)
+    try:
+        proc = job.start("--environment-fd", str(read), env=env, pass_fds=(read,))
+        _, stderr = proc.communicate(timeout=60)
+        return proc.returncode, stderr, f"pipe:[{os.fstat(read).st_ino}]"
+    finally:
+        os.close(read)
+
+
+def test_the_jobs_variables_come_from_a_descriptor_that_the_user_code_never_inherits(make_job, record_script):
+    # A launcher whose privileged processes start train (the local sandbox) hands the job's variables over this way,
+    # not in the environment: they reach the user code, and its descriptor does not.
+    job = make_job(code={"train.py": record_script + textwrap.dedent("""
+        seen["fds"] = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                seen["fds"].append(os.readlink("/proc/self/fd/" + fd))
+            except OSError:
+                pass
+        with open(out, "w") as f:
+            json.dump(seen, f)
+    """)})
+    variables = {"GREETING": "hi there", "LD_PRELOAD": "", "HOME": "/somewhere"}
+    code, stderr, descriptor = _run_with_variables(job, json.dumps(variables).encode(), env={"HOME": "/platform-home"})
+    assert code == 0, stderr
+    seen = job.seen()
+    assert seen["env"]["GREETING"] == "hi there" and seen["env"]["LD_PRELOAD"] == ""
+    assert seen["env"]["HOME"] == "/somewhere"  # the job's value over the launcher's, as in the environment before
+    assert descriptor not in seen["fds"], seen["fds"]
+
+
+def test_an_unreadable_variables_descriptor_is_a_platform_error_and_runs_nothing(make_job):
+    job = make_job(code={"train.py": "open('RAN', 'w')\n"})
+    code, stderr, _ = _run_with_variables(job, b'["not", "an", "object"]')
+    assert code == 4 and "cannot read the job's environment" in stderr, stderr
+    assert not Path(job.layout.code_dir, "RAN").exists()

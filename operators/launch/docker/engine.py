@@ -5,10 +5,11 @@ and what the containers' final states mean (:func:`job_result`)."""
 from __future__ import annotations
 
 import dataclasses
-
+import io
+import tarfile
 from typing import Any, Mapping
 
-from docker.errors import APIError, ImageNotFound
+from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import IPAMConfig, IPAMPool
 from tenacity import Retrying, retry_if_result, stop_before_delay, wait_exponential
 
@@ -89,19 +90,66 @@ def image_failure(image: str, error: str) -> LaunchResult:
 
 
 def ids_in_image(client, image: str, user: str) -> tuple[int, int]:
-    """uid and gid of a user name, as the image's /etc/passwd has them (one short container)."""
-    config = {"Image": image, "Entrypoint": ["sh", "-c", "id -u; id -g"], "Cmd": [], "User": user,
-              "NetworkDisabled": True, "HostConfig": {"CapDrop": ["ALL"]}}
-    created = client.create_container_from_config(config, None)
+    """uid and gid of `user` (name or uid, then optionally :group) as the image's /etc/passwd and /etc/group have
+    them, by the engine's rules (a uid the image does not list: gid 0). The files are copied out of a container that
+    is created and never started: resolving a name runs none of the image's code, which would run as whatever the
+    name is (uid 0, before the launcher can refuse it)."""
+    name, _, group = user.partition(":")
+    created = client.create_container_from_config(
+        {"Image": image, "Entrypoint": ["/nonexistent"], "Cmd": [], "NetworkDisabled": True}, None)
     try:
-        client.start(created["Id"])
-        code = client.wait(created["Id"], timeout=60).get("StatusCode")
-        output = client.logs(created["Id"], stdout=True, stderr=True).decode(errors="replace").split()
+        users = _entries(_image_file(client, created["Id"], "/etc/passwd", image), 4)
+        groups = _entries(_image_file(client, created["Id"], "/etc/group", image), 3) if group else []
     finally:
         client.remove_container(created["Id"], force=True, v=True)
-    if code != 0 or len(output) < 2 or not all(part.isdigit() for part in output[:2]):
-        raise ValueError(f"user {user!r} does not exist in image {image}; set the docker option user to a uid:gid")
-    return int(output[0]), int(output[1])
+    entry = _find(users, name, 2)
+    if entry is None and not name.isdigit():
+        raise ValueError(f"user {name!r} does not exist in image {image}; set the docker option user to a uid:gid")
+    uid = int(entry[2]) if entry is not None else int(name)
+    if not group:
+        return uid, int(entry[3]) if entry is not None else 0
+    found = _find(groups, group, 2)
+    if found is None and not group.isdigit():
+        raise ValueError(f"group {group!r} does not exist in image {image}; set the docker option user to a uid:gid")
+    return uid, int(found[2]) if found is not None else int(group)
+
+
+MAX_ACCOUNT_FILE = 4 * 2**20  # an image's /etc/passwd or /etc/group larger than this is not read
+
+
+def _image_file(client, container: str, path: str, image: str) -> str:
+    """A regular file of a (never started) container's image; "" when it is missing or not a regular file."""
+    try:
+        stream, _ = client.get_archive(container, path)
+    except NotFound:
+        return ""
+    archive = bytearray()
+    for chunk in stream:
+        archive += chunk
+        if len(archive) > MAX_ACCOUNT_FILE + 64 * 1024:
+            raise ValueError(f"{path} in image {image} is larger than {MAX_ACCOUNT_FILE} bytes; set the docker option "
+                             "user to a uid:gid")
+    with tarfile.open(fileobj=io.BytesIO(bytes(archive))) as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
+            return ""
+        return tar.extractfile(member).read().decode("utf-8", "replace")
+
+
+def _entries(text: str, numeric_fields: int) -> list[list[str]]:
+    """The lines of a passwd (name:x:uid:gid:...) or group (name:x:gid:...) file whose ids are numbers."""
+    entries = []
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) >= numeric_fields and all(f.isdigit() for f in fields[2:numeric_fields]):
+            entries.append(fields)
+    return entries
+
+
+def _find(entries: list[list[str]], wanted: str, id_field: int) -> list[str] | None:
+    """The entry named `wanted`, else the first whose id it is (the engine's order)."""
+    return next((e for e in entries if e[0] == wanted), None) or next(
+        (e for e in entries if wanted.isdigit() and int(e[id_field]) == int(wanted)), None)
 
 
 def create_job_network(client, request: LaunchRequest) -> list[str]:

@@ -19,7 +19,7 @@ bound read-only into the sandbox at LEASE_IN_SANDBOX) and `train` stops itself o
 local_lease_seconds (--lease); `train` also enforces --max-run-seconds itself. By default it runs in a bubblewrap
 sandbox (operators/launch/local/sandbox.py) with an allowlisted environment, only its job root and channels visible, and a network
 namespace of the job's own ([training] local_network, operators/launch/local/network.py); the sandbox's PID namespace ends with
-`train`.
+`train`. Its processes get platform values alone; the job's variables: operators/launch/local/job_variables.py.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from operators.launch.base import (
     exit_failure_class,
 )
 from operators.launch.local.isolation import JobIsolation
+from operators.launch.local.job_variables import job_variables, job_variables_fd
 from operators.launch.local.limits import LimitError
 from operators.launch.local.network import NetworkUnavailable, join_command, open_namespace, sandbox_status, start_slirp4netns
 from operators.launch.local.network import check_available as check_network
@@ -231,17 +232,20 @@ class LocalLauncherHook:
 
     # -- internals ------------------------------------------------------------------------------------
     def _environment(self, request: LaunchRequest) -> dict[str, str]:
+        """Every started process's, privileged ones first: platform values alone (job_variables.py says why)."""
         # HOME is private: the worker's home (its ~/.aws, ~/.netrc, ...) is not the training's.
         home = "/tmp" if self.sandbox == "bubblewrap" else os.path.join(request.job_root, ".home")
         os.makedirs(home, exist_ok=True)
         return {**user_environment(os.environ, self.environment_names), **self._isolation.environment(), "HOME": home,
-                **request.env, **request.secret_env, "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1",
-                ROOT_ENV: request.job_root, JOB_VENV_ENV: "1"}
+                "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1", ROOT_ENV: request.job_root, JOB_VENV_ENV: "1"}
 
     def _command(self, request: LaunchRequest, host: _Host, lease: str, status_fd: int | None = None,
-                 block_fd: int | None = None, own_network: bool = True, seccomp_fd: int | None = None) -> list[str]:
+                 block_fd: int | None = None, own_network: bool = True, seccomp_fd: int | None = None,
+                 variables_fd: int | None = None) -> list[str]:
         sandboxed = self.sandbox == "bubblewrap"
         cmd = [self.python, "-m", "training_runtime", "--root", request.job_root, "--current-host", host.name]
+        if variables_fd is not None:
+            cmd += ["--environment-fd", str(variables_fd)]
         if not sandboxed:
             cmd += ["--exit-file", host.exit_path]  # sandboxed, bubblewrap reports the exit code (status_fd)
         if self.lease_seconds:
@@ -277,13 +281,14 @@ class LocalLauncherHook:
                     if sandboxed else None
                 seccomp_fd = os.open(self._isolation.seccomp_path, os.O_RDONLY | os.O_CLOEXEC) \
                     if sandboxed and self._isolation.seccomp_path else None
+                variables_fd = job_variables_fd(job_variables(request), launch_dir)
                 first = index == 0
                 cmd = self._command(request, host, lease, status_fd, block_r if first else None,
-                                    own_network=first, seccomp_fd=seccomp_fd)
+                                    own_network=first, seccomp_fd=seccomp_fd, variables_fd=variables_fd)
                 if not first and net_fd is not None:
                     cmd = join_command(cmd, net_fd, user_fd)
-                fds = tuple(fd for fd in (status_fd, seccomp_fd, block_r if first else None, exit_w, net_fd, user_fd)
-                            if fd is not None)
+                fds = tuple(fd for fd in (status_fd, seccomp_fd, variables_fd, block_r if first else None, exit_w,
+                                          net_fd, user_fd) if fd is not None)
                 try:
                     with open(host.log_path, "wb") as out:  # the process keeps its own descriptor
                         host.proc = subprocess.Popen(
@@ -298,7 +303,7 @@ class LocalLauncherHook:
                             preexec_fn=self._isolation.preexec(name),  # into the host's cgroup before anything runs
                         )
                 finally:
-                    for fd in (status_fd, seccomp_fd):
+                    for fd in (status_fd, seccomp_fd, variables_fd):
                         if fd is not None:
                             os.close(fd)
                 self._procs.append(host.proc)
@@ -306,7 +311,7 @@ class LocalLauncherHook:
                 if first and shared:
                     net_fd, user_fd = open_namespace(host.status_path, lambda: host.proc.poll() is None)
                     if slirp:
-                        self._network_proc = start_slirp4netns(net_fd, user_fd, exit_r)
+                        self._network_proc = start_slirp4netns(net_fd, user_fd, exit_r, env)
                         os.write(block_w, b"1")
         finally:
             for fd in (block_r, block_w, exit_r, exit_w, net_fd, user_fd):

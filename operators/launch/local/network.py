@@ -102,9 +102,10 @@ def join_command(command: list[str], net_fd: int, user_fd: int | None) -> list[s
     return [*argv, "--", *command]
 
 
-def start_slirp4netns(net_fd: int, user_fd: int | None, exit_fd: int) -> subprocess.Popen:
+def start_slirp4netns(net_fd: int, user_fd: int | None, exit_fd: int, env: dict[str, str]) -> subprocess.Popen:
     """Outbound networking for the namespace of `net_fd`; returns once it is configured. It exits once every copy of
-    the write end of the pipe whose read end is `exit_fd` is closed."""
+    the write end of the pipe whose read end is `exit_fd` is closed. env: its environment, the platform's (it runs
+    as the worker's user: root on a root worker)."""
     ready_r, ready_w = os.pipe()
     argv = [shutil.which("slirp4netns") or "slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
             f"--exit-fd={exit_fd}", f"--ready-fd={ready_w}", "--netns-type=path"]
@@ -113,7 +114,7 @@ def start_slirp4netns(net_fd: int, user_fd: int | None, exit_fd: int) -> subproc
     argv += [f"/proc/self/fd/{net_fd}", "tap0"]
     fds = tuple(fd for fd in (net_fd, user_fd, exit_fd, ready_w) if fd is not None)
     try:
-        proc = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, pass_fds=fds, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
     finally:
         os.close(ready_w)

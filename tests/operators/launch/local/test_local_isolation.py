@@ -23,6 +23,7 @@ from operators.launch.local import syscalls
 from operators.launch.local.launcher import LocalLauncherHook
 from operators.launch.local.limits import cgroups_available
 from operators.settings import training_settings
+from training_runtime.layouts import layout_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs a root worker (uids, cgroups): run as root")
 
@@ -58,6 +59,91 @@ def test_user_code_of_a_root_worker_is_not_root_and_reaches_no_kernel_setting(tm
     assert LocalLauncherHook(sandbox="none").run(request, lines.append).succeeded
     unsandboxed = _found(lines)
     assert unsandboxed["uid"] == 0 and {"core_pattern", "shadow"} <= set(unsandboxed["reached"])
+
+
+# A tenant's shared library: records, in every process the loader puts it in, who that process is and whether it
+# can read a file only the host's root can (the checkout's secrets, /etc/shadow). LD_PRELOAD loads it as a library
+# (its constructor runs), LD_AUDIT as an audit module (ld.so calls its la_version).
+LOADER_PROBE = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static void record(const char *how) {
+    char comm[64] = "?", line[512];
+    int fd = open("/proc/self/comm", O_RDONLY);
+    if (fd >= 0) {
+        ssize_t n = read(fd, comm, sizeof comm - 1);
+        if (n > 0) comm[n - 1] = 0;
+        close(fd);
+    }
+    int shadow = open("/etc/shadow", O_RDONLY), secret = open(SECRET, O_RDONLY);
+    int len = snprintf(line, sizeof line, "%s pid=%d uid=%d euid=%d shadow=%d secret=%d comm=%s\n", how, (int)getpid(),
+                       (int)getuid(), (int)geteuid(), shadow >= 0, secret >= 0, comm);
+    if (shadow >= 0) close(shadow);
+    if (secret >= 0) close(secret);
+    int out = open(RECORD, O_WRONLY | O_APPEND);
+    if (out >= 0) {
+        if (write(out, line, len) < 0) {}
+        close(out);
+    }
+}
+
+#ifdef AUDIT
+unsigned int la_version(unsigned int version) { record("audit"); return version; }
+#else
+__attribute__((constructor)) static void preload(void) { record("preload"); }
+#endif
+"""
+
+
+def _loader_records(path: Path) -> list[dict]:
+    records = []
+    for line in path.read_text().splitlines():
+        how, *fields = line.split()
+        records.append({"how": how, **dict(field.split("=", 1) for field in fields)})
+    return records
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the tenant's library")
+def test_a_jobs_loader_variables_act_only_in_its_own_unprivileged_code(tmp_path, monkeypatch):
+    # `"environment": {"LD_PRELOAD": ...}` once ran the tenant's library in bubblewrap as host root. Two hosts: the
+    # second starts through nsenter, another root process.
+    home = tmp_path / "airflow-home"
+    home.mkdir()
+    secret = home / "airflow-secrets.env"
+    secret.write_text("password = hunter2\n")
+    secret.chmod(0o600)
+    monkeypatch.setenv("AIRFLOW_HOME", str(home))
+    request = make_job(tmp_path, """
+        import os
+        print("SCRIPT pid=%d LD_PRELOAD=%s LD_AUDIT=%s" % (os.getpid(), os.environ["LD_PRELOAD"],
+                                                          os.environ["LD_AUDIT"]), flush=True)
+    """, instance_count=2)
+    code = Path(layout_for("ti", request.job_root).code_dir)
+    record = Path(request.job_root, "loader-record.txt")
+    record.touch(mode=0o666)
+    record.chmod(0o666)
+    source = tmp_path / "probe.c"
+    source.write_text(LOADER_PROBE)
+    for name, flags in (("libpreload.so", []), ("libaudit.so", ["-DAUDIT"])):
+        subprocess.run(["gcc", "-shared", "-fPIC", *flags, f'-DRECORD="{record}"', f'-DSECRET="{secret}"', "-o",
+                        str(code / name), str(source)], check=True, capture_output=True)
+    request = replace(request, env={"LD_PRELOAD": str(code / "libpreload.so"), "LD_AUDIT": str(code / "libaudit.so")})
+    lines: list[str] = []
+    result = LocalLauncherHook(sandbox="bubblewrap").run(request, lines.append)
+
+    records = _loader_records(record)
+    privileged = [r for r in records if "0" in (r["uid"], r["euid"]) or "1" in (r["shadow"], r["secret"])]
+    assert privileged == [], privileged
+    assert result.succeeded and (Path(request.job_root) / "output" / "success").exists(), (result, lines)
+    # The variables still work inside the sandbox: both libraries ran in each host's user script.
+    scripts = [line for line in lines if " SCRIPT " in line]
+    assert len(scripts) == 2 and all(f"LD_PRELOAD={code}/libpreload.so" in line for line in scripts), lines
+    for line in scripts:
+        pid = line.split("pid=")[1].split()[0]
+        assert {r["how"] for r in records if r["pid"] == pid and r["comm"].startswith("python")} == {
+            "preload", "audit"}, (line, records)
 
 
 @pytest.fixture

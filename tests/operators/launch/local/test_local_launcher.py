@@ -11,13 +11,17 @@ import sys
 import textwrap
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
 from operators.launch.base import TIMEOUT, USER_ERROR, LaunchRequest
+from operators.launch.local import launcher as local_launcher
 from operators.launch.local.launcher import LocalLauncherHook
+from operators.state.job_state import ensure_state_dir
+from training_runtime.environment import read_job_variables
 from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, state_path
 from local_jobs import make_job
 
@@ -259,6 +263,41 @@ def test_airflow_secrets_do_not_reach_user_code(tmp_path, monkeypatch):
     lines: list[str] = []
     assert LocalLauncherHook().run(request, lines.append).succeeded
     assert "[]" in lines and not any("hunter2" in line for line in lines)
+
+
+def test_bubblewrap_setpriv_and_nsenter_get_no_variable_of_the_job(tmp_path, monkeypatch):
+    # Each of them runs as root (setpriv inside the sandbox, before it drops), and the loader acts on LD_PRELOAD,
+    # LD_AUDIT, ... in any process that execs with them: the job's variables reach `train` on a descriptor only.
+    job_variables = {"LD_PRELOAD": "/job/code/x.so", "LD_AUDIT": "/job/code/y.so", "GREETING": "hi"}
+    request = replace(make_job(tmp_path, "pass\n", instance_count=2), env=job_variables,
+                      secret_env={"API_TOKEN": "hunter2"})
+    started = []
+
+    class Started:  # what Popen was asked to start: its argv, its environment, what train would read on its fd
+        pid = os.getpid()
+
+        def __init__(self, cmd, env, pass_fds=(), **kwargs):
+            given = cmd[cmd.index("--environment-fd") + 1] if "--environment-fd" in cmd else None
+            variables = read_job_variables(os.dup(int(given))) if given and int(given) in pass_fds else None
+            started.append((cmd, env, variables))
+
+        def poll(self):
+            return None
+
+    launcher = LocalLauncherHook(sandbox="bubblewrap", network="none")
+    monkeypatch.setattr(launcher._isolation, "run_as", lambda: (4242, 4242))  # a root worker's sandbox: setpriv
+    monkeypatch.setattr(local_launcher.subprocess, "Popen", Started)
+    # The second host joins the first one's network namespace through nsenter.
+    monkeypatch.setattr(local_launcher, "open_namespace", lambda status, running: os.pipe())
+    launcher._start(request, ensure_state_dir(request.workspace, request.job_name, LAUNCH_DIR))
+
+    assert [os.path.basename(cmd[0]) for cmd, _, _ in started] == ["bwrap", "nsenter"]
+    assert all(any(os.path.basename(arg) == "setpriv" for arg in cmd) for cmd, _, _ in started)
+    for cmd, env, variables in started:
+        assert not set(env) & {*job_variables, "API_TOKEN"}, sorted(env)
+        assert not any("hunter2" in value or "/job/code" in value for value in env.values())
+        assert not any("hunter2" in arg for arg in cmd)
+        assert variables == {**job_variables, "API_TOKEN": "hunter2"}  # train applies them after the drop
 
 
 HOSTILE = """
