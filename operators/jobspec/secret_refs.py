@@ -1,8 +1,9 @@
 """Secrets by reference: the spec's `environment` values {"variable": ...} / {"connection": ..., "field": ...} read
 from Airflow (Variables, connections, any secrets backend) at launch, straight into the launch request's secret_env,
 and registered with Airflow's secrets masker so a task log shows them as ***. The spec, XCom and rendered fields
-only ever hold the references; backends deliver the values without writing them to the job root (local: the
-process environment; docker: a read-only file outside the job root; kubernetes: a Secret owned by the Job).
+only ever hold the references; backends deliver the values without writing them to the job root (local:
+`train`'s environment, on a descriptor: operators/launch/local/job_variables.py; docker: a read-only file outside
+the job root; kubernetes: a Secret owned by the Job).
 """
 
 from __future__ import annotations
