@@ -62,8 +62,9 @@ class Estimator:
     docs/job-spec.md) under the names PAI and SageMaker use for them; their other arguments are taken, ignored with a
     warning or refused as ported_arguments.py says."""
 
-    def __init__(self, entry_point: str | None = None, *, command: str | list[str] | None = None, source_dir: str | None = None,
-                 hyperparameters: Mapping[str, Any] | None = None, image_uri: str | None = None,
+    def __init__(self, entry_point: str | None = None, *, command: str | list[str] | None = None,
+                 source_dir: str | None = None, hyperparameters: Mapping[str, Any] | None = None,
+                 image_uri: str | None = None,
                  instance_type: str | None = None, instance_count: int | None = None, layout: str | None = None,
                  backend: str | None = None, output_path: str | None = None, checkpoint_path: str | None = None,
                  metric_definitions: list[Mapping[str, str]] | None = None, max_run_seconds: int | None = None,
