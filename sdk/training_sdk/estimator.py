@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from training_sdk.errors import TrainingSdkError
 from training_sdk.job import TrainingJob
 from training_sdk.packing import DEFAULT_MAX_BYTES, pack_source_dir
-from training_sdk.ported_arguments import translate
+from training_sdk.ported_arguments import fit_inputs, fit_logs, translate
 from training_sdk.session import Session
 from training_sdk.storage import REMOTE_SCHEMES as _REMOTE_SCHEMES
 from training_sdk.validation import validate_against_params
@@ -127,7 +127,7 @@ class Estimator:
             return os.path.splitext(os.path.basename(self.entry_point))[0].replace("_", "-") or "training-job"
         return "training-job"
 
-    def job_spec(self, inputs: Mapping[str, str] | None = None, job_name: str | None = None) -> dict[str, Any]:
+    def job_spec(self, inputs: Mapping[str, str] | str | None = None, job_name: str | None = None) -> dict[str, Any]:
         """The DAG conf this estimator triggers (source_dir still the local path until fit() uploads it)."""
         values = {
             "job_name": job_name or default_job_name(self._base_name()),
@@ -136,7 +136,7 @@ class Estimator:
             "entry_point": self.entry_point,
             "command": self.command,
             "hyperparameters": self.hyperparameters,
-            "inputs": {name: _absolute(uri) for name, uri in dict(inputs or {}).items()},
+            "inputs": {name: _absolute(uri) for name, uri in fit_inputs(inputs).items()},
             "output_path": _absolute(self.output_path),
             "checkpoint_path": _absolute(self.checkpoint_path),
             "resume_from": self.resume_from,
@@ -154,10 +154,12 @@ class Estimator:
         return {k: v for k, v in values.items() if v is not None and v != {} and v != []}
 
     # -- running ----------------------------------------------------------------------------------------------
-    def fit(self, inputs: Mapping[str, str] | None = None, wait: bool = True, logs: bool = True,
+    def fit(self, inputs: Mapping[str, str] | str | None = None, wait: bool = True, logs: bool | str = True,
             job_name: str | None = None):
         """Run the job. inputs: channel -> URI. Returns the job (a TrainingJob; LocalJob in local mode); with wait=True
-        it returns when the job ended and raises TrainingJobError with the reason when it failed."""
+        it returns when the job ended and raises TrainingJobError with the reason when it failed. SageMaker's forms
+        work too: fit("s3://bucket/train/") is channel 'training', logs="None" streams nothing."""
+        logs = fit_logs(logs)
         if self.is_local:
             from training_sdk.local import run_local
 

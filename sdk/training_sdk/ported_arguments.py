@@ -160,3 +160,15 @@ def translate(kwargs: dict[str, Any], *, instance_type: str | None, layout: str 
     if ignored:
         warnings.warn("ignored here: " + "; ".join(ignored), IgnoredArgumentWarning, stacklevel=3)
     return out
+
+
+def fit_inputs(inputs: Any) -> dict[str, Any]:
+    """fit()'s inputs as channel -> URI: SageMaker's fit("s3://bucket/train/") is its one channel 'training'."""
+    if isinstance(inputs, str):
+        return {"training": inputs}
+    return dict(inputs or {})
+
+
+def fit_logs(logs: Any) -> bool:
+    """fit()'s logs: SageMaker's words "All" / "Rules" stream the log, "None" does not (a non-empty string is true)."""
+    return logs != "None" and bool(logs)

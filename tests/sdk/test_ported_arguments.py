@@ -138,3 +138,17 @@ def test_what_cannot_be_honoured_is_one_line_naming_the_argument_and_what_to_do(
     message = str(err.value)
     assert message.startswith(f"Estimator argument {argument}={value!r} has no equivalent here: ")
     assert instead in message and "\n" not in message
+
+
+def test_sagemaker_fit_with_one_uri_is_its_training_channel_and_logs_none_streams_nothing(params):
+    with pytest.warns(IgnoredArgumentWarning):
+        est = sagemaker_estimator()
+    session = RecordingSession(params)
+    est._session = session
+    waited = []
+    est.fit("s3://bucket/train/", wait=False)
+    assert session.triggered[0]["inputs"] == {"training": "s3://bucket/train/"}
+    est._submit = lambda spec, dag_id: type("Job", (), {"wait": lambda self, logs: waited.append(logs)})()
+    est.fit("s3://bucket/train/", logs="None")
+    est.fit("s3://bucket/train/", logs="All")
+    assert waited == [False, True]
