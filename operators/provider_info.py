@@ -109,7 +109,6 @@ KUBERNETES = {
     "namespace": _option("Namespace of training Jobs.", "default"),
     "workspace_pvc": _option("ReadWriteMany claim holding the workspace, mounted by Airflow workers at [training] "
                              "workspace.", "training-workspace"),
-    "workspace_storage_class": _option("Storage class of the workspace claim (when the platform creates it).", ""),
     "service_account": _option("Service account of training pods; empty = the namespace default.", ""),
     "image_pull_policy": _option("Always, IfNotPresent or Never.", "IfNotPresent"),
     "image_pull_secrets": _option("Comma-separated Secret names for pulling training images.", ""),
@@ -174,6 +173,10 @@ DOCKER = {
 }
 
 
+# operators.stages.links.ALL_LINKS, by name: importing them here would load the Task SDK with the provider's info.
+EXTRA_LINKS = ("TrainingJobLink", "ModelArtifactsLink", "MetricsLink", "FailureReasonLink", "HostLogsLink")
+
+
 def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": PACKAGE,
@@ -181,7 +184,7 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Airflow-native training jobs (TI-ONE, PAI, SageMaker and ModelArts contracts) on local "
                        "processes, Docker or Kubernetes.",
         "versions": ["0.1.0"],
-        "extra-links": ["operators.stages.links.ModelArtifactsLink"],
+        "extra-links": [f"operators.stages.links.{name}" for name in EXTRA_LINKS],
         "config": {
             "training": {"description": "Training jobs: workspace, defaults of job specs, transfers, search.",
                          "options": TRAINING},

@@ -13,7 +13,7 @@ DAGs from configs stay fast to parse. A bad file raises `ConfigError` naming the
     start_date: 2026-01-01
     tags: [churn]
     retries: 1                            # retries of every task (default 0; the launch and transfer stages have their own)
-    job:                                  # a job spec (see README "The job spec"); no job_name: each run gets one
+    job:                                  # a job spec (see docs/job-spec.md); no job_name: each run gets one
       base_job_name: churn
       source_dir: ../../examples/churn    # relative local paths are relative to this file
       ...

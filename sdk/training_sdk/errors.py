@@ -25,3 +25,8 @@ class TrainingJobError(TrainingSdkError):
         # the launch stage's own message already says "training job <name> failed (<class>): ..."
         said = self.reason.startswith(f"training job {job_name} ")
         super().__init__(self.reason if said else f"training job {job_name} {status.lower()}: {self.reason}")
+
+
+class IgnoredArgumentWarning(UserWarning):
+    """An argument of SageMaker's or PAI's Estimator that changes nothing here (the IAM role, a cloud machine type,
+    spot capacity): accepted so ported code runs, and named once in this warning."""

@@ -21,19 +21,13 @@ from typing import Any, Mapping
 from training_sdk.errors import TrainingSdkError
 from training_sdk.job import TrainingJob
 from training_sdk.packing import DEFAULT_MAX_BYTES, pack_source_dir
+from training_sdk.ported_arguments import fit_inputs, fit_logs, translate
 from training_sdk.session import Session
 from training_sdk.storage import REMOTE_SCHEMES as _REMOTE_SCHEMES
 from training_sdk.validation import validate_against_params
 
 LOCAL_INSTANCE_TYPES = ("local", "local_gpu")
-# Other SDKs' names for the same spec keys: accepted so their code ports with fewer edits.
-ALIASES = {
-    "max_run": "max_run_seconds",          # SageMaker
-    "max_run_time": "max_run_seconds",     # PAI
-    "checkpoint_s3_uri": "checkpoint_path",  # SageMaker
-    "checkpoints_path": "checkpoint_path",   # PAI
-    "image_name": "image_uri",
-}
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _is_remote(uri: str) -> bool:
@@ -48,6 +42,14 @@ def _absolute(uri: str | None) -> str | None:
     return os.path.abspath(uri)
 
 
+def _job_name_prefix(base: str | None) -> str | None:
+    """A base_job_name as the DAG takes it: other platforms allow upper case and '_' (PAI's own example is
+    "example_train_job"), job names here are DNS-1123 labels, so such a name is lower-cased with '-' for the rest."""
+    if base is None or DNS1123_LABEL.match(base) and len(base) <= 50:
+        return base
+    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", base.lower())).strip("-")[:50].rstrip("-") or None
+
+
 def default_job_name(base: str, now: dt.datetime | None = None) -> str:
     """<base>-<UTC time to the millisecond>: DNS-1123, at most 63 characters (PAI: {base_job_name}_{datetime})."""
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -56,27 +58,28 @@ def default_job_name(base: str, now: dt.datetime | None = None) -> str:
 
 
 class Estimator:
-    """A training job's description; fit() runs it. Arguments are the spec keys of the training_job DAG (see the
-    README's job spec table) under the names PAI and SageMaker use for them."""
+    """A training job's description; fit() runs it. Arguments are the spec keys of the training_job DAG (see
+    docs/job-spec.md) under the names PAI and SageMaker use for them; their other arguments are taken, ignored with a
+    warning or refused as ported_arguments.py says."""
 
-    def __init__(self, entry_point: str | None = None, *, command: str | None = None, source_dir: str | None = None,
-                 hyperparameters: Mapping[str, Any] | None = None, image_uri: str | None = None,
+    def __init__(self, entry_point: str | None = None, *, command: str | list[str] | None = None,
+                 source_dir: str | None = None, hyperparameters: Mapping[str, Any] | None = None,
+                 image_uri: str | None = None,
                  instance_type: str | None = None, instance_count: int | None = None, layout: str | None = None,
                  backend: str | None = None, output_path: str | None = None, checkpoint_path: str | None = None,
                  metric_definitions: list[Mapping[str, str]] | None = None, max_run_seconds: int | None = None,
-                 environment: Mapping[str, str] | None = None, base_job_name: str | None = None,
+                 environment: Mapping[str, Any] | None = None, base_job_name: str | None = None,
                  dag_id: str = "training_job", resources: Mapping[str, Any] | None = None,
                  distribution: str | Mapping[str, Any] | None = None, resume_from: str | None = None, code_location: str | None = None,
                  code_max_bytes: int = DEFAULT_MAX_BYTES, session: Session | None = None, **spec_extra: Any):
-        for alias, key in ALIASES.items():
-            if alias in spec_extra:
-                value = spec_extra.pop(alias)
-                if key == "max_run_seconds":
-                    max_run_seconds = max_run_seconds or value
-                elif key == "checkpoint_path":
-                    checkpoint_path = checkpoint_path or value
-                elif key == "image_uri":
-                    image_uri = image_uri or value
+        # SageMaker's and PAI's own arguments, in this spec's words (ported_arguments.py says which and why)
+        given = translate({"command": command, "environment": environment, "distribution": distribution,
+                           "max_run_seconds": max_run_seconds, "checkpoint_path": checkpoint_path,
+                           "image_uri": image_uri, "resources": resources, **spec_extra},
+                          instance_type=instance_type, layout=layout)
+        command, environment, distribution = given.pop("command"), given.pop("environment"), given.pop("distribution")
+        max_run_seconds, checkpoint_path = given.pop("max_run_seconds"), given.pop("checkpoint_path")
+        image_uri, resources, spec_extra = given.pop("image_uri"), given.pop("resources"), given
         if entry_point and command:
             raise TrainingSdkError("give entry_point or command, not both")
         if not entry_point and not command:
@@ -95,7 +98,7 @@ class Estimator:
         self.metric_definitions = list(metric_definitions or [])
         self.max_run_seconds = max_run_seconds
         self.environment = dict(environment or {})
-        self.base_job_name = base_job_name
+        self.base_job_name = _job_name_prefix(base_job_name)
         self.dag_id = dag_id
         self.resources = dict(resources or {})
         self.distribution = distribution
@@ -124,7 +127,7 @@ class Estimator:
             return os.path.splitext(os.path.basename(self.entry_point))[0].replace("_", "-") or "training-job"
         return "training-job"
 
-    def job_spec(self, inputs: Mapping[str, str] | None = None, job_name: str | None = None) -> dict[str, Any]:
+    def job_spec(self, inputs: Mapping[str, str] | str | None = None, job_name: str | None = None) -> dict[str, Any]:
         """The DAG conf this estimator triggers (source_dir still the local path until fit() uploads it)."""
         values = {
             "job_name": job_name or default_job_name(self._base_name()),
@@ -133,7 +136,7 @@ class Estimator:
             "entry_point": self.entry_point,
             "command": self.command,
             "hyperparameters": self.hyperparameters,
-            "inputs": {name: _absolute(uri) for name, uri in dict(inputs or {}).items()},
+            "inputs": {name: _absolute(uri) for name, uri in fit_inputs(inputs).items()},
             "output_path": _absolute(self.output_path),
             "checkpoint_path": _absolute(self.checkpoint_path),
             "resume_from": self.resume_from,
@@ -144,17 +147,19 @@ class Estimator:
             "distribution": self.distribution,
             "backend": self.backend,
             "max_run_seconds": self.max_run_seconds,
-            "environment": {k: str(v) for k, v in self.environment.items()},
+            "environment": self.environment,  # as given: a value, or a secret reference {"variable": ...}
             "metric_definitions": self.metric_definitions,
             **self.spec_extra,
         }
         return {k: v for k, v in values.items() if v is not None and v != {} and v != []}
 
     # -- running ----------------------------------------------------------------------------------------------
-    def fit(self, inputs: Mapping[str, str] | None = None, wait: bool = True, logs: bool = True,
+    def fit(self, inputs: Mapping[str, str] | str | None = None, wait: bool = True, logs: bool | str = True,
             job_name: str | None = None):
         """Run the job. inputs: channel -> URI. Returns the job (a TrainingJob; LocalJob in local mode); with wait=True
-        it returns when the job ended and raises TrainingJobError with the reason when it failed."""
+        it returns when the job ended and raises TrainingJobError with the reason when it failed. SageMaker's forms
+        work too: fit("s3://bucket/train/") is channel 'training', logs="None" streams nothing."""
+        logs = fit_logs(logs)
         if self.is_local:
             from training_sdk.local import run_local
 

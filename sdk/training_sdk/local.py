@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from training_sdk.errors import TrainingJobError, TrainingSdkError
+from training_sdk.errors import SpecValidationError, TrainingJobError, TrainingSdkError
 from training_sdk.packing import list_files
 from training_sdk.storage import REMOTE_SCHEMES as _REMOTE
 
@@ -178,9 +178,11 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     try:
         spec = platform.validate_spec(spec_dict, default_backend="local", default_layout="ti")
     except platform.SpecError as err:
-        from training_sdk.errors import SpecValidationError
-
         raise SpecValidationError(err.field, str(err).split(": ", 1)[-1]) from None
+    references = sorted(spec.secret_references())
+    if references:
+        raise SpecValidationError(f"environment.{references[0]}", "a secret reference is read from Airflow, which "
+                                  "local mode runs without; submit the job to Airflow (no instance_type='local')")
 
     layout = platform.layout_for(spec.layout, str(workspace / "jobs" / spec.job_name))
     if os.path.isdir(layout.root):

@@ -1,9 +1,9 @@
 """The SDK and the CLI against a real Airflow (api-server, scheduler, dag-processor, triggerer: the fixture of
 tests/integration/airflow_server.py) with real local source dirs: fit() end to end with the log streamed while the
 job runs, a failing job's reason, a spec refused before upload, attach + stop, the CLI, a tuner with three trials;
-and the README's SDK examples run as written, from a directory laid out like the repository after `make demo`, finding
-the credentials the way `make airflow` leaves them (simple_auth_manager_passwords.json.generated in the current
-directory; only the URL differs: a free port). One module, so every test shares one Airflow (about a minute to start)."""
+and the SDK guide's examples (docs/sdk.md) run as written, from a directory laid out like the repository after
+`make demo`, finding the credentials the way `make airflow` leaves them (simple_auth_manager_passwords.json.generated
+in the current directory; only the URL differs: a free port). One module, so every test shares one Airflow (about a minute to start)."""
 
 from __future__ import annotations
 
@@ -282,11 +282,11 @@ def test_tuner_runs_three_trials_and_picks_the_best_job_and_model(session, tmp_p
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the README's examples
+# the SDK guide's examples (docs/sdk.md)
 
 
 def sdk_examples() -> list[str]:
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "sdk.md").read_text(), re.S)
     return [b for b in blocks if "from training_sdk import" in b]
 
 
@@ -311,14 +311,14 @@ def run_example(code: str, workdir: Path, server) -> subprocess.CompletedProcess
                           timeout=600)
 
 
-def test_the_readme_has_the_pai_sagemaker_and_tuner_examples():
+def test_the_sdk_guide_has_the_pai_sagemaker_and_tuner_examples():
     examples = sdk_examples()
     assert len(examples) == 3
     assert "$PAI_USER_ARGS" in examples[0] and "max_run=3600" in examples[1] and "HyperparameterTuner" in examples[2]
 
 
 @pytest.mark.parametrize("index", [0, 1, 2], ids=["pai", "sagemaker", "tuner"])
-def test_readme_example_runs_as_written(index, workdir, airflow_server):
+def test_sdk_guide_example_runs_as_written(index, workdir, airflow_server):
     done = run_example(sdk_examples()[index], workdir, airflow_server)
     assert done.returncode == 0, done.stderr[-4000:]
     model = Path(re.findall(r"(/\S+/model\.tar\.gz)", done.stdout)[-1])

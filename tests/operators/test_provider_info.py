@@ -65,12 +65,14 @@ def test_every_setting_the_code_reads_is_described():
     assert not missing, f"read by {', '.join(SETTINGS_READERS)} but not in operators/provider_info.py: {missing}"
 
 
-def test_extra_links_import():
+def test_extra_links_are_every_link_the_stages_show():
     import importlib
 
-    for path in get_provider_info()["extra-links"]:
-        module, _, name = path.rpartition(".")
-        assert getattr(importlib.import_module(module), name)
+    from operators.stages.links import ALL_LINKS
+
+    links = [getattr(importlib.import_module(module), name)
+             for module, _, name in (path.rpartition(".") for path in get_provider_info()["extra-links"])]
+    assert sorted(link.__name__ for link in links) == sorted(link.__name__ for link in ALL_LINKS)
 
 
 def test_pyproject_registers_the_entry_point():

@@ -114,3 +114,41 @@ def test_local_mode_never_imports_airflow(tmp_path, workspace):
     done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "MODEL " + str(workspace / "models") in done.stdout
+
+
+SAGEMAKER_SCRIPT = textwrap.dedent('''
+    import json, os
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.json"), "w") as f:
+        json.dump({"mode": os.environ.get("MODE"), "epochs": os.environ.get("EPOCHS"),
+                   "world": os.environ.get("WORLD_SIZE")}, f)
+''')
+
+
+def test_local_fit_of_sagemaker_code_with_its_own_arguments(tmp_path, workspace):
+    """SageMaker's PyTorch estimator as its docs write it, import changed and instance_type local: the role and the
+    versions are ignored (one warning), the distribution object and the environment's numbers are taken."""
+    import warnings
+
+    from training_sdk.errors import IgnoredArgumentWarning
+
+    code = make_code(tmp_path, SAGEMAKER_SCRIPT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = Estimator(entry_point="train.py", source_dir=str(code), role="arn:aws:iam::1:role/SageMakerRole",
+                        framework_version="2.1", py_version="py310", instance_type="local", instance_count=1,
+                        distribution={"pytorchddp": {"enabled": True}}, environment={"MODE": "fast", "EPOCHS": 3},
+                        output_path=str(tmp_path / "models"), max_run=600)
+    assert [w.category for w in caught] == [IgnoredArgumentWarning]
+    est.fit()
+    with tarfile.open(est.model_data()) as tar:
+        assert json.load(tar.extractfile("model.json")) == {"mode": "fast", "epochs": "3", "world": "1"}
+
+
+def test_local_mode_refuses_a_secret_reference_before_running(tmp_path, workspace):
+    code = make_code(tmp_path, "print('never')\n")
+    est = Estimator(entry_point="train.py", source_dir=str(code), instance_type="local",
+                    environment={"WANDB_API_KEY": {"variable": "wandb_key"}})
+    with pytest.raises(ValueError, match=r"^job spec field 'environment.WANDB_API_KEY': a secret reference is read "
+                                         r"from Airflow, which local mode runs without"):
+        est.fit()
+    assert not (workspace / "jobs").exists()  # nothing was staged

@@ -19,7 +19,6 @@ class KubernetesSettings:
     conn_id: str = "kubernetes_default"
     namespace: str = "default"
     workspace_pvc: str = "training-workspace"
-    workspace_storage_class: str = ""
     service_account: str = ""
     image_pull_policy: str = "IfNotPresent"
     image_pull_secrets: tuple[str, ...] = ()
@@ -59,7 +58,6 @@ def kubernetes_settings() -> KubernetesSettings:
         conn_id=get_str(s, "conn_id", "kubernetes_default"),
         namespace=get_str(s, "namespace", "default"),
         workspace_pvc=get_str(s, "workspace_pvc", "training-workspace"),
-        workspace_storage_class=get_str(s, "workspace_storage_class", ""),
         service_account=get_str(s, "service_account", ""),
         image_pull_policy=get_str(s, "image_pull_policy", "IfNotPresent"),
         image_pull_secrets=get_list(s, "image_pull_secrets"),
