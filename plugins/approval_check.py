@@ -3,12 +3,17 @@ plugins/training_jobs_plugin.py, in front of the one route that answers a human-
 
     PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails
 
-(the UI's Required actions answer through it too). For a task of the retraining template's PromotionApprovalOperator
-(operators/pipelines/approval.py), in order:
+(the UI's Required actions answer through it too), and in front of the routes that write a task's XComs,
+
+    POST /api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries
+    PATCH, DELETE .../xcomEntries/{key}
+
+since the approval task's XCom `decision` is what promote_model reads: a user who may not answer may not write it
+either (marking the waiting task success then leaves promote_model without a decision: it fails, nothing is promoted).
+For a task of the retraining template's PromotionApprovalOperator (operators/pipelines/approval.py), in order:
 
 - the user who triggered the run (DagRun.triggering_user_name) is refused, whatever the config's `approvers` say;
-- when the config names approvers, Airflow itself lets only them answer (the task's assigned users), so nothing more
-  is checked here;
+- when the config names approvers, only they (the task's assigned users: Airflow checks them for an answer too);
 - else the user must hold the role [training] approver_role (default `op`): with the simple auth manager that role or
   a higher one (`op`: Op and Admin users), with an auth manager whose users carry `roles` (FAB), one of those by name.
   An auth manager whose users carry neither cannot tell: refused, with a line that says to name approvers.
@@ -25,19 +30,24 @@ import re
 from typing import Any
 
 # `path` is the full request path; the API may live under a prefix ([api] base_url), so only the end is matched.
-_ANSWER = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskInstances/(?P<task_id>[^/]+)/"
-                     r"(?P<map_index>-?[0-9]+)/hitlDetails/?$")
+_TASK = r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskInstances/(?P<task_id>[^/]+)/"
+_ANSWER = re.compile(_TASK + r"(?P<map_index>-?[0-9]+)/hitlDetails/?$")
+_XCOM = re.compile(_TASK + r"xcomEntries(?:/.*)?$")
+XCOM_WRITES = frozenset({"POST", "PATCH", "PUT", "DELETE"})
 APPROVAL_OPERATOR = "PromotionApprovalOperator"  # operators/pipelines/approval.py's class: the task's `operator`
 
 
-def answered_task(scope: dict) -> tuple[str, str, str, int] | None:
-    """(dag_id, run_id, task_id, map_index) of a request that answers a human-in-the-loop task, else None."""
-    if scope.get("type") != "http" or scope.get("method") != "PATCH":
+def decided_task(scope: dict) -> tuple[str, str, str, int] | None:
+    """(dag_id, run_id, task_id, map_index) of a request that answers a human-in-the-loop task or writes a task's
+    XComs, else None (an approval task is never mapped: its XComs are map index -1's)."""
+    if scope.get("type") != "http":
         return None
-    match = _ANSWER.search(scope.get("path", ""))
-    if match is None:
-        return None
-    return match["dag_id"], match["run_id"], match["task_id"], int(match["map_index"])
+    method, path = scope.get("method"), scope.get("path", "")
+    if method == "PATCH" and (match := _ANSWER.search(path)):
+        return match["dag_id"], match["run_id"], match["task_id"], int(match["map_index"])
+    if method in XCOM_WRITES and (match := _XCOM.search(path)):
+        return match["dag_id"], match["run_id"], match["task_id"], -1
+    return None
 
 
 def holds_role(user: Any, role: str) -> bool | None:
@@ -66,8 +76,11 @@ def refusal(user: Any, triggered_by: str | None, assignees: list | None, role: s
     refused = self_approval_refusal(name, triggered_by)
     if refused:
         return refused
-    if assignees:  # the config's approvers: Airflow answers 403 to anyone else
-        return None
+    if assignees:  # the config's approvers (Airflow checks them too, for an answer; not for an XCom write)
+        if str(user.get_id()) in {str(a.get("id")) for a in assignees}:
+            return None
+        names = ", ".join(str(a.get("name") or a.get("id")) for a in assignees)
+        return f"refused: {name} is not among the approvers the retraining config names ({names})"
     held = holds_role(user, role)
     if held is None:
         return (f"refused: the auth manager says nothing of {name}'s roles, so [training] approver_role ({role}) "
@@ -125,7 +138,7 @@ class ApprovalCheck:
         self.app = app
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        target = answered_task(scope)
+        target = decided_task(scope)
         line = await self._check(scope, target) if target else None
         if line is None:
             await self.app(scope, receive, send)

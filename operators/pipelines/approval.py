@@ -165,8 +165,8 @@ class PromotionApprovalOperator(ApprovalOperator):
         if not self.decision["passed"]:  # promote_model skips it with the gate's reason
             return self._not_asked(context, "gate rejected", "Nobody asked: the metric gate rejected the model")
         triggered_by = _triggered_by(context)
+        others = [a for a in self.approvers if a != triggered_by]
         if self.approvers:  # Airflow's API lets only the assigned users answer: never the triggering user
-            others = [a for a in self.approvers if a != triggered_by]
             if not others:
                 raise AirflowFailException(
                     f"approval.approvers names only {triggered_by}, who triggered this run: a promotion is approved by "
@@ -179,7 +179,7 @@ class PromotionApprovalOperator(ApprovalOperator):
         self.body = approval_body(self.decision, self.current, job_name, model_uri,
                                   compare_url(self.dag_id, context["run_id"], self.current), self.on_timeout,
                                   self.response_timeout,
-                                  who_may_answer(self.approvers, approver_role(), triggered_by))
+                                  who_may_answer(others, approver_role(), triggered_by))
         self.log.info("Asking for approval of %s (after %s without an answer: %s)", model_uri,
                       duration(self.response_timeout), self.on_timeout)
         return super().execute(context)  # waits (awaiting_input) and resumes in execute_complete

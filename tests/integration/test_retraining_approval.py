@@ -4,7 +4,8 @@ switched to require approval at trigger time. One is approved through the REST A
 promotes; the next is rejected by her with a reason and keeps the promoted model; the third gets no answer and times
 out (30 s) to the DAG's default, reject. The runs of one retraining DAG never overlap (max_active_runs=1), so the three
 are queued at once and answered in turn. Four eyes: a run alice (User) triggers is not hers to approve, nor bob's
-(User, not the approver role [training] approver_role, op): both are refused by the API server; olivia approves it."""
+(User, not the approver role [training] approver_role, op): both are refused by the API server, and so is alice's
+forged XCom decision; olivia approves it."""
 
 from __future__ import annotations
 
@@ -157,6 +158,11 @@ def test_the_user_who_triggered_a_run_cannot_approve_its_promotion(approval_dag,
                                        "promotion"), answer
     status, answer = bob.call("PATCH", hitl_path("approval-four-eyes"), approve)
     assert status == 403 and answer["detail"].startswith("refused: bob does not hold the role 'op'"), answer
+    # nor can she write the decision promote_model reads
+    forged = {"key": "decision", "value": {"asked": True, "approved": True, "decision": "approved", "by": "olivia"}}
+    status, answer = alice.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns/approval-four-eyes/taskInstances/"
+                                        "approve_promotion/xcomEntries", forged)
+    assert status == 403 and answer["detail"].startswith("refused: alice triggered this run"), answer
     _, detail = olivia.call("GET", hitl_path("approval-four-eyes"))
     assert detail["response_received"] is False and detail["responded_by_user"] is None  # nothing was recorded
     assert server.task_states(DAG_ID, "approval-four-eyes")[("approve_promotion", -1)] == "awaiting_input"

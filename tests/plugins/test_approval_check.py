@@ -20,16 +20,24 @@ ANSWER = "/api/v2/dags/retrain_churn/dagRuns/manual__2026-12-01T21:00:00+00:00/t
          "hitlDetails"
 
 
+XCOMS = "/api/v2/dags/retrain_churn/dagRuns/r1/taskInstances/approve_promotion/xcomEntries"
+
+
 @pytest.mark.parametrize("method, path, expected", [
     ("PATCH", ANSWER, ("retrain_churn", "manual__2026-12-01T21:00:00+00:00", "approve_promotion", -1)),
+    # the decision promote_model reads: whoever may not answer may not write it
+    ("POST", XCOMS, ("retrain_churn", "r1", "approve_promotion", -1)),
+    ("PATCH", XCOMS + "/decision", ("retrain_churn", "r1", "approve_promotion", -1)),
+    ("DELETE", XCOMS + "/decision", ("retrain_churn", "r1", "approve_promotion", -1)),
+    ("GET", XCOMS + "/decision", None),
     ("PATCH", "/airflow" + ANSWER.replace("/-1/", "/3/"), ("retrain_churn", "manual__2026-12-01T21:00:00+00:00",
                                                           "approve_promotion", 3)),  # behind a path prefix
     ("GET", ANSWER, None),
     ("PATCH", ANSWER.replace("/hitlDetails", "/hitlDetails/tries/1"), None),
     ("PATCH", "/api/v2/dags/retrain_churn/dagRuns/r/taskInstances/approve_promotion", None),
 ])
-def test_the_route_that_answers_a_human_in_the_loop_task_is_the_one_checked(method, path, expected):
-    assert check.answered_task({"type": "http", "method": method, "path": path}) == expected
+def test_the_routes_that_answer_an_approval_or_write_its_decision_are_checked(method, path, expected):
+    assert check.decided_task({"type": "http", "method": method, "path": path}) == expected
 
 
 def test_the_triggering_user_never_answers_whatever_the_approvers_say():
@@ -51,8 +59,10 @@ def test_by_default_the_admins_role_answers():
         "that role, or an admin for it")
     assert check.refusal(OLIVIA, "alice", None, "admin").startswith("refused: olivia does not hold the role 'admin'")
     assert check.refusal(BOB, "alice", None, "user") is None  # the admin may name a lower role
-    # the config's approvers: Airflow lets only them answer (assigned users); the role is not asked
+    # the config's approvers (the task's assigned users): only they, whatever their role
     assert check.refusal(BOB, "alice", [{"id": "bob", "name": "bob"}], "op") is None
+    assert check.refusal(OLIVIA, "alice", [{"id": "bob", "name": "bob"}, {"id": "omar", "name": "omar"}], "op") == (
+        "refused: olivia is not among the approvers the retraining config names (bob, omar)")
 
 
 def test_roles_of_other_auth_managers():
