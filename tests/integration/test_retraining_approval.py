@@ -5,7 +5,7 @@ promotes; the next is rejected by her with a reason and keeps the promoted model
 out (30 s) to the DAG's default, reject. The runs of one retraining DAG never overlap (max_active_runs=1), so the three
 are queued at once and answered in turn. Four eyes: a run alice (User) triggers is not hers to approve, nor bob's
 (User, not the approver role [training] approver_role, op): both are refused by the API server, and so is alice's
-forged XCom decision; olivia approves it."""
+forged XCom decision; olivia approves it. Her next run's question marked "success" by hand promotes nothing."""
 
 from __future__ import annotations
 
@@ -174,3 +174,16 @@ def test_the_user_who_triggered_a_run_cannot_approve_its_promotion(approval_dag,
     assert server.task_states(DAG_ID, "approval-four-eyes")[("promote_model", -1)] == "success"
     decision = xcom(server, "approval-four-eyes", "approve_promotion", "decision")
     assert (decision["decision"], decision["by"]) == ("approved", "olivia")
+    promoted = (tmp_path / "models" / "logreg-approval" / "latest.json").read_text()
+
+    # Marking her next run's waiting question "success" by hand promotes nothing: promote_model finds no decision.
+    status, run = alice.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
+                             {"logical_date": None, "conf": conf, "dag_run_id": "approval-marked-success"})
+    assert status == 200, run
+    wait_until_asked(server, "approval-marked-success")
+    status, body = alice.call("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/approval-marked-success/taskInstances/"
+                                       "approve_promotion", {"new_state": "success"})
+    assert status == 200, body
+    assert server.wait_for_run(DAG_ID, "approval-marked-success")["state"] == "failed"
+    assert server.task_states(DAG_ID, "approval-marked-success")[("promote_model", -1)] == "failed"
+    assert (tmp_path / "models" / "logreg-approval" / "latest.json").read_text() == promoted
