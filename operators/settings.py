@@ -257,3 +257,10 @@ def mlflow_experiment_prefix() -> str:
     `<prefix><DAG id>/<base job name>` (operators/tracking/mlflow.py), so whoever triggers a DAG writes only under
     that DAG's experiments; empty = the base job name alone, as the triggering user chose it."""
     return get_str("training", "mlflow_experiment_prefix", "").strip()
+
+
+def approver_role() -> str:
+    """[training] approver_role: the auth manager's role whose users may answer a retraining run's approval when its
+    config names no approvers (op: with the simple auth manager, Op and Admin users); the user who triggered the run
+    never may (operators/pipelines/approval.py, plugins/approval_check.py)."""
+    return get_str("training", "approver_role", "op").strip() or "op"

@@ -87,7 +87,7 @@ async def _read_body(receive) -> tuple[bytes, Any]:
     return body, replay
 
 
-async def _user(scope: dict) -> Any | None:
+async def request_user(scope: dict) -> Any | None:
     """The request's user, resolved exactly as Airflow's routes resolve it (bearer token, else the session cookie);
     None when it is not authenticated (Airflow then answers 401 itself)."""
     from fastapi import HTTPException, Request
@@ -199,7 +199,7 @@ class SecretReferenceCheck:
         refs = references(conf)
         if not refs:
             return None
-        user = await _user(scope)
+        user = await request_user(scope)
         if user is None:
             return None
         asset_id = value if named == "asset" else None

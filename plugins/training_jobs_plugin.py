@@ -1,9 +1,11 @@
 """Airflow plugin of the training-job platform: the training-jobs view (a FastAPI app for its data and page, shown
-as a nav entry and as a tab on DAG runs), the extra links of the training stages (operators/stages/links.py) and the API
-server's check of the secrets a new run references (plugins/secret_reference_check.py)."""
+as a nav entry and as a tab on DAG runs), the extra links of the training stages (operators/stages/links.py), the API
+server's check of the secrets a new run references (plugins/secret_reference_check.py) and its four-eyes check of a
+retraining run's approval (plugins/approval_check.py)."""
 
 from airflow.plugins_manager import AirflowPlugin
 
+from approval_check import ApprovalCheck
 from operators.console_urls import PLUGIN_PREFIX, RUN_VIEW_ROUTE
 from operators.stages.links import ALL_LINKS
 from secret_reference_check import SecretReferenceCheck
@@ -24,7 +26,9 @@ class TrainingJobsPlugin(AirflowPlugin):
     operator_extra_links = [link() for link in ALL_LINKS]
     fastapi_apps = _FastAPIApps()
     fastapi_root_middlewares = [{"middleware": SecretReferenceCheck, "args": [], "kwargs": {},
-                                 "name": "Secret references of new runs"}]
+                                 "name": "Secret references of new runs"},
+                                {"middleware": ApprovalCheck, "args": [], "kwargs": {},
+                                 "name": "Four eyes on retraining approvals"}]
     # One nav entry: a second one would make Airflow fold both into a "Plugins" menu. The compare page is reached
     # from the view's list ("Compare jobs"), in the same frame.
     external_views = [

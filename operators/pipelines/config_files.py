@@ -29,7 +29,8 @@ DAGs from configs stay fast to parse. A bad file raises `ConfigError` naming the
       required: false                     # default false: the run param require_approval switches it on per run
       timeout: 24h                        # seconds, or 30s / 15m / 24h / 2d; default 24h
       on_timeout: reject                  # reject (the promoted model stays) | approve
-      approvers: [olivia, omar]           # optional: only these users may answer (default: whoever may edit runs)
+      approvers: [olivia, omar]           # optional: only these users may answer (default: the users of the role
+                                          # [training] approver_role, op); never the user who triggered the run
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ class ApprovalRule:
     required: bool = False  # the default of the run param require_approval; true: every run asks, whatever it says
     timeout: dt.timedelta = dt.timedelta(hours=24)  # a run that waits blocks the next (max_active_runs=1)
     on_timeout: str = "reject"
-    approvers: tuple[str, ...] = ()  # user ids; () = anyone allowed to edit the DAG's runs
+    # user ids; () = the users of the role [training] approver_role. The user who triggered a run never answers its
+    # approval, whatever this says (operators/pipelines/approval.py, plugins/approval_check.py).
+    approvers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ alone can be forged from any page the user visits. So `refuse_cross_site`, one d
 route has it: a new route cannot forget it), refuses a state-changing request unless it comes from this origin:
 
 - `Sec-Fetch-Site`, which browsers set and pages cannot, must be `same-origin` (or `none`: typed by the user);
-- `Origin`, when sent, must be the API server's own (the request's Host, or [api] base_url behind a proxy);
+- `Origin`, when sent, must be the API server's own, as its configuration says: [api] base_url (what browsers reach,
+  behind a proxy too), else the listener's address ([api] host and port; a loopback listener is also reached as
+  localhost and [::1]). Never the request's `Host`: a page of another site that a DNS name of its own points at this
+  server (DNS rebinding) sends its own name as both Host and Origin;
 - and the request must carry what a form cannot send and a cross-origin page cannot send without a CORS preflight,
   which Airflow's API server refuses to other origins: a JSON body (`Content-Type: application/json`) or an
   `Authorization` header (the REST API's and the SDK's bearer token, which no browser attaches on its own).
@@ -22,13 +25,15 @@ from __future__ import annotations
 import functools
 from urllib.parse import urlsplit
 
-from airflow.configuration import conf
 from fastapi import HTTPException, Request
 
+from operators.console_urls import base_url
 from training_console.vendor import plotly_inline_style_hashes
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_ORIGIN_SITES = frozenset({"same-origin", "none"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 OTHER_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
 
 
@@ -46,13 +51,22 @@ def _forged(why: str) -> HTTPException:
                               "itself or carry an API token (Authorization: Bearer ...), never from another site's page")
 
 
-def _own_hosts(request: Request) -> set[str]:
-    """host[:port] this API server answers as: the request's Host, and [api] base_url's (behind a proxy)."""
-    hosts = {request.headers.get("host", "")}
-    base_url = conf.get("api", "base_url", fallback="") or ""
-    if base_url:
-        hosts.add(urlsplit(base_url).netloc)
-    return {h.lower() for h in hosts if h}
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL or an Origin header, the port written out (http://a and http://a:80 are one)."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:  # a port that is no number: matches nothing
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def own_origins() -> set[tuple[str, str, int | None]]:
+    """The origins this API server is reached at, from its configuration (see the module's docstring)."""
+    scheme, host, port = _origin(base_url())  # [api] base_url, else http://<[api] host>:<[api] port>
+    hosts = LOOPBACK_NAMES if host in LOOPBACK_NAMES else (host,)  # no other site can serve a loopback name
+    return {(scheme, h, port) for h in hosts}
 
 
 def refuse_cross_site(request: Request) -> None:
@@ -63,8 +77,9 @@ def refuse_cross_site(request: Request) -> None:
     if site is not None and site not in SAME_ORIGIN_SITES:
         raise _forged(f"the browser says this {request.method} came from a {site} page")
     origin = request.headers.get("origin")
-    if origin is not None and urlsplit(origin).netloc.lower() not in _own_hosts(request):
-        raise _forged(f"a {request.method} from the page of {origin}")
+    if origin is not None and _origin(origin) not in own_origins():
+        raise _forged(f"a {request.method} from the page of {origin}, not this server's own {base_url()} "
+                      "(behind a proxy or another address, an admin sets [api] base_url to the one browsers use)")
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json" and not request.headers.get("authorization"):
         raise _forged(f"a {request.method} with neither a JSON body (Content-Type: application/json) nor an "

@@ -3,7 +3,9 @@ dag-processor and API server): runs of dags/retraining_approval_demo.py (the ret
 switched to require approval at trigger time. One is approved through the REST API by olivia, an Op user, and
 promotes; the next is rejected by her with a reason and keeps the promoted model; the third gets no answer and times
 out (30 s) to the DAG's default, reject. The runs of one retraining DAG never overlap (max_active_runs=1), so the three
-are queued at once and answered in turn."""
+are queued at once and answered in turn. Four eyes: a run alice (User) triggers is not hers to approve, nor bob's
+(User, not the approver role [training] approver_role, op): both are refused by the API server, and so is alice's
+forged XCom decision; olivia approves it. Her next run's question marked "success" by hand promotes nothing."""
 
 from __future__ import annotations
 
@@ -133,3 +135,55 @@ def test_a_person_approves_rejects_or_lets_the_default_decide(approval_dag, tmp_
     _, detail = server.api.call("GET", hitl_path("approval-timed-out"))
     assert detail["chosen_options"] == ["Reject"] and detail["responded_by_user"] is None
     assert json.loads(pointer_file.read_text()) == promoted
+
+
+def test_the_user_who_triggered_a_run_cannot_approve_its_promotion(approval_dag, tmp_path):
+    server = approval_dag
+    data = tmp_path / "data" / "train"
+    data.mkdir(parents=True)
+    (data / "part-0.csv").write_bytes(csv_rows(1, noisy=False))
+    conf = {"data": f"{data}/", "output_path": str(tmp_path / "models"), "require_approval": True}
+    alice, bob, olivia = (server.user_api(user) for user in ("alice", "bob", "olivia"))
+    status, run = alice.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
+                             {"logical_date": None, "conf": conf, "dag_run_id": "approval-four-eyes"})
+    assert status == 200 and run["triggering_user_name"] == "alice", run
+    wait_until_asked(server, "approval-four-eyes")
+    _, asked = olivia.call("GET", hitl_path("approval-four-eyes"))
+    assert "Who may answer: a user with the role `op`, not `alice` (who triggered this run)." in asked["body"]
+    approve = {"chosen_options": ["Approve"], "params_input": {"reason": "looks good to me"}}
+
+    status, answer = alice.call("PATCH", hitl_path("approval-four-eyes"), approve)
+    assert status == 403, answer
+    assert answer["detail"].startswith("refused: alice triggered this run and cannot answer the approval of its own "
+                                       "promotion"), answer
+    status, answer = bob.call("PATCH", hitl_path("approval-four-eyes"), approve)
+    assert status == 403 and answer["detail"].startswith("refused: bob does not hold the role 'op'"), answer
+    # nor can she write the decision promote_model reads
+    forged = {"key": "decision", "value": {"asked": True, "approved": True, "decision": "approved", "by": "olivia"}}
+    status, answer = alice.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns/approval-four-eyes/taskInstances/"
+                                        "approve_promotion/xcomEntries", forged)
+    assert status == 403 and answer["detail"].startswith("refused: alice triggered this run"), answer
+    _, detail = olivia.call("GET", hitl_path("approval-four-eyes"))
+    assert detail["response_received"] is False and detail["responded_by_user"] is None  # nothing was recorded
+    assert server.task_states(DAG_ID, "approval-four-eyes")[("approve_promotion", -1)] == "awaiting_input"
+
+    status, answer = olivia.call("PATCH", hitl_path("approval-four-eyes"),
+                                 {"chosen_options": ["Approve"], "params_input": {"reason": "checked the holdout"}})
+    assert status == 200 and answer["responded_by"]["name"] == "olivia", answer
+    assert server.wait_for_run(DAG_ID, "approval-four-eyes")["state"] == "success"
+    assert server.task_states(DAG_ID, "approval-four-eyes")[("promote_model", -1)] == "success"
+    decision = xcom(server, "approval-four-eyes", "approve_promotion", "decision")
+    assert (decision["decision"], decision["by"]) == ("approved", "olivia")
+    promoted = (tmp_path / "models" / "logreg-approval" / "latest.json").read_text()
+
+    # Marking her next run's waiting question "success" by hand promotes nothing: promote_model finds no decision.
+    status, run = alice.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
+                             {"logical_date": None, "conf": conf, "dag_run_id": "approval-marked-success"})
+    assert status == 200, run
+    wait_until_asked(server, "approval-marked-success")
+    status, body = alice.call("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/approval-marked-success/taskInstances/"
+                                       "approve_promotion", {"new_state": "success"})
+    assert status == 200, body
+    assert server.wait_for_run(DAG_ID, "approval-marked-success")["state"] == "failed"
+    assert server.task_states(DAG_ID, "approval-marked-success")[("promote_model", -1)] == "failed"
+    assert (tmp_path / "models" / "logreg-approval" / "latest.json").read_text() == promoted

@@ -160,3 +160,34 @@ def test_another_site_stops_nothing_and_a_reused_job_name_shows_nothing_of_the_o
     assert stopped["state"] == "failed"
     _, page = bob.call("GET", job.format(run=bob_slow))
     assert page["status"] == "stopped" and page["failure"].startswith("Stopped by bob at "), page["failure"]
+
+
+def test_a_forged_host_with_its_own_origin_changes_nothing(airflow_server):
+    """A page of evil.example whose DNS name points at the server (DNS rebinding) sends its own name as both Host and
+    Origin; the server's origin is its configured one ([api] base_url: tests/integration/airflow_server.py sets it to
+    the free port it picked), so the guard refuses it before the route runs. No browser needed: the headers are what
+    one would send."""
+    import urllib.error
+    import urllib.request
+
+    alice = airflow_server.user_api("alice")
+    stop = "/training-jobs/api/jobs/training_job/no-such-run/-1/stop"
+
+    def post(host: str | None, origin: str) -> tuple[int, str]:
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {alice.token}", "Origin": origin,
+                   "Sec-Fetch-Site": "same-origin", **({"Host": host} if host else {})}
+        request = urllib.request.Request(airflow_server.base_url + stop, data=b"{}", method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    status, body = post("evil.example", "http://evil.example")
+    assert status == 403 and "refused: a POST from the page of http://evil.example, not this server's own " \
+                             f"{airflow_server.base_url}" in json.loads(body)["detail"], body
+    status, body = post(f"evil.example:{airflow_server.port}", f"http://evil.example:{airflow_server.port}")
+    assert status == 403 and "refused: a POST from the page of http://evil.example" in body, body
+    # the same request from the server's own origin passes the guard and reaches the route (no such run: 404)
+    status, body = post(None, airflow_server.base_url)
+    assert status == 404 and "refused" not in body, body

@@ -1,4 +1,5 @@
 import datetime as dt
+from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -39,8 +40,9 @@ def operator(**kwargs):
     return PromotionApprovalOperator(**args)
 
 
-def context(**params):
-    return {"params": params, "ti": FakeTI(), "task_instance": FakeTI(), "run_id": "manual__2026-11-21T03:00:00+00:00"}
+def context(triggered_by=None, **params):
+    return {"params": params, "ti": FakeTI(), "task_instance": FakeTI(), "run_id": "manual__2026-11-21T03:00:00+00:00",
+            "dag_run": SimpleNamespace(triggering_user_name=triggered_by)}
 
 
 def test_the_body_puts_the_candidate_beside_the_promoted_model():
@@ -176,6 +178,66 @@ def test_a_rejected_model_is_never_promoted_and_an_approved_one_records_who(tmp_
     with pytest.raises(AirflowSkipException, match=r"not promoted: rejected by olivia \(drift\); .*still names s3://b/"):
         promote.execute({"run_id": "r"})
     assert not (tmp_path / "models" / "churn" / "latest.json").exists()
+
+
+def _ask(monkeypatch, task, triggered_by):
+    from airflow.sdk.exceptions import TaskAwaitingInput
+
+    calls = []
+    monkeypatch.setattr("airflow.providers.standard.operators.hitl.upsert_hitl_detail", lambda **kw: calls.append(kw))
+    with pytest.raises(TaskAwaitingInput):
+        task.execute(context(triggered_by, require_approval=True))
+    return calls[0]
+
+
+def test_the_triggering_user_is_never_among_the_approvers(monkeypatch):
+    """Four eyes: the config's approvers less whoever triggered the run (Airflow lets only assigned users answer)."""
+    asked = _ask(monkeypatch, operator(approvers=("alice", "olivia")), "alice")
+    assert asked["assigned_users"] == [{"id": "olivia", "name": "olivia"}]
+    assert asked["body"].endswith("Who may answer: `olivia`, not `alice` (who triggered this run).")
+    scheduled = _ask(monkeypatch, operator(approvers=("alice", "olivia")), None)  # nobody triggered a scheduled run
+    assert [u["id"] for u in scheduled["assigned_users"]] == ["alice", "olivia"]
+    assert scheduled["body"].endswith("Who may answer: `alice`, `olivia`.")
+
+
+def test_without_approvers_the_admins_role_answers(monkeypatch):
+    monkeypatch.delenv("AIRFLOW__TRAINING__APPROVER_ROLE", raising=False)
+    asked = _ask(monkeypatch, operator(), "alice")
+    assert asked["assigned_users"] is None  # the API server checks the role (plugins/approval_check.py)
+    assert asked["body"].endswith("Who may answer: a user with the role `op`, not `alice` (who triggered this run).")
+    monkeypatch.setenv("AIRFLOW__TRAINING__APPROVER_ROLE", "admin")
+    assert "a user with the role `admin`" in _ask(monkeypatch, operator(), "alice")["body"]
+
+
+def test_a_run_whose_only_approver_triggered_it_fails_before_asking(monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    calls = []
+    monkeypatch.setattr("airflow.providers.standard.operators.hitl.upsert_hitl_detail", lambda **kw: calls.append(kw))
+    with pytest.raises(AirflowFailException, match=r"^approval.approvers names only alice, who triggered this run: a "
+                                                   r"promotion is approved by another person; add another approver"):
+        operator(approvers=("alice",)).execute(context("alice", require_approval=True))
+    assert calls == []
+
+
+def test_an_answer_of_the_triggering_user_is_a_refused_rejection():
+    """The API server refuses it (plugins/approval_check.py); should one arrive all the same, nothing is promoted."""
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    from operators.pipelines.retraining import PromoteModelOperator
+
+    with _dag():
+        task = operator()
+        PromoteModelOperator(task_id="promote_model", decision=DECISION, upload=UPLOAD, job=JOB,
+                             approval=task.output["decision"])
+    ctx = {**context("alice"), "task": task}
+    with pytest.raises(DownstreamTasksSkipped) as skipped:
+        task.execute_complete(ctx, {"chosen_options": ["Approve"], "params_input": {"reason": "mine is great"},
+                                    "responded_by_user": {"id": "alice", "name": "alice"}, "responded_at": WHEN})
+    assert list(skipped.value.tasks) == ["promote_model"]
+    record = ctx["ti"].xcom["decision"]
+    assert (record["approved"], record["decision"], record["by"]) == (False, "rejected", "alice")
+    assert record["reason"].startswith("refused: alice triggered this run and cannot answer the approval")
 
 
 def _dag():

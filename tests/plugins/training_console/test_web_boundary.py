@@ -1,6 +1,7 @@
 """The plugins' cross-site request forgery guard and page headers (training_console/web_boundary.py), on a small app
 with the same dependency and middleware; the served Airflow in a real browser: tests/integration/test_web_boundary.py."""
 
+import pytest
 from fastapi import Depends, FastAPI
 from fastapi.testclient import TestClient
 
@@ -24,6 +25,12 @@ def jobs() -> dict:
 
 client = TestClient(app, base_url="http://airflow.example:8080")
 JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(autouse=True)
+def served_at_airflow_example(monkeypatch):
+    """The server's own origin is its configuration's: here [api] base_url, where the test client sends to."""
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://airflow.example:8080")
 
 
 def _refused(response, why: str) -> None:
@@ -65,6 +72,45 @@ def test_the_api_servers_base_url_is_its_origin_behind_a_proxy(monkeypatch):
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.corp.example/")
     proxied = {**JSON, "Sec-Fetch-Site": "same-origin", "Origin": "https://airflow.corp.example"}
     assert client.post("/stop", headers=proxied).status_code == 200
+
+
+def test_a_forged_host_is_not_the_servers_origin():
+    """A page of evil.example that its DNS points at this server (DNS rebinding) sends its own name as Host and Origin,
+    and the browser calls that same-origin: the server's origin is its configuration's, never the request's Host."""
+    changed.clear()
+    forged = {**JSON, "Host": "evil.example", "Origin": "http://evil.example", "Sec-Fetch-Site": "same-origin"}
+    _refused(client.post("/stop", headers=forged), "from the page of http://evil.example, not this server's own "
+                                                   "http://airflow.example:8080")
+    _refused(client.post("/stop", headers={**forged, "Authorization": "Bearer t"}), "http://evil.example")
+    # the configured origin passes whatever the Host says (a proxy may rewrite it)
+    assert client.post("/stop", headers={**JSON, "Host": "backend:8080", "Origin": "http://airflow.example:8080"}
+                       ).status_code == 200
+    assert changed == ["stopped"]
+
+
+def test_the_origin_is_scheme_host_and_port_of_the_base_url(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.corp.example/airflow/")
+    for origin in ("https://airflow.corp.example", "https://AIRFLOW.corp.example:443"):
+        assert client.post("/stop", headers={**JSON, "Origin": origin}).status_code == 200, origin
+    for origin in ("http://airflow.corp.example", "https://airflow.corp.example:8443", "https://corp.example",
+                   "null", "https://airflow.corp.example:x"):
+        _refused(client.post("/stop", headers={**JSON, "Origin": origin}), f"from the page of {origin}")
+
+
+def test_without_a_base_url_the_listeners_address_is_the_origin(monkeypatch):
+    """[api] host and port; a loopback listener is reached as 127.0.0.1, localhost or [::1], which no other site's
+    page can be served from."""
+    monkeypatch.delenv("AIRFLOW__API__BASE_URL")
+    monkeypatch.setenv("AIRFLOW__API__HOST", "127.0.0.1")
+    monkeypatch.setenv("AIRFLOW__API__PORT", "8793")
+    for origin in ("http://127.0.0.1:8793", "http://localhost:8793", "http://[::1]:8793"):
+        assert client.post("/stop", headers={**JSON, "Origin": origin}).status_code == 200, origin
+    for origin in ("http://127.0.0.1:8794", "http://airflow.example:8080", "https://localhost:8793"):
+        _refused(client.post("/stop", headers={**JSON, "Host": origin[origin.index("//") + 2:], "Origin": origin}),
+                 f"from the page of {origin}")
+    monkeypatch.setenv("AIRFLOW__API__HOST", "10.1.2.3")
+    assert client.post("/stop", headers={**JSON, "Origin": "http://10.1.2.3:8793"}).status_code == 200
+    _refused(client.post("/stop", headers={**JSON, "Origin": "http://localhost:8793"}), "http://localhost:8793")
 
 
 def test_every_response_carries_the_policy_headers():
