@@ -78,6 +78,9 @@ class Resources(Strict):
     cpu: str | float | None = Field(None, description="CPUs per host: 2, 0.5 or 500m.")
     memory: str | float | None = Field(None, description="Memory per host: 4Gi, 512Mi (or bytes).")
     gpu: Count = Field(0, ge=0, le=64, description="GPUs per host.")
+    # Not per host: the job root is the job's, all its hosts share it (operators/launch/disk_cap.py).
+    disk: str | float | None = Field(None, description="Disk the job root may hold, all hosts together: 20Gi (at "
+                                     "most the admin's [training] job_disk_limit, the default).")
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -90,6 +93,11 @@ class Resources(Strict):
     @classmethod
     def _memory(cls, value: Any) -> str | None:
         return _quantity(value, "memory", "4Gi or 512Mi")
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, value: Any) -> str | None:
+        return _quantity(value, "disk", "20Gi or 512Mi")
 
 
 class Elastic(Strict):

@@ -120,7 +120,7 @@ class _Host:
 class LocalLauncherHook:
     backend = "local"
     # Blocking only (the processes are the worker's); input/data/<channel> is a link into the cache.
-    capabilities = Capabilities(deferrable=False, mounts_channels=False)
+    capabilities = Capabilities(deferrable=False, mounts_channels=False, caps_file_size=True)  # RLIMIT_FSIZE
 
     def __init__(self, python: str | None = None, sandbox: str | None = None,
                  environment_names: tuple[str, ...] | None = None, lease_seconds: float | None = None,

@@ -89,7 +89,8 @@ def test_job_names_from_runs_are_valid_and_stable():
         ({"kubernetes": {"node_selector": {"pool": 1}}}, "kubernetes.node_selector.pool", "must be a string"),
         ({"docker": {"keep_containers": "maybe"}}, "docker.keep_containers", "must be true or false"),
         # unknown keys at every level
-        ({"resources": {"disk": "10Gi"}}, "resources.disk", "is not a field of resources"),
+        ({"resources": {"disks": "10Gi"}}, "resources.disks", "is not a field of resources"),
+        ({"resources": {"disk": "lots"}}, "resources.disk", "not a disk quantity"),
         ({"docker": {"shm": "2Gi"}}, "docker.shm", "is not a field of docker"),
         ({"metric_definitions": [{"Name": "loss", "Regex": "l=(.*)", "Type": "max"}]}, "metric_definitions[0].Type",
          "is not a field of metric_definitions[0]"),
