@@ -53,6 +53,10 @@ class UnsafeArchiveError(BadArchiveError):
     """The archive contains a member we refuse to extract; the message names it."""
 
 
+class PackTooLargeError(ValueError):
+    """The files to pack hold more content than the caller allows (`max_content`); the message names the file."""
+
+
 @dataclass(frozen=True)
 class ExtractStats:
     files: int
@@ -291,7 +295,7 @@ class _Tee:
 
 def pack_directory(
     src_dir: str, out_path: str, compresslevel: int = 1, *, threads: int | None = None, sink=None,
-    within: str | None = None,
+    within: str | None = None, max_content: int | None = None,
 ) -> PackStats:
     """Pack `src_dir` into a standard .tar.gz at `out_path` (written under a temp name, then renamed).
 
@@ -303,7 +307,9 @@ def pack_directory(
     that is packs nothing, with a warning). A file linked under several names is stored once, then as hard link members
 naming it. `compresslevel` is gzip's 0-9 (ISA-L's 0-3 under it); `threads` compress
     in parallel (default: the usable CPUs, at most 8). `sink(bytes)`, if given, receives the archive's bytes in order
-    as they are written.
+    as they are written. `max_content`: the most content (file sizes, each file once) the archive may hold; a tenant's
+    tree can claim more than its disk holds (a sparse file is packed at its full size, reading zeros), so packing stops
+    there with PackTooLargeError, nothing written.
     """
     src_dir = os.path.abspath(src_dir)
     out_path = os.path.abspath(out_path)
@@ -336,7 +342,8 @@ naming it. `compresslevel` is gzip's 0-9 (ISA-L's 0-3 under it); `threads` compr
                     for entry in tree.walk(rel) if rel is not None else ():
                         if entry.rel in skip:
                             continue
-                        packed = _add_entry(tf, tree, entry, rel, packed_inodes)
+                        room = None if max_content is None else max_content - content
+                        packed = _add_entry(tf, tree, entry, rel, packed_inodes, room)
                         if packed is not None:
                             files += 1
                             content += packed
@@ -356,7 +363,8 @@ naming it. `compresslevel` is gzip's 0-9 (ISA-L's 0-3 under it); `threads` compr
     return PackStats(files=files, bytes_in=content, bytes_out=os.path.getsize(out_path))
 
 
-def _add_entry(tf: tarfile.TarFile, tree, entry, base: str, packed_inodes: dict[tuple[int, int], str]) -> int | None:
+def _add_entry(tf: tarfile.TarFile, tree, entry, base: str, packed_inodes: dict[tuple[int, int], str],
+               room: int | None = None) -> int | None:
     """One walked entry into the archive; the bytes of content packed (None for a directory or a skipped file).
     A file whose inode was packed already (hard links: 32 names of one 32 MiB file were 1 GiB of archive) becomes a
     hard link member naming the first: its content is stored once, and extraction (ours, tar's) gives every name."""
@@ -386,6 +394,8 @@ def _add_entry(tf: tarfile.TarFile, tree, entry, base: str, packed_inodes: dict[
             info.linkname = packed_inodes[inode]
             tf.addfile(info)
             return 0
+        if room is not None and st.st_size > room:
+            raise PackTooLargeError(f"{rel} ({st.st_size} bytes) takes the content packed past its limit")
         if st.st_nlink > 1:
             packed_inodes[inode] = entry.rel
         info.type = tarfile.REGTYPE
@@ -400,6 +410,7 @@ __all__ = [
     "DEFAULT_MAX_MEMBERS",
     "ExtractStats",
     "PackStats",
+    "PackTooLargeError",
     "UnsafeArchiveError",
     "default_pack_threads",
     "pack_directory",

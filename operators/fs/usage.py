@@ -15,7 +15,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from operators.fs.job_root import UnsafePathError
+from operators.fs.job_root import JobRoot, UnsafePathError
 
 MAX_DEPTH = 128
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,19 +35,29 @@ class TreeUsage:
     too_deep: bool = False  # directories below MAX_DEPTH levels were not measured
 
 
-def tree_usage(root: str, max_depth: int = MAX_DEPTH) -> TreeUsage:
-    """The allocated bytes below `root` (a trusted path: the root itself may be reached through links, nothing below
-    it is). FileNotFoundError when `root` is not there; UnsafePathError when it is not a directory."""
+def tree_usage(root: str, max_depth: int = MAX_DEPTH, *, within: str | None = None) -> TreeUsage:
+    """The allocated bytes below `root`: a trusted path (reached through whatever links it has, nothing below it is),
+    or, with `within` (the job root `root` lies in), a tenant's directory, reached with no link at any component
+    between the two. FileNotFoundError when `root` is not there; UnsafePathError when it is not a directory (or a
+    link below `within`)."""
+    if within is not None:
+        tree = JobRoot(within)
+        with tree.directory(tree.relative(root)) as top:
+            return _measure(top, max_depth)
     try:
         top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except NotADirectoryError:
         raise UnsafePathError(f"{root} is not a directory") from None
-    counter = _Counter(max_depth)
     try:
-        counter.add(os.fstat(top))
-        counter.walk(top, 1)
+        return _measure(top, max_depth)
     finally:
         os.close(top)
+
+
+def _measure(top: int, max_depth: int) -> TreeUsage:
+    counter = _Counter(max_depth)
+    counter.add(os.fstat(top))
+    counter.walk(top, 1)
     return TreeUsage(counter.bytes, counter.entries, counter.files, counter.too_deep)
 
 

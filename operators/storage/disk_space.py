@@ -126,20 +126,21 @@ def cache_full(uri: str, cache_dir: str, needed: int, files: int) -> DiskFullErr
                            CACHE_TODO, inodes=files)
 
 
-def tree_space(directory: str, target: str) -> tuple[int, int]:
+def tree_space(directory: str, target: str, within: str | None = None) -> tuple[int, int]:
     """(bytes, files) an archive of `directory` may take next to `target`: the blocks its files hold (weights barely
     compress), a file linked under several names counted once (the archive stores it once), tar headers, and the
-    blocks of the file system `target` is on. No link is followed (packing follows none: operators/fs/usage.py)."""
+    blocks of the file system `target` is on. No link is followed (packing follows none: operators/fs/usage.py);
+    `within`: the job root `directory` lies in (then no component between the two may be a link either)."""
     try:
-        usage = tree_usage(directory)
+        usage = tree_usage(directory, within=within)
     except OSError:  # not there (packs nothing) or not a directory: packing says what is wrong
         return 0, 0
     needed, _ = space_for_files([usage.bytes + 1024 * usage.entries + 10240], block_size(target))
     return needed, usage.files
 
 
-def check_pack_space(src_dir: str, archive_path: str) -> None:
-    needed, files = tree_space(src_dir, archive_path)
+def check_pack_space(src_dir: str, archive_path: str, within: str | None = None) -> None:
+    needed, files = tree_space(src_dir, archive_path, within)
     check_free(f"packing {os.path.basename(archive_path)} ({files} files of {src_dir})", os.path.dirname(archive_path),
                needed, PACK_TODO)
 

@@ -46,3 +46,13 @@ def test_a_missing_root_or_a_file_is_no_tree(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(UnsafePathError):
         tree_usage(str(tmp_path / "f"))
+
+
+def test_a_tenants_directory_is_reached_through_no_link(tmp_path):
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "model").symlink_to("/usr")  # a walk of /usr would cost the worker, and measure what is not the job's
+    with pytest.raises(UnsafePathError):
+        tree_usage(str(root / "model"), within=str(root))
+    (root / "output").mkdir()
+    assert tree_usage(str(root / "output"), within=str(root)).entries == 1

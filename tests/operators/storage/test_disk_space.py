@@ -179,7 +179,7 @@ def test_a_disk_filling_while_packing_aborts_the_multipart_upload_and_the_retry_
     disk.fill(leave=12 * MiB)  # room for 12 of the 20 MiB: the first part goes up, then the disk is full
     # Packing is faster than any watcher thread, so instead of filling the disk half-way, the up-front check is
     # switched off (as if another writer took the space right after it): the real ENOSPC comes mid-pack.
-    monkeypatch.setattr(storage_hook, "check_pack_space", lambda src, archive: None)
+    monkeypatch.setattr(storage_hook, "check_pack_space", lambda src, archive, within=None: None)
 
     with pytest.raises(DiskFullError) as caught:
         storage.upload_packed_directory(str(model), f"s3://{bucket}/{key}", str(artifacts / "model.tar.gz"))
