@@ -247,7 +247,11 @@ class LaunchTrainingOperator(JobStageOperator):
     def _finish(self, request, result, metrics, sync, tracking=None) -> dict:
         over = self._over_disk_cap
         if over is None and self.volume_here and request.disk_limit:
-            over = measure(request.job_root, request.disk_limit)  # written past it since the last look, or at the end
+            try:
+                # past it since the last look, or at the end
+                over = measure(request.job_root, request.disk_limit)
+            except OSError as err:  # the worker's own trouble (descriptors, I/O): the training's result stands
+                self.log.warning("Could not measure job root %s against its disk cap: %s", request.job_root, err)
         if over is not None:  # whatever the job said of itself: its job root is too big to be packed and kept
             self.log.error("Training %s: %s", self.spec.job_name, over)
             result = LaunchResult(False, result.exit_code, over, DISK_LIMIT, restarts=result.restarts)
