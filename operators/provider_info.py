@@ -85,6 +85,11 @@ TRAINING = {
                                 "0 = no limit.", "4096", "integer"),
     "local_gpu_devices": _option("The GPU device nodes the local backend hands out, one job at a time each (a glob); "
                                  "a job sees only its own, numbered 0..n-1.", "/dev/nvidia[0-9]*"),
+    "job_disk_limit": _option("The most a job root may hold on disk (allocated blocks, a file linked under several "
+                              "names once), on every backend; a spec's resources.disk asks for less (more is refused "
+                              "in validate_spec). Over it the job is stopped and fails disk_limit: the local backend's "
+                              "kernel caps every file the job writes at it, and the launch task measures the job root "
+                              "as the job runs (docs/operations.md). Empty = no cap.", "100Gi", example="20Gi"),
     "retention_days": _option("Job roots and cache entries unused for this many days are removed; dead jobs' "
                               "cache pins released (0 = keep them).", "0", "float"),
     "max_active_runs": _option("training_job runs that run at once (the DAG's max_active_runs; more wait queued). "

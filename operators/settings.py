@@ -132,6 +132,8 @@ class TrainingSettings:
     local_max_cpu: str = ""
     local_pids_limit: int = 4096
     local_gpu_devices: str = "/dev/nvidia[0-9]*"
+    # The most a job root may hold (a quantity; "" = no cap): a spec's resources.disk within it (launch/disk_cap.py).
+    job_disk_limit: str = "100Gi"
     retention_days: float = 0  # job roots and cache entries unused this long are removed (0 = keep)
     artifact_links: str = "presigned"  # the UI's object-storage artifact links: presigned | console
     presigned_url_seconds: int = 900
@@ -205,6 +207,7 @@ def training_settings() -> TrainingSettings:
         local_max_cpu=_quantity_setting(s, "local_max_cpu", ""),
         local_pids_limit=get_int(s, "local_pids_limit", 4096, minimum=0),
         local_gpu_devices=get_str(s, "local_gpu_devices", TrainingSettings.local_gpu_devices).strip(),
+        job_disk_limit=_quantity_setting(s, "job_disk_limit", TrainingSettings.job_disk_limit),
         retention_days=get_float(s, "retention_days", 0.0),
         artifact_links=get_choice(s, "artifact_links", "presigned", ("presigned", "console")),
         presigned_url_seconds=get_int(s, "presigned_url_seconds", 900, minimum=1),

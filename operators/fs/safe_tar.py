@@ -1,8 +1,11 @@
 """Safe .tar.gz extraction and packing a directory into a .tar.gz.
 
 Code archives come from users and object storage, so extraction trusts nothing in them:
-- only regular files and directories; symbolic links, hard links, device files, FIFOs and anything
-  else are refused (links are how archives escape their target: `link -> /etc` then `link/passwd`);
+- only regular files and directories, and hard links to a regular file extracted before them from the same
+  archive (what `pack_directory` writes for a file linked under several names: made as a hard link between the two
+  files we wrote, so the content takes its space once); symbolic links, hard links to anything else, device files,
+  FIFOs and anything else are refused (links are how archives escape their target: `link -> /etc` then
+  `link/passwd`);
 - member names must be relative and free of `..`; `./` prefixes and repeated slashes are normalised;
 - the total size and the number of members are bounded (decompression bombs, inode exhaustion);
 - everything is written into a fresh temporary directory next to the target and renamed into place
@@ -50,6 +53,10 @@ class UnsafeArchiveError(BadArchiveError):
     """The archive contains a member we refuse to extract; the message names it."""
 
 
+class PackTooLargeError(ValueError):
+    """The files to pack hold more content than the caller allows (`max_content`); the message names the file."""
+
+
 @dataclass(frozen=True)
 class ExtractStats:
     files: int
@@ -85,7 +92,7 @@ def _refuse_type(member: tarfile.TarInfo, archive: str) -> None:
     if member.issym():
         what = f"is a symbolic link (to {member.linkname!r})"
     elif member.islnk():
-        what = f"is a hard link (to {member.linkname!r})"
+        what = f"is a hard link to {member.linkname!r}, not to a regular file extracted before it"
     elif member.ischr() or member.isblk():
         what = "is a device file"
     elif member.isfifo():
@@ -95,6 +102,28 @@ def _refuse_type(member: tarfile.TarInfo, archive: str) -> None:
     raise UnsafeArchiveError(
         f"unsafe archive {archive}: member {name!r} {what}; only regular files and directories are allowed"
     )
+
+
+def _link_parts(member: tarfile.TarInfo, archive: str) -> tuple[str, ...] | None:
+    """The parts of a hard link member's target, checked as a member name is (None: no name a member could have)."""
+    try:
+        return tuple(_member_parts(tarfile.TarInfo(member.linkname), archive))
+    except UnsafeArchiveError:
+        return None
+
+
+def _replace_file_at(target: str, member: tarfile.TarInfo, archive: str) -> None:
+    """Make way for a file at `target`: its parents, and no earlier member's file (a name given twice: the last one
+    wins, as with tar)."""
+    if os.path.isdir(target):
+        raise UnsafeArchiveError(
+            f"unsafe archive {archive}: member {member.name!r} is a file where a directory was extracted"
+        )
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    try:
+        os.unlink(target)
+    except FileNotFoundError:
+        pass
 
 
 def safe_extract(
@@ -121,6 +150,7 @@ def safe_extract(
 
 def _extract_into(archive: str, work: str, max_bytes: int, max_members: int) -> ExtractStats:
     files = directories = total = members = 0
+    extracted: set[tuple[str, ...]] = set()  # the regular files written, by their parts (a hard link's targets)
     try:
         # Stream mode: one pass over the compressed data, members validated before anything is written.
         with tarfile.open(archive, mode="r|*") as tf:
@@ -136,6 +166,15 @@ def _extract_into(archive: str, work: str, max_bytes: int, max_members: int) -> 
                         os.makedirs(os.path.join(work, *parts), exist_ok=True)
                         directories += 1
                     continue
+                linked = _link_parts(member, archive) if member.islnk() else None
+                if linked is not None and linked in extracted and linked != tuple(parts):
+                    target = os.path.join(work, *parts)
+                    _replace_file_at(target, member, archive)
+                    # Both names are files this extraction wrote, below `work` (no link anywhere on either path).
+                    os.link(os.path.join(work, *linked), target, follow_symlinks=False)
+                    extracted.add(tuple(parts))
+                    files += 1
+                    continue
                 if not member.isreg():
                     _refuse_type(member, archive)
                 if not parts:
@@ -146,14 +185,10 @@ def _extract_into(archive: str, work: str, max_bytes: int, max_members: int) -> 
                         f"over the limit of {max_bytes} bytes"
                     )
                 target = os.path.join(work, *parts)
-                if os.path.isdir(target):
-                    raise UnsafeArchiveError(
-                        f"unsafe archive {archive}: member {member.name!r} is a file where a directory was extracted"
-                    )
-                os.makedirs(os.path.dirname(target), exist_ok=True)
+                _replace_file_at(target, member, archive)
                 source = tf.extractfile(member)
                 written = 0
-                with open(target, "wb") as out:
+                with open(target, "xb") as out:  # a fresh file: never written through a hard link made before
                     while chunk := source.read(_COPY_CHUNK):  # type: ignore[union-attr]
                         written += len(chunk)
                         if total + written > max_bytes:
@@ -165,6 +200,7 @@ def _extract_into(archive: str, work: str, max_bytes: int, max_members: int) -> 
                 total += written
                 os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
                 os.utime(target, (member.mtime, member.mtime))
+                extracted.add(tuple(parts))
                 files += 1
     except BadArchiveError:
         raise
@@ -259,7 +295,7 @@ class _Tee:
 
 def pack_directory(
     src_dir: str, out_path: str, compresslevel: int = 1, *, threads: int | None = None, sink=None,
-    within: str | None = None,
+    within: str | None = None, max_content: int | None = None,
 ) -> PackStats:
     """Pack `src_dir` into a standard .tar.gz at `out_path` (written under a temp name, then renamed).
 
@@ -268,9 +304,12 @@ def pack_directory(
     link below `src_dir` is followed (a link, FIFO, socket or device is skipped with a warning naming it), and each
     file is read from the descriptor it was opened with (operators/fs/job_root.py). `within`: the job root that
     `src_dir` lies in, when `src_dir` is a tenant's: then no component between the two may be a link either (one
-    that is packs nothing, with a warning). `compresslevel` is gzip's 0-9 (ISA-L's 0-3 under it); `threads` compress
+    that is packs nothing, with a warning). A file linked under several names is stored once, then as hard link members
+naming it. `compresslevel` is gzip's 0-9 (ISA-L's 0-3 under it); `threads` compress
     in parallel (default: the usable CPUs, at most 8). `sink(bytes)`, if given, receives the archive's bytes in order
-    as they are written.
+    as they are written. `max_content`: the most content (file sizes, each file once) the archive may hold; a tenant's
+    tree can claim more than its disk holds (a sparse file is packed at its full size, reading zeros), so packing stops
+    there with PackTooLargeError, nothing written.
     """
     src_dir = os.path.abspath(src_dir)
     out_path = os.path.abspath(out_path)
@@ -291,6 +330,7 @@ def pack_directory(
     os.makedirs(out_dir, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(out_path)}.part-", dir=out_dir)
     files = content = 0
+    packed_inodes: dict[tuple[int, int], str] = {}  # a file linked under several names: its first member's name
     # The archive itself when it is written inside src_dir (output.tar.gz of output/): its old and its new file.
     skip = {os.path.relpath(path, src_dir) for path in (out_path, temp)}
     try:
@@ -302,7 +342,8 @@ def pack_directory(
                     for entry in tree.walk(rel) if rel is not None else ():
                         if entry.rel in skip:
                             continue
-                        packed = _add_entry(tf, tree, entry, rel)
+                        room = None if max_content is None else max_content - content
+                        packed = _add_entry(tf, tree, entry, rel, packed_inodes, room)
                         if packed is not None:
                             files += 1
                             content += packed
@@ -322,8 +363,11 @@ def pack_directory(
     return PackStats(files=files, bytes_in=content, bytes_out=os.path.getsize(out_path))
 
 
-def _add_entry(tf: tarfile.TarFile, tree, entry, base: str) -> int | None:
-    """One walked entry into the archive; the bytes of content packed (None for a directory or a skipped file)."""
+def _add_entry(tf: tarfile.TarFile, tree, entry, base: str, packed_inodes: dict[tuple[int, int], str],
+               room: int | None = None) -> int | None:
+    """One walked entry into the archive; the bytes of content packed (None for a directory or a skipped file).
+    A file whose inode was packed already (hard links: 32 names of one 32 MiB file were 1 GiB of archive) becomes a
+    hard link member naming the first: its content is stored once, and extraction (ours, tar's) gives every name."""
     info = tarfile.TarInfo(entry.rel)
     info.uid = info.gid = 0
     info.uname = info.gname = ""
@@ -342,9 +386,19 @@ def _add_entry(tf: tarfile.TarFile, tree, entry, base: str) -> int | None:
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as fh:
-        info.type = tarfile.REGTYPE
         info.mode = 0o755 if st.st_mode & 0o111 else 0o644
         info.mtime = int(st.st_mtime)
+        inode = (st.st_dev, st.st_ino)  # of the descriptor opened: the file packed, whatever the name holds now
+        if inode in packed_inodes:
+            info.type = tarfile.LNKTYPE
+            info.linkname = packed_inodes[inode]
+            tf.addfile(info)
+            return 0
+        if room is not None and st.st_size > room:
+            raise PackTooLargeError(f"{rel} ({st.st_size} bytes) takes the content packed past its limit")
+        if st.st_nlink > 1:
+            packed_inodes[inode] = entry.rel
+        info.type = tarfile.REGTYPE
         info.size = st.st_size
         tf.addfile(info, fh)
     return st.st_size
@@ -356,6 +410,7 @@ __all__ = [
     "DEFAULT_MAX_MEMBERS",
     "ExtractStats",
     "PackStats",
+    "PackTooLargeError",
     "UnsafeArchiveError",
     "default_pack_threads",
     "pack_directory",

@@ -16,10 +16,10 @@ from pydantic import (
     ConfigDict,
     Field,
     field_validator,
-    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from operators.jobspec.metric_regex import MetricRegexError, compile_metric_regex
 from operators.quantities import parse_quantity
 
 
@@ -78,6 +78,9 @@ class Resources(Strict):
     cpu: str | float | None = Field(None, description="CPUs per host: 2, 0.5 or 500m.")
     memory: str | float | None = Field(None, description="Memory per host: 4Gi, 512Mi (or bytes).")
     gpu: Count = Field(0, ge=0, le=64, description="GPUs per host.")
+    # Not per host: the job root is the job's, all its hosts share it (operators/launch/disk_cap.py).
+    disk: str | float | None = Field(None, description="Disk the job root may hold, all hosts together: 20Gi (at "
+                                     "most the admin's [training] job_disk_limit, the default).")
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -90,6 +93,11 @@ class Resources(Strict):
     @classmethod
     def _memory(cls, value: Any) -> str | None:
         return _quantity(value, "memory", "4Gi or 512Mi")
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, value: Any) -> str | None:
+        return _quantity(value, "disk", "20Gi or 512Mi")
 
 
 class Elastic(Strict):
@@ -122,18 +130,18 @@ class MetricDefinition(Strict):
     """A metric read from the training log, SageMaker style."""
 
     Name: str = Field(min_length=1, max_length=128, description="Metric name, e.g. loss.")
-    Regex: str = Field(min_length=1, max_length=1024, description="One capture group holding the value.")
+    Regex: str = Field(min_length=1, max_length=1024, description="One capture group holding the value; RE2 syntax "
+                       "(linear time: no lookaround or backreferences).")
 
-    @model_validator(mode="after")
-    def _regex(self) -> MetricDefinition:
-        # A model-level check: the error names the definition (metric_definitions[i]), whose Regex it quotes.
+    @field_validator("Regex")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        # The error names metric_definitions[i].Regex; RE2's syntax, the engine the worker matches with.
         try:
-            pattern = re.compile(self.Regex)
-        except re.error as err:
-            raise spec_error(f"Regex does not compile: {err}") from None
-        if pattern.groups < 1:
-            raise spec_error("Regex needs one capture group holding the value")
-        return self
+            compile_metric_regex(value)
+        except MetricRegexError as err:
+            raise spec_error(str(err)) from None
+        return value
 
 
 class VariableRef(Strict):

@@ -24,6 +24,7 @@ TIMEOUT = runtime_errors.TIMEOUT_CLASS  # max_run_seconds reached
 OOM = runtime_errors.OOM_CLASS
 IMAGE_ERROR = runtime_errors.IMAGE_ERROR_CLASS  # image cannot be pulled / is invalid: fail fast
 EVICTED = runtime_errors.EVICTED_CLASS  # evicted or preempted: retryable, resumes from checkpoint
+DISK_LIMIT = runtime_errors.DISK_LIMIT_CLASS  # the job root outgrew its disk cap: stopped, not retried
 
 RETRYABLE_CLASSES = frozenset({PLATFORM_ERROR, EVICTED})
 
@@ -94,6 +95,9 @@ class LaunchRequest:
     # a deferred task stores in the metadata DB), never printed (repr).
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     attempt: int = 1  # the launch task's try: a first one has nothing of its own to find in the cluster
+    # Bytes the job root may hold (resources.disk, else [training] job_disk_limit: operators/launch/disk_cap.py);
+    # a backend that can makes it a kernel limit (local: no file larger), the launch stage measures the whole root.
+    disk_limit: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -136,6 +140,7 @@ class Capabilities:
 
     deferrable: bool = False  # implements DeferrableLauncher: the wait can move to the triggerer
     mounts_channels: bool = False  # mounts cache entries at input/data/<channel> (else the stage links them)
+    caps_file_size: bool = False  # the kernel refuses the job a file larger than LaunchRequest.disk_limit
 
 
 @runtime_checkable

@@ -14,11 +14,13 @@ from training_runtime.contract import METRICS_ECHO_ENV, METRICS_FILE_ENV, METRIC
 from operators.fs.job_root import JobRoot
 from operators.jobspec.errors import SpecError
 from operators.jobspec.secret_refs import redactor, resolve_references
-from operators.launch.base import LaunchRequest
+from operators.launch.base import DISK_LIMIT, LaunchRequest, LaunchResult
+from operators.launch.disk_cap import CHECK_SECONDS, DiskCapWatch, job_disk_cap, measure
 from operators.launch.outcome import record_failure
 from operators.launch.registry import launcher_for, trigger_for
 from operators.stages.base import JobStageOperator
 from operators.stages.links import stage_links
+from operators.storage.disk_space import human
 from operators.staging.checkpoints import CheckpointSync
 from operators.tracking.metrics import LIVE_SERIES_SECONDS, METRIC_SERIES_KEY, MetricCollector
 from operators.tracking.mlflow import configured_uri, job_run
@@ -55,6 +57,7 @@ class LaunchTrainingOperator(JobStageOperator):
         self.early_stopping = early_stopping
         self._launcher = None
         self._stop_reason: str | None = None
+        self._over_disk_cap: str | None = None
 
     # -- building the request --------------------------------------------------------------------------
     @property
@@ -82,7 +85,7 @@ class LaunchTrainingOperator(JobStageOperator):
             hosts=tuple(self.launcher.hosts(spec.job_name, spec.instance_count)),
             channel_entries={name: info["entry"] for name, info in (self.channels or {}).items()},
             image_uri=spec.image_uri or self.settings.default_image,
-            resources=spec.resources.model_dump(exclude_none=True),
+            resources=spec.resources.model_dump(exclude_none=True, exclude={"disk"}),  # per host; disk is per job
             max_run_seconds=spec.max_run_seconds,
             env=env,
             options=options,
@@ -90,6 +93,7 @@ class LaunchTrainingOperator(JobStageOperator):
             elastic=spec.elastic_settings(),
             checkpoints=self._cluster_checkpoints(),
             secret_env=self._secret_values() if with_secrets else {},
+            disk_limit=job_disk_cap(spec.resources.disk, self.settings.job_disk_limit),
         )
 
     def _cluster_checkpoints(self) -> dict:
@@ -128,7 +132,7 @@ class LaunchTrainingOperator(JobStageOperator):
 
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> dict:
-        self._stop_reason = None
+        self._stop_reason = self._over_disk_cap = None
         if self.volume_here:  # else the steps in the cluster claimed it (operators/stages/in_cluster.py)
             self.claim_job(context)
         request = replace(self.launch_request(with_secrets=True), attempt=getattr(context["ti"], "try_number", 1) or 1)
@@ -136,6 +140,7 @@ class LaunchTrainingOperator(JobStageOperator):
         use_defer = self.launcher.capabilities.deferrable and (
             self.deferrable if self.deferrable is not None else self.launcher.deferrable_default)
         if use_defer:
+            self._say_disk_cap(request, watched=False)
             self.launcher.start(request)
             # The queue is recorded now, the view reads its place from the task log.
             queue = self.launcher.queue_of(request) if hasattr(self.launcher, "queue_of") else None
@@ -169,12 +174,15 @@ class LaunchTrainingOperator(JobStageOperator):
             else None
         job_root = request.job_root if self.volume_here else None
         following = tracking.follow(lambda: _stream_view(metrics, job_root)) if tracking else None
+        disk_watch = self._watch_disk(request)
         try:
             result = self.launcher.run(request, on_line)
         finally:
             for done in (watching, following):
                 if done:
                     done.set()
+            if disk_watch:
+                disk_watch.stop()
             if sync:
                 sync.stop()
         return self._finish(request, result, metrics, sync, tracking)
@@ -237,6 +245,19 @@ class LaunchTrainingOperator(JobStageOperator):
         return tracking
 
     def _finish(self, request, result, metrics, sync, tracking=None) -> dict:
+        over = self._over_disk_cap
+        if over is None and self.volume_here and request.disk_limit:
+            try:
+                # past it since the last look, or at the end
+                over = measure(request.job_root, request.disk_limit)
+            except OSError as err:  # the worker's own trouble (descriptors, I/O): the training's result stands
+                self.log.warning("Could not measure job root %s against its disk cap: %s", request.job_root, err)
+        if over is not None:  # whatever the job said of itself: its job root is too big to be packed and kept
+            self.log.error("Training %s: %s", self.spec.job_name, over)
+            result = LaunchResult(False, result.exit_code, over, DISK_LIMIT, restarts=result.restarts)
+            self._stop_reason = None  # not "stopped early": it failed
+            if self.volume_here:
+                record_failure(self.layout.root, over, replace=True)  # why it was stopped, not the SIGTERM it got
         if self.volume_here:
             metrics.read_file(os.path.join(request.job_root, METRICS_STREAM), job_root=request.job_root)
             _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
@@ -307,6 +328,40 @@ class LaunchTrainingOperator(JobStageOperator):
             self._stop_reason = reason
         self.log.warning("Stopping training %s early: %s", self.spec.job_name, reason)
         self.launcher.stop(request)
+
+    # -- the job root's disk cap (operators/launch/disk_cap.py) -------------------------------------------
+    def _say_disk_cap(self, request, *, watched: bool) -> None:
+        """One line in the task log: the job root's cap and how it is held here (or that it is not)."""
+        cap = request.disk_limit
+        if not cap:
+            return
+        how = []
+        if self.launcher.capabilities.caps_file_size:
+            how.append("the kernel caps every file the job writes at it (RLIMIT_FSIZE)")
+        if watched:
+            how.append(f"the worker measures the whole job root every {CHECK_SECONDS:g} s or more and stops the job "
+                       "over it (no file system of the job's own holds it to it as it writes)")
+        elif self.volume_here:
+            how.append("the job root is measured when the job ends (not while it waits in the triggerer)")
+        if not how:
+            self.log.warning("The job root's disk cap of %s is not enforced on this backend: the job root is in the "
+                             "cluster's volume, which this worker does not see; that volume's own quota is the "
+                             "limit", human(cap))
+            return
+        self.log.info("The job root may hold %s (resources.disk, else [training] job_disk_limit): %s", human(cap),
+                      "; ".join(how))
+
+    def _watch_disk(self, request) -> DiskCapWatch | None:
+        self._say_disk_cap(request, watched=self.volume_here)
+        if not request.disk_limit or not self.volume_here:
+            return None
+
+        def over(line: str) -> None:
+            self._over_disk_cap = line
+            self.log.error("Stopping training %s: %s", self.spec.job_name, line)
+            self.launcher.stop(request)
+
+        return DiskCapWatch(request.job_root, request.disk_limit, over).start()
 
     def _end_stopped_early(self) -> None:
         # Replaces the runtime's "stopped by SIGTERM": this is why it was stopped.

@@ -8,11 +8,13 @@ from typing import Any, Mapping
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from operators.fs.job_root import JobRoot
+from operators.fs.safe_tar import PackTooLargeError
+from operators.launch.disk_cap import job_disk_cap
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
 from operators.stages.links import stage_links
 from operators.state.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
-from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, is_disk_full
+from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, human, is_disk_full
 from operators.tracking.metrics import METRIC_SERIES_KEY, MetricCollector
 
 # The metrics a step is given travel in its pod's environment (TRAINING_STEP), where one variable holds at most 128 KiB.
@@ -129,7 +131,16 @@ class UploadArtifactsOperator(JobStageOperator):
                 return
             # Packed and uploaded at once: each part goes up while the next is being compressed.
             claim_remote(name)
-            self.storage.upload_packed_directory(src, out + name, str(target), within=layout.root)
+            # At most what the job root may hold: sizes can claim more than the disk holds (sparse files are packed
+            # whole, zeros read and compressed by the worker), the job's disk cap bounds what packing costs.
+            cap = job_disk_cap(spec.resources.disk, self.settings.job_disk_limit)
+            try:
+                self.storage.upload_packed_directory(src, out + name, str(target), within=layout.root, max_content=cap)
+            except PackTooLargeError as err:
+                raise AirflowFailException(
+                    f"cannot pack {name}: the files of {tree.relative(src)}/ add up to more than the job's disk cap of "
+                    f"{human(cap)} ({err}; a sparse file counts at its full size): nothing was published; the model "
+                    "must fit in resources.disk") from None
             remember(name, target.stat())
 
         metrics = "output/metrics.json"

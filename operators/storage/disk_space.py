@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from operators.fs.usage import tree_usage
 from operators.storage.errors import DISK_FULL_ERRNOS, DiskFullError
+
 # A file costs its blocks plus the directory entry and inode; 4 KiB covers the metadata a file adds on ext4/xfs/tmpfs.
 PER_FILE_OVERHEAD = 4096
 # Manifest, object list, users and last_used files of a cache entry, the directories: a fixed allowance.
@@ -124,23 +126,21 @@ def cache_full(uri: str, cache_dir: str, needed: int, files: int) -> DiskFullErr
                            CACHE_TODO, inodes=files)
 
 
-def tree_space(directory: str, target: str) -> tuple[int, int]:
-    """(bytes, files) an archive of `directory` may take next to `target`: its content (weights barely compress),
-    tar headers, and the blocks of the file system `target` is on."""
-    total = count = 0
-    for current, _dirs, names in os.walk(directory):
-        for name in names:
-            try:
-                total += os.stat(os.path.join(current, name)).st_size + 1024  # + its tar header(s)
-            except OSError:
-                continue
-            count += 1
-    needed, _ = space_for_files([total + 10240], block_size(target))
-    return needed, count
+def tree_space(directory: str, target: str, within: str | None = None) -> tuple[int, int]:
+    """(bytes, files) an archive of `directory` may take next to `target`: the blocks its files hold (weights barely
+    compress), a file linked under several names counted once (the archive stores it once), tar headers, and the
+    blocks of the file system `target` is on. No link is followed (packing follows none: operators/fs/usage.py);
+    `within`: the job root `directory` lies in (then no component between the two may be a link either)."""
+    try:
+        usage = tree_usage(directory, within=within)
+    except OSError:  # not there (packs nothing) or not a directory: packing says what is wrong
+        return 0, 0
+    needed, _ = space_for_files([usage.bytes + 1024 * usage.entries + 10240], block_size(target))
+    return needed, usage.files
 
 
-def check_pack_space(src_dir: str, archive_path: str) -> None:
-    needed, files = tree_space(src_dir, archive_path)
+def check_pack_space(src_dir: str, archive_path: str, within: str | None = None) -> None:
+    needed, files = tree_space(src_dir, archive_path, within)
     check_free(f"packing {os.path.basename(archive_path)} ({files} files of {src_dir})", os.path.dirname(archive_path),
                needed, PACK_TODO)
 

@@ -235,18 +235,20 @@ class ObjectStorageHook:
         return TransferStats(files=len(items), bytes=total, seconds=time.monotonic() - started)
 
     def upload_packed_directory(self, src_dir: str, uri: str, archive_path: str, *,
-                                within: str | None = None) -> TransferStats:
+                                within: str | None = None, max_content: int | None = None) -> TransferStats:
         """Pack `src_dir` into a .tar.gz at `archive_path` and upload it to `uri`, the two overlapped where the store
         can (each multipart part goes up as soon as the packer has written it: storage.obstore.uploads, or
         storage.botocore.stream), so the whole takes about as long as the slower of the two, and memory stays
         bounded by the parts in flight whatever the size.
-        `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it)."""
+        `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it); `max_content`:
+        the most content the archive may hold (safe_tar.PackTooLargeError past it, nothing uploaded)."""
         loc = parse_uri(uri)
         store = self.store(loc)
-        check_pack_space(src_dir, archive_path)  # before packing a byte: the archive is about the model's size
+        check_pack_space(src_dir, archive_path, within=within)  # before packing a byte: about the model's size
         if not store.can_stream_upload(loc):
             try:
-                pack_directory(src_dir, archive_path, within=within)  # a copy is no slower: nothing to overlap
+                # a copy is no slower: nothing to overlap
+                pack_directory(src_dir, archive_path, within=within, max_content=max_content)
             except OSError as err:
                 if is_disk_full(err):
                     raise pack_full(src_dir, archive_path) from None
@@ -258,7 +260,8 @@ class ObjectStorageHook:
         started = time.monotonic()
         try:
             size = store.upload_stream(
-                loc, lambda write: pack_directory(src_dir, archive_path, sink=write, within=within), progress)
+                loc, lambda write: pack_directory(src_dir, archive_path, sink=write, within=within,
+                                                  max_content=max_content), progress)
         except StorageError as err:
             if is_disk_full(err):  # packing filled the job root's disk: the upload was aborted, nothing landed
                 raise pack_full(src_dir, archive_path) from None

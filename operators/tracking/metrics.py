@@ -8,6 +8,7 @@ TRAINING_METRICS_FILE variable (<root>/output/metrics.jsonl); those points join 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -18,6 +19,9 @@ from typing import Any, Iterable, Mapping
 from training_runtime.contract import METRIC_LINE_PREFIX
 
 from operators.fs.job_root import JobRoot, bounded_int, finite_number, loads_strict
+from operators.jobspec.metric_regex import MAX_LINE_CHARS, MAX_MATCHES_PER_LINE, compile_metric_regex
+
+log = logging.getLogger(__name__)
 
 METRICS_READ_BYTES = 16 * 1024 * 1024  # the newest points of a larger file are kept
 MAX_NAME_CHARS = 200
@@ -32,6 +36,34 @@ ECHOED_LINE = re.compile(r"(?:\[[^\]\s]{1,100}\] )?" + re.escape(METRIC_LINE_PRE
 # the training console's curves come from instead of output/metrics.json, and what upload_artifacts uploads as it.
 METRIC_SERIES_KEY = "metric_series"
 LIVE_SERIES_SECONDS = 10.0  # at most this often: each record rewrites the whole series through the API server
+
+
+# What matching the tenant's expressions may cost the process that reads the log (the worker, or the triggerer): RE2
+# bounds each search by the line's length (operators/jobspec/metric_regex.py), and this bounds their sum over a
+# job's life: at most MATCH_CPU_SHARE of one CPU on average (after MATCH_GRACE_SECONDS of CPU). A job whose lines
+# cost more gets the lines over budget shown but not matched, and one warning saying so.
+MATCH_CPU_SHARE = 0.1
+MATCH_GRACE_SECONDS = 2.0
+
+
+class MatchBudget:
+    """The CPU time (of the matching thread) spent on a job's expressions, against the budget of its wall time."""
+
+    def __init__(self, share: float = MATCH_CPU_SHARE, grace: float = MATCH_GRACE_SECONDS, *,
+                 cpu=time.thread_time, wall=time.monotonic):
+        self.share, self.grace, self._cpu, self._wall = share, grace, cpu, wall
+        self.started = wall()
+        self.spent = 0.0
+        self.skipped = 0  # lines not matched for want of budget
+
+    def allows(self) -> bool:
+        return self.spent <= self.grace + self.share * (self._wall() - self.started)
+
+    def clock(self) -> float:
+        return self._cpu()
+
+    def charge(self, since: float) -> None:
+        self.spent += max(0.0, self._cpu() - since)
 
 
 # The runtime's samples of its hosts (runtime/training_runtime/system_metrics.py): system/<host>/<what>.
@@ -63,9 +95,18 @@ class MetricCollector:
     """`echoed`: the log also carries the points of the metrics stream (the platform cannot read the job root and
     asked `train` to echo them: the kubernetes backend's cluster data plane); such a line is a point, not output."""
 
-    def __init__(self, definitions: Iterable[Mapping[str, str]] = (), *, echoed: bool = False):
-        self._patterns = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
+    def __init__(self, definitions: Iterable[Mapping[str, str]] = (), *, echoed: bool = False,
+                 budget: MatchBudget | None = None):
+        # RE2 (linear time), compiled as validate_spec checked them; an expression from before that check that RE2
+        # refuses matches nothing (the job still runs), with one warning naming it.
+        self._patterns = []
+        for d in definitions:
+            try:
+                self._patterns.append((d["Name"], compile_metric_regex(d["Regex"])))
+            except ValueError as err:
+                log.warning("metric_definitions: %s: the Regex %s; it matches nothing", d.get("Name"), err)
         self.echoed = echoed
+        self.budget = budget or MatchBudget()
         self.series: dict[str, list[dict[str, Any]]] = {}
 
     def add(self, name: str, value: float, step: int | None = None, timestamp: float | None = None) -> None:
@@ -82,15 +123,33 @@ class MetricCollector:
         if self.echoed and (echoed := ECHOED_LINE.fullmatch(line)) is not None:
             self.add_json_point(echoed.group(1))
             return True
+        text = line[:MAX_LINE_CHARS]  # RE2's time is linear in it: a line is matched in its first characters
+        budget = self.budget
         for name, pattern in self._patterns:
-            for match in pattern.finditer(line):
-                try:
-                    value = float(match.group(1))
-                except (TypeError, ValueError):
-                    continue
-                if math.isfinite(value):
-                    self.add(name, value)
+            if not budget.allows():
+                self._over_budget()
+                break
+            started = budget.clock()
+            try:
+                for count, match in enumerate(pattern.finditer(text), 1):
+                    try:
+                        value = float(match.group(1))
+                    except (TypeError, ValueError):
+                        continue
+                    if math.isfinite(value):
+                        self.add(name, value)
+                    if count >= MAX_MATCHES_PER_LINE:
+                        break
+            finally:
+                budget.charge(started)
         return False
+
+    def _over_budget(self) -> None:
+        self.budget.skipped += 1
+        if self.budget.skipped == 1:
+            log.warning("metric_definitions: matching this job's log took more than %d%% of a CPU: lines are shown "
+                        "but not matched until it is back under (simpler expressions or shorter lines cost less; a "
+                        "script may write its metrics to TRAINING_METRICS_FILE instead)", self.budget.share * 100)
 
     def add_json_point(self, text: str) -> None:
         """One point as the metrics stream holds it (a JSON object a line); the tenant's: an invalid one is skipped."""

@@ -17,7 +17,7 @@ MAX_RUN_EXCEEDED = 5
 OUT_OF_MEMORY = 137
 
 # The failure classes: the one definition, which the launchers read (operators/launch/base.py) and the launch stage
-# maps to retry / no-retry. The first five follow from an exit code of `train`; the last two only a launcher sees.
+# maps to retry / no-retry. The first five follow from an exit code of `train`; the last three only a launcher sees.
 USER_ERROR_CLASS = "user_error"
 PLATFORM_ERROR_CLASS = "platform_error"
 OOM_CLASS = "oom_killed"
@@ -25,6 +25,7 @@ STOPPED_CLASS = "stopped"
 TIMEOUT_CLASS = "timeout"
 IMAGE_ERROR_CLASS = "image_error"
 EVICTED_CLASS = "evicted"
+DISK_LIMIT_CLASS = "disk_limit"  # the platform stopped a job whose job root outgrew its disk cap
 
 #: exit code -> failure class; 128+n other than 137 is ``stopped`` (the launcher decides).
 EXIT_CLASSES = {

@@ -65,6 +65,14 @@ SCRIPT = hostile_kernel.PROBE + textwrap.dedent('''
             child.kill()
             child.wait()
         sys.exit(0)
+    if mode == "bigfile":  # one file past the job's disk cap (the container's fsize ulimit)
+        path = os.path.join(os.environ["SM_MODEL_DIR"], "big.bin")
+        try:
+            with open(path, "wb") as f:
+                f.write(b"x" * (8 * 1024 * 1024))
+        except OSError as err:
+            print(f"write failed: {err.strerror} at {os.path.getsize(path)}", flush=True)
+        sys.exit(0)
     if mode == "sleep":
         for i in range(int(os.environ.get("SM_HP_SECONDS", "600"))):
             print(f"{me} tick {i}", flush=True)
@@ -394,4 +402,14 @@ def test_a_missing_credential_variable_fails_before_anything_is_created(tmp_path
     missing = "secret_variables.API_TOKEN: cannot read Airflow Variable 'training_e2e_absent'"
     with pytest.raises(ValueError, match=missing):
         hook.run(request, lambda line: None)
+    assert leftovers(request) == NOTHING
+
+
+def test_no_file_of_a_job_outgrows_its_disk_cap(tmp_path):
+    # The kernel's per-file limit in the container (the fsize ulimit at the job root's cap: launch/disk_cap.py).
+    hook, request = make_request(tmp_path, mode="bigfile", disk_limit=4 * 2**20)
+    lines: list[str] = []
+    result = hook.run(request, lines.append)
+    assert result.succeeded, (result.failure_reason, lines[-10:])
+    assert any(line.endswith(f"write failed: File too large at {4 * 2**20}") for line in lines), lines[-10:]
     assert leftovers(request) == NOTHING

@@ -129,6 +129,8 @@ def container_configs(
         host_config["NanoCpus"] = int(quantity(resources["cpu"], "cpu") * 10**9)
     if resources.get("memory"):
         host_config["Memory"] = int(quantity(resources["memory"], "memory"))
+    if request.disk_limit:  # no file the job writes outgrows the job root's disk cap (launch/disk_cap.py)
+        host_config["Ulimits"] = [{"Name": "fsize", "Soft": int(request.disk_limit), "Hard": int(request.disk_limit)}]
     gpus = resources.get("gpu") or 0
     if isinstance(gpus, bool) or not str(gpus).isdigit():
         raise ValueError(f"resources.gpu is {gpus!r}; give a whole number of GPUs per host")

@@ -71,7 +71,7 @@ class DockerLauncherHook(BaseHook):
     backend = "docker"
     # Blocking only: the engine is local to the worker, there is nothing to hand to a triggerer. Cache entries
     # are bind-mounted read-only at input/data/<channel>.
-    capabilities = Capabilities(deferrable=False, mounts_channels=True)
+    capabilities = Capabilities(deferrable=False, mounts_channels=True, caps_file_size=True)  # ulimit fsize
 
     def __init__(
         self, docker_url: str | None = None, docker_conn_id: str | None = None, default_image: str | None = None,

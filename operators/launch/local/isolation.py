@@ -7,7 +7,9 @@
   worker's bubblewrap maps the worker's own uid (never root) and needs nothing else.
 - **Defence in depth**: a minimal /etc with passwd and group of its own, /proc and /sys masked as container runtimes
   mask them (sandbox.py), and a seccomp filter (syscalls.py).
-- **Limits**: a cgroup per host with the spec's memory and CPU, or the admin's defaults, and a pids limit (limits.py).
+- **Limits**: a cgroup per host with the spec's memory and CPU, or the admin's defaults, and a pids limit (limits.py);
+  no file the job writes may grow past its disk cap (RLIMIT_FSIZE: the kernel's per-file limit, the one this machine
+  has for disk without a file system per job; the launch stage measures the whole job root: launch/disk_cap.py).
 - **GPUs**: the job's own devices (operators/launch/worker_slots.py); only their nodes are in its /dev, CUDA numbers
   them 0..n-1.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import resource
 from typing import Callable
 
 from operators.launch import worker_slots as slots
@@ -37,12 +40,14 @@ class JobIsolation:
         self.limits: limits.Limits | None = None
         self.accounts: dict[str, str] = {}
         self.seccomp_path: str | None = None
+        self.file_size_limit: int | None = None
         self._claimed = False
 
     def prepare(self, request, launch_dir: str, start: bool = True) -> None:
         """Claim the uid and GPUs, give the job root away, write /etc's accounts and the seccomp filter, make the
         hosts' cgroups. start=False (a retry reattaching): only find what the earlier attempt set up."""
         self.limits = limits.limits_for(dict(request.resources), self.settings)
+        self.file_size_limit = request.disk_limit
         root_worker = os.geteuid() == 0
         wanted_gpus = int(request.resources.get("gpu") or 0)
         self.slots = slots.claim(request.workspace, request.job_name,
@@ -84,8 +89,19 @@ class JobIsolation:
         return (self.slots.uid, self.slots.uid) if self.slots.uid is not None else None
 
     def preexec(self, host: str) -> Callable[[], None] | None:
+        """Run in the host's process before it execs: into its cgroup, and its files capped at the job's disk cap (a
+        write past it fails with EFBIG, or SIGXFSZ ends a program that does not ignore it). Only system calls: this
+        runs between fork and exec."""
         group = self.cgroups.get(host)
-        return group.join if group is not None else None
+        file_size = self.file_size_limit
+
+        def before_exec() -> None:
+            if group is not None:
+                group.join()
+            if file_size:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+
+        return before_exec if group is not None or file_size else None
 
     def environment(self) -> dict[str, str]:
         """CUDA's view of the job's GPUs: in the sandbox only its device nodes exist, numbered 0..n-1 by CUDA;

@@ -73,6 +73,11 @@ LEASE_IN_SANDBOX = "/run/training/lease"  # where `train` finds the lease inside
 PEER_FAILURE_GRACE_SECONDS = 15.0
 # `train` enforces max_run_seconds itself (SIGTERM, SIGKILL 10 s later); ours is the safety net behind it.
 DEADLINE_SLACK_SECONDS = 30.0
+# The job's output as the worker holds it: a line longer than this is passed on in pieces (a job printing without
+# newlines never makes the worker hold its output whole), and at most this many lines wait to be logged and matched
+# (a job printing faster than the task log takes it waits in its log file, which its disk cap holds: RLIMIT_FSIZE).
+MAX_LINE_BYTES = 64 * 1024
+MAX_QUEUED_LINES = 10_000
 
 
 def _exit_code(value) -> int | None:
@@ -121,7 +126,7 @@ class _Host:
 class LocalLauncherHook:
     backend = "local"
     # Blocking only (the processes are the worker's); input/data/<channel> is a link into the cache.
-    capabilities = Capabilities(deferrable=False, mounts_channels=False)
+    capabilities = Capabilities(deferrable=False, mounts_channels=False, caps_file_size=True)  # RLIMIT_FSIZE
 
     def __init__(self, python: str | None = None, sandbox: str | None = None,
                  environment_names: tuple[str, ...] | None = None, lease_seconds: float | None = None,
@@ -203,7 +208,7 @@ class LocalLauncherHook:
                 spec_problem = isinstance(err, (NotEnoughGpus, LimitError))
                 return LaunchResult(False, None, str(err), USER_ERROR if spec_problem else PLATFORM_ERROR)
         supervisor = os.getppid()  # the task SDK's supervisor: it reports our result and heartbeats the try
-        lines: queue.Queue = queue.Queue()
+        lines: queue.Queue = queue.Queue(MAX_QUEUED_LINES)
         done = threading.Event()
         threading.Thread(target=self._renew_lease, args=(os.path.join(launch_dir, LEASE), done), daemon=True).start()
         multi = len(request.hosts) > 1
@@ -349,6 +354,9 @@ class LocalLauncherHook:
                     *complete, pending = pending.split(b"\n")
                     for raw in complete:
                         lines.put(prefix + raw.decode("utf-8", "replace"))
+                    while len(pending) > MAX_LINE_BYTES:
+                        lines.put(prefix + pending[:MAX_LINE_BYTES].decode("utf-8", "replace"))
+                        pending = pending[MAX_LINE_BYTES:]
                     continue
                 if finished:
                     break

@@ -244,3 +244,51 @@ def test_pack_within_a_job_root_follows_no_link_on_the_way_to_the_directory(tmp_
     with tarfile.open(out) as tf:
         assert tf.getnames() == []
     assert stats.files == 0 and "model in job root" in caplog.text and "symbolic link" in caplog.text
+
+
+def test_hard_links_in_model_pack_once_and_every_name_extracts(tmp_path):
+    # Issue 47: 32 MiB plus 31 hard links of it were packed as 1.1 GB (and the archive kept in the state directory).
+    MiB = 1024 * 1024
+    model = tmp_path / "job" / "model"
+    (model / "shards").mkdir(parents=True)
+    weights = os.urandom(4 * MiB)  # incompressible: the archive's size is the content it stores
+    (model / "weights.bin").write_bytes(weights)
+    for i in range(31):
+        os.link(model / "weights.bin", model / "shards" / f"copy-{i:02d}.bin")
+    (model / "config.json").write_text("{}")
+
+    out = tmp_path / "artifacts" / "model.tar.gz"
+    stats = pack_directory(str(model), str(out), within=str(tmp_path / "job"))
+
+    assert out.stat().st_size < 5 * MiB  # one copy (and 32 headers), not 32
+    assert stats.bytes_in == len(weights) + 2 and stats.files == 33
+    with tarfile.open(out) as tf:  # standard tar members: the first name holds the content, the others link to it
+        links = [m for m in tf.getmembers() if m.islnk()]
+        assert len(links) == 31 and {m.linkname for m in links} == {"shards/copy-00.bin"}
+    # Python's and GNU tar's extraction and ours give every name its content; ours takes its space once.
+    for unpack in ("ours", "tar"):
+        target = tmp_path / f"unpacked-{unpack}"
+        if unpack == "ours":
+            safe_extract(str(out), str(target))
+        else:
+            target.mkdir()
+            subprocess.run(["tar", "xzf", str(out), "-C", str(target)], check=True)
+        names = [target / "weights.bin", *sorted((target / "shards").iterdir())]
+        assert len(names) == 32 and all(p.read_bytes() == weights for p in names)
+        assert len({p.stat().st_ino for p in names}) == 1
+
+
+def test_a_hard_link_member_may_name_only_a_file_extracted_before_it(arena):
+    build = (lambda tf: (add_special(tf, "early", tarfile.LNKTYPE, "later.txt"), add_file(tf, "later.txt")))
+    archive = make_archive(arena / "work" / "links.tar.gz", build)
+    with pytest.raises(UnsafeArchiveError) as info:
+        safe_extract(archive, str(arena / "work" / "target"))
+    assert "'early' is a hard link to 'later.txt'" in str(info.value)
+
+    # A name given again after a link to it is a new file: writing it never changes the file linked before.
+    build = (lambda tf: (add_file(tf, "a", b"first"), add_special(tf, "b", tarfile.LNKTYPE, "a"),
+                         add_file(tf, "b", b"second")))
+    archive = make_archive(arena / "work" / "again.tar.gz", build)
+    safe_extract(archive, str(arena / "work" / "target"))
+    assert (arena / "work" / "target" / "a").read_bytes() == b"first"
+    assert (arena / "work" / "target" / "b").read_bytes() == b"second"

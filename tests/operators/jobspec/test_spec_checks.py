@@ -172,3 +172,16 @@ def test_a_local_job_asking_for_more_than_the_admin_allows_or_the_worker_has_is_
         assert err.field == field and words in str(err), str(err)
     check_local_resources(validate_spec({**local, "resources": {"memory": "8Gi", "cpu": "4", "gpu": 2}}), settings)
     backend_checks("docker").check_options(validate_spec({**BASE, "backend": "docker", "resources": {"memory": "64Gi"}}))
+
+
+def test_a_job_asking_for_more_disk_than_the_admins_cap_is_refused_before_anything_is_staged(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRAINING__JOB_DISK_LIMIT", "10Gi")
+    code = tmp_path / "code"
+    code.mkdir()
+    spec = validate_spec({**BASE, "source_dir": str(code), "output_path": str(tmp_path / "out"),
+                          "resources": {"disk": "20Gi"}})
+    err = fails(check_world, spec)
+    assert str(err) == ("resources.disk: 20Gi is more than a job root may hold here (10Gi, [training] job_disk_limit); "
+                        "ask for at most 10Gi")
+    check_world(validate_spec({**BASE, "source_dir": str(code), "output_path": str(tmp_path / "out"),
+                               "resources": {"disk": "5Gi"}}))

@@ -179,7 +179,7 @@ def test_a_disk_filling_while_packing_aborts_the_multipart_upload_and_the_retry_
     disk.fill(leave=12 * MiB)  # room for 12 of the 20 MiB: the first part goes up, then the disk is full
     # Packing is faster than any watcher thread, so instead of filling the disk half-way, the up-front check is
     # switched off (as if another writer took the space right after it): the real ENOSPC comes mid-pack.
-    monkeypatch.setattr(storage_hook, "check_pack_space", lambda src, archive: None)
+    monkeypatch.setattr(storage_hook, "check_pack_space", lambda src, archive, within=None: None)
 
     with pytest.raises(DiskFullError) as caught:
         storage.upload_packed_directory(str(model), f"s3://{bucket}/{key}", str(artifacts / "model.tar.gz"))
@@ -219,3 +219,21 @@ def test_a_full_disk_at_a_local_output_path_leaves_no_partial_model_there(small_
     outputs.free()
     storage.upload_packed_directory(str(model), str(published), str(archive))
     assert published.read_bytes() == archive.read_bytes()
+
+
+def test_the_packing_check_counts_blocks_and_a_linked_file_once(tmp_path):
+    # Issue 47: the check summed st_size: 32 names of one file were 32 files, and a sparse file what it claims.
+    from operators.storage.disk_space import tree_space
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(os.urandom(MiB))
+    for i in range(31):
+        os.link(model / "weights.bin", model / f"copy-{i}.bin")
+    with open(model / "sparse.bin", "wb") as fh:
+        fh.truncate(64 * 1024 * MiB)  # 64 GiB it says, no block it holds
+    (model / "elsewhere").symlink_to(tmp_path)  # followed by nothing
+
+    needed, names = tree_space(str(model), str(tmp_path / "model.tar.gz"))
+    assert names == 33
+    assert MiB < needed < MiB + 256 * 1024  # one copy of the weights, 33 tar headers, the archive's slack

@@ -4,8 +4,13 @@ finite numbers with sane steps count."""
 from __future__ import annotations
 
 import json
+import logging
+import time
 
-from operators.tracking.metrics import MetricCollector
+import pytest
+
+from operators.jobspec.metric_regex import MAX_LINE_CHARS, MAX_MATCHES_PER_LINE
+from operators.tracking.metrics import MatchBudget, MetricCollector
 
 
 def test_hostile_points_are_dropped(tmp_path):
@@ -67,3 +72,65 @@ def test_an_echoed_point_is_a_point_only_where_the_platform_asked_for_the_echo()
     assert cluster.feed("loss: [training-metric] 1") is False  # only at the start of a line (after the host)
     assert cluster.feed('[training-metric] {"name": "loss", "value": true}') is True  # consumed, not kept
     assert len(cluster.series["loss"]) == 1
+
+
+# ---- the tenant's expressions run on the worker: linear time, bounded lines, a CPU budget (issue 47) -------------
+
+
+def test_a_pathological_expression_on_a_long_line_costs_the_worker_well_under_a_second():
+    import re2
+
+    # `re` took 16 s for this on a 27-character line, doubling with each character; RE2 is linear in the line.
+    collector = MetricCollector([{"Name": f"m{i}", "Regex": r"(?:a+)+(\d)"} for i in range(64)])
+    assert all(isinstance(pattern, re2._Regexp) for _name, pattern in collector._patterns)  # the engine is RE2
+    started = time.thread_time()
+    for _ in range(20):
+        assert collector.feed("a" * 1_000_000 + "!") is False
+    collector.feed("aaaa7")
+    assert time.thread_time() - started < 1.0  # a hang guard: ~10 ms here
+    assert collector.final()["m0"] == 7.0
+
+
+@pytest.mark.parametrize("regex, line, value", [
+    (r"loss: ([0-9\.]+)", "epoch 3 loss: 0.25 acc 0.9", 0.25),  # SageMaker's examples
+    ("Train_loss=(.*?);", "Train_loss=0.125;Test_loss=0.5;", 0.125),
+    (r".*\[[0-9]+\].*#011validation-auc:([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?).*",
+     "[12]#011train-auc:0.8#011validation-auc:7.5e-1", 0.75),
+    (r"(?i)LOSS=(?P<value>\d+\.\d+)", "loss=1.50", 1.5),
+])
+def test_the_usual_sagemaker_expressions_still_match(regex, line, value):
+    from operators.launch.spec import validate_spec
+
+    spec = validate_spec({"job_name": "j", "source_dir": "s3://b/c/", "output_path": "s3://b/m", "entry_point": "t.py",
+                          "metric_definitions": [{"Name": "m", "Regex": regex}]})
+    collector = MetricCollector([m.model_dump() for m in spec.metric_definitions])
+    collector.feed(line)
+    assert collector.final() == {"m": value}
+
+
+def test_a_line_is_matched_in_its_first_characters_and_a_definition_at_most_a_few_times_a_line():
+    collector = MetricCollector([{"Name": "loss", "Regex": r"loss=([0-9]+)"}])
+    collector.feed("x" * MAX_LINE_CHARS + "loss=1")  # past the bound: shown, not matched
+    assert collector.final() == {}
+    collector.feed(" ".join(f"loss={i}" for i in range(100)))
+    assert len(collector.series["loss"]) == MAX_MATCHES_PER_LINE
+
+
+def test_matching_stops_at_its_cpu_budget_and_resumes_under_it(caplog):
+    cpu, wall = [0.0], [0.0]
+
+    def spend():  # each reading of the CPU clock: 0.25 s later (a line costs 0.25 s)
+        cpu[0] += 0.25
+        return cpu[0]
+
+    budget = MatchBudget(share=0.1, grace=1.0, cpu=spend, wall=lambda: wall[0])
+    collector = MetricCollector([{"Name": "loss", "Regex": r"loss=([0-9]+)"}], budget=budget)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(10):
+            collector.feed("loss=1")
+    assert len(collector.series["loss"]) == 5 and budget.skipped == 5  # 1 s of grace at 0.25 s a line, and the line
+    # that crossed it
+    assert sum("took more than 10% of a CPU" in r.getMessage() for r in caplog.records) == 1
+    wall[0] = 100.0  # time passed: 10 s more of budget
+    collector.feed("loss=2")
+    assert collector.final() == {"loss": 2.0}

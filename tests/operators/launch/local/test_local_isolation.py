@@ -361,3 +361,29 @@ def test_a_spec_above_the_admins_maximum_is_refused_before_launch(tmp_path):
     assert not result.succeeded and result.failure_class == USER_ERROR
     assert result.failure_reason.startswith("resources.memory: 16Gi is more than the local backend allows")
     assert not (Path(request.workspace) / "state" / "job" / "launch-pids.json").exists()
+
+
+def test_no_file_of_a_job_outgrows_its_disk_cap_however_fast_it_is_written(tmp_path):
+    # The kernel's per-file limit (RLIMIT_FSIZE at the job's disk cap): a single write past it fails at once, before
+    # any measurement of the job root could see it; a program that does not ignore SIGXFSZ is ended by it.
+    MiB = 1024 * 1024
+    script = textwrap.dedent("""
+        import os, subprocess
+        try:
+            with open("big.bin", "wb") as fh:
+                fh.write(b"x" * (8 * 1024 * 1024))
+        except OSError as err:
+            print("WRITE", err.strerror, os.path.getsize("big.bin"), flush=True)
+        dd = subprocess.run(["dd", "if=/dev/zero", "of=dd.bin", "bs=1M", "count=8"], capture_output=True)
+        print("DD", dd.returncode, os.path.getsize("dd.bin"), flush=True)
+    """)
+    request = replace(make_job(tmp_path, script), disk_limit=4 * MiB)
+    lines: list[str] = []
+    result = LocalLauncherHook(sandbox="bubblewrap").run(request, lines.append)
+    assert result.succeeded, lines
+    assert f"WRITE File too large {4 * MiB}" in lines, lines
+    assert f"DD -25 {4 * MiB}" in lines, lines  # dd killed by SIGXFSZ at the limit
+    # Without a cap the same script writes both files whole: the test can fail.
+    lines.clear()
+    assert LocalLauncherHook(sandbox="bubblewrap").run(make_job(tmp_path / "uncapped", script), lines.append).succeeded
+    assert f"DD 0 {8 * MiB}" in lines and not any(line.startswith("WRITE") for line in lines), lines

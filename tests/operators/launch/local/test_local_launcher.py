@@ -525,3 +525,16 @@ def test_the_hosts_of_a_job_reach_each_other_in_their_own_network(tmp_path):
     result = LocalLauncherHook(sandbox="bubblewrap", network="none").run(request, lines.append)
     assert result.succeeded, lines
     assert "[algo-1] GOT hello from 2" in lines
+
+
+def test_output_without_newlines_reaches_the_worker_in_bounded_pieces(tmp_path):
+    # The worker never holds a job's output whole: 8 MiB printed as one line come as lines of at most 64 KiB.
+    from operators.launch.local.launcher import MAX_LINE_BYTES
+
+    request = make_job(tmp_path, "import sys\nsys.stdout.write('x' * (8 * 1024 * 1024))\nsys.stdout.flush()\n")
+    lines: list[str] = []
+    result = LocalLauncherHook().run(request, lines.append)
+    assert result.succeeded
+    pieces = [line for line in lines if line.startswith("xxx")]  # the last one ends with what train wrote next
+    assert sum(len(line) - len(line.lstrip("x")) for line in pieces) == 8 * 1024 * 1024
+    assert max(len(line) for line in pieces) <= 2 * MAX_LINE_BYTES and len(pieces) >= 64
