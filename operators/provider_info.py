@@ -90,6 +90,10 @@ TRAINING = {
                               "in validate_spec). Over it the job is stopped and fails disk_limit: the local backend's "
                               "kernel caps every file the job writes at it, and the launch task measures the job root "
                               "as the job runs (docs/operations.md). Empty = no cap.", "100Gi", example="20Gi"),
+    "approver_role": _option("The auth manager's role whose users answer a retraining run's approval when its config "
+                             "names no approvers (simple auth manager: viewer | user | op | admin, each with the rights "
+                             "of those before it; FAB: the role of that name). The user who triggered a run never "
+                             "answers its approval (docs/security.md).", "op", example="admin"),
     "retention_days": _option("Job roots and cache entries unused for this many days are removed; dead jobs' "
                               "cache pins released (0 = keep them).", "0", "float"),
     "max_active_runs": _option("training_job runs that run at once (the DAG's max_active_runs; more wait queued). "

@@ -50,6 +50,7 @@ from operators.launch.base import (
 from operators.launch.local.isolation import JobIsolation
 from operators.launch.local.job_variables import job_variables, job_variables_fd
 from operators.launch.local.limits import LimitError
+from operators.launch.local.output import MAX_QUEUED_LINES, follow_log
 from operators.launch.local.network import NetworkUnavailable, join_command, open_namespace, sandbox_status, start_slirp4netns
 from operators.launch.local.network import check_available as check_network
 from operators.launch.local.processes import alive, kill_trees
@@ -73,11 +74,6 @@ LEASE_IN_SANDBOX = "/run/training/lease"  # where `train` finds the lease inside
 PEER_FAILURE_GRACE_SECONDS = 15.0
 # `train` enforces max_run_seconds itself (SIGTERM, SIGKILL 10 s later); ours is the safety net behind it.
 DEADLINE_SLACK_SECONDS = 30.0
-# The job's output as the worker holds it: a line longer than this is passed on in pieces (a job printing without
-# newlines never makes the worker hold its output whole), and at most this many lines wait to be logged and matched
-# (a job printing faster than the task log takes it waits in its log file, which its disk cap holds: RLIMIT_FSIZE).
-MAX_LINE_BYTES = 64 * 1024
-MAX_QUEUED_LINES = 10_000
 
 
 def _exit_code(value) -> int | None:
@@ -213,7 +209,7 @@ class LocalLauncherHook:
         threading.Thread(target=self._renew_lease, args=(os.path.join(launch_dir, LEASE), done), daemon=True).start()
         multi = len(request.hosts) > 1
         for host in self._hosts:
-            threading.Thread(target=self._follow, args=(host, f"[{host.name}] " if multi else "", lines),
+            threading.Thread(target=follow_log, args=(host, f"[{host.name}] " if multi else "", lines),
                              daemon=True).start()
         try:
             return self._wait(request, lines, on_line)
@@ -335,35 +331,6 @@ class LocalLauncherHook:
                 os.utime(path, follow_symlinks=False)  # in the state dir: never a link, and never followed
             except OSError as err:
                 log.warning("Cannot renew the training's lease %s: %s", path, err)
-
-    @staticmethod
-    def _follow(host: _Host, prefix: str, lines: queue.Queue) -> None:
-        """Tail the host's log file until the process is gone and everything it wrote was read."""
-        try:
-            f = open(host.log_path, "rb")
-        except OSError:  # the earlier attempt's log is gone (the job ended and was reported): nothing to follow
-            lines.put(None)
-            return
-        with f:
-            pending = b""
-            while True:
-                finished = not host.running()  # checked before reading: nothing it wrote can be missed
-                chunk = f.read(65536)
-                if chunk:
-                    pending += chunk
-                    *complete, pending = pending.split(b"\n")
-                    for raw in complete:
-                        lines.put(prefix + raw.decode("utf-8", "replace"))
-                    while len(pending) > MAX_LINE_BYTES:
-                        lines.put(prefix + pending[:MAX_LINE_BYTES].decode("utf-8", "replace"))
-                        pending = pending[MAX_LINE_BYTES:]
-                    continue
-                if finished:
-                    break
-                time.sleep(0.1)
-            if pending:
-                lines.put(prefix + pending.decode("utf-8", "replace"))
-        lines.put(None)
 
     def _wait(self, request: LaunchRequest, lines: queue.Queue, on_line: LineCallback) -> LaunchResult:
         deadline = (time.monotonic() + request.max_run_seconds + DEADLINE_SLACK_SECONDS

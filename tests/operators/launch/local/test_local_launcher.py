@@ -529,7 +529,7 @@ def test_the_hosts_of_a_job_reach_each_other_in_their_own_network(tmp_path):
 
 def test_output_without_newlines_reaches_the_worker_in_bounded_pieces(tmp_path):
     # The worker never holds a job's output whole: 8 MiB printed as one line come as lines of at most 64 KiB.
-    from operators.launch.local.launcher import MAX_LINE_BYTES
+    from operators.launch.local.output import MAX_LINE_BYTES
 
     request = make_job(tmp_path, "import sys\nsys.stdout.write('x' * (8 * 1024 * 1024))\nsys.stdout.flush()\n")
     lines: list[str] = []
