@@ -34,6 +34,7 @@ from operators.jobspec.ownership import (
     owner_segment,
     read_locations,
 )
+from operators.storage.errors import StorageError
 from operators.storage.location import parse_uri
 
 KINDS = {"job": "run", "checkpoints": "checkpoint_path", "lineage": "retraining lineage"}
@@ -98,8 +99,13 @@ def ancestors(uri: str) -> list[str]:
 def read_record(storage, prefix: str) -> OwnerRecord | None:
     """The record of `prefix`, None when it has none, UNREADABLE when something is there that is not one."""
     uri = record_uri(prefix)
-    if not storage.exists(uri):
-        return None
+    try:
+        if not storage.exists(uri):
+            return None
+    except StorageError as err:
+        if err.permanent:  # access denied above the job's own prefixes: this identity never wrote a record there
+            return None
+        raise
     if storage.is_prefix(uri):  # a directory of that name (a record is a file)
         return UNREADABLE
     return OwnerRecord.parse(storage.read_bytes(uri)) or UNREADABLE
@@ -108,7 +114,13 @@ def read_record(storage, prefix: str) -> OwnerRecord | None:
 def area_owners(storage, prefix: str) -> set[str]:
     """The owners whose job areas the platform recorded in output area `prefix`."""
     owners = set()
-    for obj in storage.list_objects(prefix_uri(prefix) + AREA_OWNERS_DIR + "/"):
+    try:
+        listed = storage.list_objects(prefix_uri(prefix) + AREA_OWNERS_DIR + "/")
+    except StorageError as err:
+        if err.permanent:  # as in read_record
+            return owners
+        raise
+    for obj in listed:
         try:
             owner = json.loads(storage.read_bytes(prefix_uri(prefix) + AREA_OWNERS_DIR + "/" + obj.relative_path))
         except ValueError:

@@ -148,3 +148,38 @@ def test_a_spec_is_checked_field_by_field(storage, tmp_path):
     check_spec_locations(storage, NO_POLICY, {**spec, "checkpoint_path": str(tmp_path / "ckpt-bob")}, "bob", bob)
     with open(os.path.join(tmp_path, "ckpt-bob", ".training-owner.json")) as f:
         assert json.load(f)["owner"] == "bob"
+
+
+def test_a_prefix_the_jobs_identity_may_not_read_has_no_record_it_could_have_written(storage, tmp_path):
+    """A bucket policy scoped to the job's prefixes answers 403 above them: this identity never wrote a record there,
+    and what it cannot read it cannot read as a channel either, so the walk goes on (a 403 is not a refusal)."""
+    from operators.storage.errors import StorageError
+
+    class Scoped:
+        def __init__(self, allowed):
+            self.allowed = allowed
+
+        def _check(self, uri):
+            if not uri.startswith(self.allowed):
+                raise StorageError(f"access denied to {uri}", permanent=True)
+
+        def exists(self, uri):
+            self._check(uri)
+            return storage.exists(uri)
+
+        def list_objects(self, uri):
+            self._check(uri)
+            return storage.list_objects(uri)
+
+        def is_prefix(self, uri):
+            return storage.is_prefix(uri)
+
+        def read_bytes(self, uri):
+            return storage.read_bytes(uri)
+
+    models = tmp_path / "models"
+    run(storage, models, "demo-1", "alice")
+    scoped = Scoped(str(models))
+    check_read(scoped, NO_POLICY, "inputs.m", f"{models}/demo-1/output/", "alice")
+    assert refused(check_read, scoped, NO_POLICY, "inputs.m", f"{models}/demo-1/output/", "bob").startswith(
+        "inputs.m: ")
