@@ -156,7 +156,7 @@ class JobSpec(Strict):
     checkpoint_path: Uri | None = Field(None, description="Synced with the checkpoint dir during training, restored "
                                         "before it.", json_schema_extra={"section": "Data"})
     resume_from: str | None = Field(None, description="Incremental training: 'latest' (newest successful model of "
-                                    "base_job_name) or the URI of a model.tar.gz; given as input channel 'model'.",
+                                    "base_job_name among your own runs) or the URI of a model.tar.gz; given as input channel 'model'.",
                                     json_schema_extra={"section": "Data"})
     connections: dict[str, str] = Field(default_factory=dict, description="URI scheme -> Airflow connection id "
                                         f"(defaults {', '.join(DEFAULT_CONNECTIONS.values())}).",

@@ -3,12 +3,15 @@ from __future__ import annotations
 import os
 import tempfile
 
+from airflow.sdk.exceptions import AirflowFailException
+
 from operators.fs.job_root import JobRoot
 from operators.fs.safe_tar import safe_extract
+from operators.jobspec.errors import SpecError
 from operators.jobspec.ownership import RESERVED_NAMES
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
-from operators.state.owner_records import latest_model
+from operators.state.owner_records import check_write, latest_model
 from operators.storage.location import ObjectListing
 
 
@@ -32,6 +35,12 @@ class RestoreOperator(JobStageOperator):
         tree = JobRoot(layout.root)
         result = {"checkpoint_files": 0, "resumed_from": None}
         if spec.checkpoint_path:
+            # Once more, right before the job can write there: a run of another owner recorded below this
+            # checkpoint_path since validate_spec claimed it would be synced over (operators/state/owner_records.py).
+            try:
+                check_write(storage, "checkpoint_path", spec.checkpoint_path, self.job_owner, holds=True)
+            except SpecError as err:
+                raise AirflowFailException(f"invalid job spec: {err}") from None
             checkpoints = tree.relative(layout.checkpoint_dir)
             tree.ensure_dir(os.path.dirname(checkpoints))  # UnsafePathError naming a linked parent
             tree.remove_links(checkpoints)
