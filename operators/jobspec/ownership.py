@@ -36,10 +36,15 @@ PLACEHOLDERS = ("{user}", "{team}")
 WRITE_FIELDS = ("output_path", "checkpoint_path")
 
 
+# What Airflow records as the triggering user of a `dags test` / dag.test() run (no person triggered it).
+DAGS_TEST_USER = "dag_test"
+
+
 def run_owner(triggering_user: str | None, dag_id: str) -> str:
-    """The owner of a run: its triggering user, or `dag:<dag_id>` for a run nobody triggered."""
+    """The owner of a run: its triggering user, or `dag:<dag_id>` for a run nobody triggered (a schedule, an asset
+    event, `airflow dags test`). `airflow dags trigger` records the OS user that ran it, which is then the owner."""
     user = (triggering_user or "").strip()
-    return user if user else dag_owner(dag_id)
+    return user if user and user != DAGS_TEST_USER else dag_owner(dag_id)
 
 
 def dag_owner(dag_id: str) -> str:

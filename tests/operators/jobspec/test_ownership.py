@@ -32,6 +32,7 @@ def refusal(pol: OwnershipPolicy, owner: str, locations) -> str:
 def test_a_run_is_its_triggering_users_or_else_its_dags():
     assert run_owner("alice", "training_job") == "alice"
     assert run_owner(None, "training_job") == run_owner("", "training_job") == "dag:training_job"
+    assert run_owner("dag_test", "training_job") == "dag:training_job"  # what Airflow records for `dags test`
     # a DAG's segment can never be a user's: no plain user name starts with "_"
     assert owner_segment("dag:retrain_x") == "_dag_retrain_x"
     assert owner_segment("alice") == "alice" and owner_segment("../x").startswith("u-")
