@@ -249,6 +249,15 @@ def sdk_code_expiry_days() -> float:
     return get_float("training", "sdk_code_expiry_days", 30.0)
 
 
+def ownership_settings() -> tuple[str, Any, Any]:
+    """The admin's ownership settings (applied by operators/jobspec/ownership.py): [training] output_roots (comma-
+    separated templates with {user} or {team}: `s3://models/{user}/, /srv/models/{team}/`; empty = no roots),
+    [training] teams (JSON {"<team>": ["<user>", ...]}) and [training] output_shares (JSON {"<owner>": ["<reader>",
+    ...]}: who may read an owner's outputs besides it; an owner is a user, `dag:<dag_id>` or `team:<team>`)."""
+    return (get_str("training", "output_roots", ""), get_json("training", "teams", {}),
+            get_json("training", "output_shares", {}))
+
+
 def mlflow_tracking_uri() -> str:
     """[training] mlflow_tracking_uri: the MLflow tracking server each training job is logged to as a run
     (operators/tracking/mlflow.py); empty = no tracking."""

@@ -25,6 +25,7 @@ from operators.jobspec.errors import SpecError, detail_lines, first_error, probl
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
 from operators.jobspec.credentials import looks_like_secret
+from operators.jobspec.ownership import OWNER_KEY
 from operators.jobspec.parts import (
     REFERENCE_FORMS,
     ConnectionRef,
@@ -155,7 +156,7 @@ class JobSpec(Strict):
     checkpoint_path: Uri | None = Field(None, description="Synced with the checkpoint dir during training, restored "
                                         "before it.", json_schema_extra={"section": "Data"})
     resume_from: str | None = Field(None, description="Incremental training: 'latest' (newest successful model of "
-                                    "base_job_name) or the URI of a model.tar.gz; given as input channel 'model'.",
+                                    "base_job_name among your own runs) or the URI of a model.tar.gz; given as input channel 'model'.",
                                     json_schema_extra={"section": "Data"})
     connections: dict[str, str] = Field(default_factory=dict, description="URI scheme -> Airflow connection id "
                                         f"(defaults {', '.join(DEFAULT_CONNECTIONS.values())}).",
@@ -392,7 +393,8 @@ class JobSpec(Strict):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
-        return cls.model_validate(dict(data), context={VALIDATED: True})
+        """The validated spec (validate_spec's XCom), less the run's owner the platform put beside it."""
+        return cls.model_validate({k: v for k, v in data.items() if k != OWNER_KEY}, context={VALIDATED: True})
 
 
 def job_name_from(base: str, suffix: str) -> str:

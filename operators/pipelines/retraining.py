@@ -16,7 +16,11 @@ The "latest model" pointer is one small JSON object at `<output_path>/<base_job_
      "approval": {"by": "olivia", "reason": "...", "responded_at": "..."}}   (only when a person approved it)
 
 It names the model serving should use; only promote_model writes it (a single PUT, atomic on every store), and
-only for a model that passed the gate. Each run resumes from the model it names (resume_from "latest" in a
+only for a model that passed the gate. The lineage is the DAG's: every run of a retraining DAG is owned by
+`dag:<dag_id>`, whoever triggered it (operators/jobspec/ownership.py), and current_model claims
+`<output_path>/<base_job_name>/` for it (operators/state/owner_records.py), so no other owner's checkpoint_path or
+output_path can write a pointer there; a pointer is followed only when it names this DAG and a model whose job area the
+platform recorded as this DAG's run of this lineage. Each run resumes from the model it names (resume_from "latest" in a
 retraining config means "the promoted model", never a rejected one); with no pointer yet, training starts fresh.
 A model that fails the gate is still uploaded under its own job_name (for inspection) but is not promoted: the
 pointer stays and no Asset event is emitted. Runs of one retraining DAG never overlap (max_active_runs=1), so two
@@ -32,8 +36,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, AssetOrTimeSchedule, BaseOperator, CronTriggerTimetable, Param
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
+from operators.jobspec.ownership import OWNER_KEY, dag_owner
 from operators.pipelines.approval import PromotionApprovalOperator
+from operators.state.owner_records import OwnerRecord, claim, read_record
 from operators.pipelines.template import TRANSFER_RETRIES, model_asset_for, training_job_tasks
 from operators.tracking.mlflow import configured_uri, experiment_name, register_model_version, registered_model_name
 
@@ -118,6 +125,13 @@ class CurrentModelOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any] | None:
         storage = _storage(self.connections)
         uri = pointer_uri(self.output_path, self.base_job_name)
+        owner = dag_owner(self.dag_id)
+        lineage = f"{self.output_path.rstrip('/')}/{self.base_job_name}/"
+        try:
+            claim(storage, "output_path", lineage, OwnerRecord(owner, self.dag_id, self.base_job_name, "lineage",
+                                                               run_id=context["run_id"]), self.log)
+        except SpecError as err:
+            raise AirflowFailException(f"the retraining lineage cannot be used: {err}") from None
         if not storage.exists(uri):
             self.log.info("No promoted model yet (%s does not exist): training starts fresh", uri)
             context["ti"].xcom_push(key="resume_from", value="")  # "" = no resume_from (a None XCom reads as missing)
@@ -131,6 +145,14 @@ class CurrentModelOperator(BaseOperator):
         if not storage.exists(model_uri):
             raise AirflowFailException(f"the promoted model {model_uri} named by {uri} is gone; restore it, or delete "
                                        "the pointer to start fresh")
+        suffix = "/output/model.tar.gz"
+        record = read_record(storage, model_uri[:-len(suffix)]) if model_uri.endswith(suffix) else None
+        if pointer.get("dag_id") != self.dag_id or pointer.get(OWNER_KEY) != owner or record is None \
+                or (record.owner, record.kind, record.lineage) != (owner, "job", self.base_job_name):
+            raise AirflowFailException(f"the latest-model pointer {uri} names {model_uri}, which the platform did not "
+                                       f"record as a run of DAG {self.dag_id!r} in lineage {self.base_job_name!r}; a "
+                                       "retraining resumes only from its own promoted models: delete the pointer to "
+                                       "start fresh")
         self.log.info("Promoted model: %s (job %s, metrics %s); this run resumes from it", model_uri,
                       pointer.get("job_name"), pointer.get("metrics"))
         context["ti"].xcom_push(key="resume_from", value=model_uri)
@@ -205,6 +227,7 @@ class PromoteModelOperator(BaseOperator):
                           "value": decision["value"]},
             "promoted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "dag_id": self.dag_id,
+            OWNER_KEY: dag_owner(self.dag_id),
             "run_id": context["run_id"],
             "previous": None if previous is None else {
                 "model_uri": previous.get("model_uri"), "job_name": previous.get("job_name"),
@@ -287,7 +310,7 @@ def retraining_dag(config: RetrainingConfig, *, model_asset=None, params: Mappin
         if config.resume_latest:
             job["resume_from"] = current.output["resume_from"]
         # The config's retries apply to every task; the transfer stages keep at least their own.
-        tasks = training_job_tasks(spec=job, transfer_retries=max(TRANSFER_RETRIES, config.retries))
+        tasks = training_job_tasks(spec=job, transfer_retries=max(TRANSFER_RETRIES, config.retries), dag_owned=True)
         current >> tasks.validate
         gate_task = MetricGateOperator(task_id="metric_gate", rule=gate.to_dict(), candidate=tasks.launch.output,
                                        current=current.output)

@@ -71,16 +71,19 @@ def training_job_tasks(
     transfer_retries: int = TRANSFER_RETRIES,
     early_stopping=None,
     launch_kwargs: Mapping[str, Any] | None = None,
+    dag_owned: bool = False,
 ) -> TrainingTasks:
     """Create the stage chain in the current DAG (call inside `with DAG(...)`); returns its tasks for wiring.
 
     `early_stopping` (a primitive dict or an XComArg of one) and `launch_kwargs` (extra BaseOperator arguments of the
     launch task, e.g. pool, max_active_tis_per_dagrun) exist for hyperparameter search trials (operators/pipelines/search.py).
+    `dag_owned`: every run is its DAG's, whoever triggered it (a retraining DAG's lineage: operators/jobspec/ownership.py).
     """
     p = task_id_prefix
     transfers = {"retries": transfer_retries, "retry_delay": TRANSFER_RETRY_DELAY, "retry_exponential_backoff": 2.0,
                  "max_retry_delay": timedelta(minutes=5)}
-    validate = ValidateSpecOperator(task_id=f"{p}validate_spec", spec=spec, spec_defaults=spec_defaults)
+    validate = ValidateSpecOperator(task_id=f"{p}validate_spec", spec=spec, spec_defaults=spec_defaults,
+                                    dag_owned=dag_owned)
     job = validate.output
     stage_code = StageCodeOperator(task_id=f"{p}stage_code", job=job, **transfers)
     prefetch = PrefetchDataOperator(task_id=f"{p}prefetch_data", job=job, **transfers)

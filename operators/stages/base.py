@@ -13,13 +13,16 @@ from airflow.sdk.exceptions import AirflowFailException
 from training_runtime.layouts import layout_for
 
 from operators.fs.safe_tar import BadArchiveError
+from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
+from operators.jobspec.ownership import OWNER_KEY, dag_owner, load_ownership
 from operators.launch.registry import launcher_for
 from operators.settings import training_settings
 from operators.stages.failure_reasons import records_failure_reason
 from operators.stages.in_cluster import in_step_pod
 from operators.state.job_state import ensure_state_dir
 from operators.state.lease import JobNameTaken, claim
+from operators.state.owner_records import OwnerRecord, check_spec_locations
 from operators.storage.errors import StorageError
 
 
@@ -63,6 +66,23 @@ class JobStageOperator(BaseOperator):
     @cached_property
     def spec(self):
         return JobSpec.from_dict(self.job)
+
+    @property
+    def job_owner(self) -> str:
+        """The run's owner, as validate_spec found it (operators/jobspec/ownership.py); a spec validated before owners
+        were recorded is its DAG's."""
+        return (self.job or {}).get(OWNER_KEY) or dag_owner(self.dag_id)
+
+    def check_owner_records(self, context) -> None:
+        """validate_spec's check of the spec's locations against the platform's owner records, where validate_spec
+        could not make it: in a data-plane step in the cluster, which holds the storage identity."""
+        spec = self.spec
+        record = OwnerRecord(self.job_owner, self.dag_id, spec.base_job_name or "", "job", spec.job_name,
+                             context.get("run_id", ""))
+        try:
+            check_spec_locations(self.storage, load_ownership(), self.job, self.job_owner, record, self.log)
+        except (SpecError, ValueError) as err:
+            raise AirflowFailException(f"invalid job spec: {err}") from None
 
     @cached_property
     def settings(self):

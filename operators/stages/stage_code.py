@@ -3,7 +3,7 @@ from __future__ import annotations
 from training_runtime.layouts import create_directories
 
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
-from operators.stages.in_cluster import runs_in_cluster
+from operators.stages.in_cluster import in_step_pod, runs_in_cluster
 
 
 class StageCodeOperator(JobStageOperator):
@@ -17,6 +17,8 @@ class StageCodeOperator(JobStageOperator):
         # lazy: staging -> storage client (botocore, obstore), not at DAG parse
         from operators.staging.code import stage_code
 
+        if in_step_pod():  # validate_spec, on the worker, had no storage identity for the owner records
+            self.check_owner_records(context)
         self.claim_job(context)
         create_directories(self.layout, channels=list(self.spec.inputs))
         stats = stage_code(self.storage, self.spec.source_dir, self.layout.code_dir)

@@ -9,11 +9,13 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from operators.fs.job_root import JobRoot
 from operators.fs.safe_tar import PackTooLargeError
+from operators.jobspec.errors import SpecError
 from operators.launch.disk_cap import job_disk_cap
 from operators.stages.base import JobStageOperator, storage_failures_fail_fast
 from operators.stages.in_cluster import runs_in_cluster
 from operators.stages.links import stage_links
 from operators.state.job_state import ARTIFACTS, UPLOADED, ensure_state_dir, state_path
+from operators.state.owner_records import OwnerRecord, record_job_area
 from operators.storage.disk_space import PACK_TODO, DiskFullError, disk_full_error, human, is_disk_full
 from operators.tracking.metrics import METRIC_SERIES_KEY, MetricCollector
 
@@ -78,6 +80,13 @@ class UploadArtifactsOperator(JobStageOperator):
         if not has_success and not has_failure:
             raise AirflowSkipException("training did not run (an earlier stage failed): nothing to upload")
         out = spec.job_output_uri
+        # Whose run this is, beside its artifacts and before the first of them: what resume_from "latest" and the
+        # checks of other runs' locations go by (operators/state/owner_records.py).
+        try:
+            record_job_area(self.storage, spec.output_path, spec.job_name, OwnerRecord(
+                self.job_owner, self.dag_id, spec.base_job_name or "", "job", spec.job_name, context.get("run_id", "")))
+        except SpecError as err:
+            raise AirflowFailException(f"nothing uploaded: {err}") from None
         # Packed archives and the upload record are platform state: outside the job root (operators/state/job_state.py).
         artifacts = Path(ensure_state_dir(self.settings.workspace, spec.job_name, ARTIFACTS))
         marker_path = Path(state_path(self.settings.workspace, spec.job_name, UPLOADED))

@@ -8,6 +8,10 @@ below it are uploaded and no link is followed (each is skipped with a warning). 
 file is opened first (no link followed, fstat says regular) and its /proc/self/fd path is what is uploaded, so a name
 swapped for a link after the check still uploads the file that was checked. No copy is made (checkpoints can be
 many GiB).
+
+The one name this upload takes from the tenant is the file's path below the checkpoint dir, so a file or directory of
+a name the platform's owner records use (operators/state/owner_records.py) is never uploaded, with a warning: the
+records that say whose a location is are the platform's alone.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 from operators.fs.job_root import JobRoot, UnsafePathError
+from operators.jobspec.ownership import RESERVED_NAMES
 from operators.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,7 @@ class CheckpointSync:
         self.checkpoint_uri = checkpoint_uri.rstrip("/") + "/"
         self.interval = interval_seconds
         self._seen: dict[str, tuple[int, int]] = {}
+        self._reserved_warned: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -81,6 +87,12 @@ class CheckpointSync:
             for entry in self._root.walk(self._rel):
                 if entry.is_dir or (entry.name.startswith(".") and entry.name.endswith(".tmp")):
                     continue  # a directory, or a checkpoint still being written
+                if any(part in RESERVED_NAMES for part in entry.rel.split("/")):
+                    if entry.rel not in self._reserved_warned:
+                        self._reserved_warned.add(entry.rel)
+                        log.warning("Checkpoints: skipped %s: %s is the name of the platform's owner records",
+                                    entry.rel, next(p for p in entry.rel.split("/") if p in RESERVED_NAMES))
+                    continue
                 found.append((entry.rel, (entry.stat.st_size, entry.stat.st_mtime_ns)))
         except FileNotFoundError:
             return []

@@ -95,3 +95,50 @@ def test_gate_task_rejects_quietly_or_fails_loudly():
     silent = MetricGateOperator(task_id="metric_gate", rule=rule(objective="auc"), candidate=candidate, current=None)
     with pytest.raises(AirflowFailException, match="reported no 'auc' \\(reported: accuracy, loss\\)"):
         silent.execute({})
+
+
+class PushingTI:
+    def __init__(self):
+        self.pushed = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def test_the_pointer_is_followed_only_to_the_dags_own_recorded_models(tmp_path):
+    """A retraining lineage is its DAG's: current_model claims `<output_path>/<base_job_name>/`, so another owner's
+    checkpoint_path cannot write a pointer there, and a pointer naming a model the platform did not record as this
+    DAG's run of this lineage (another owner's, or a file anywhere) is refused in one line."""
+    import json
+
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from operators.pipelines.retraining import CurrentModelOperator
+    from operators.state.owner_records import OwnerRecord, claim, record_job_area
+    from operators.storage.hook import ObjectStorageHook
+
+    models, storage = tmp_path / "models", ObjectStorageHook()
+    with DAG("retrain_churn", schedule=None):
+        current = CurrentModelOperator(task_id="current_model", output_path=str(models), base_job_name="churn")
+    ti = PushingTI()
+    assert current.execute({"run_id": "r1", "ti": ti}) is None and ti.pushed["resume_from"] == ""
+    lineage = json.loads((models / "churn" / ".training-owner.json").read_text())
+    assert (lineage["owner"], lineage["kind"]) == ("dag:retrain_churn", "lineage")
+    with pytest.raises(Exception, match="checkpoint_path: .* lies in DAG 'retrain_churn''s retraining lineage"):
+        claim(storage, "checkpoint_path", str(models / "churn"), OwnerRecord("bob", "training_job", "x", "checkpoints"))
+
+    for job, owner in (("churn-1", "dag:retrain_churn"), ("churn-evil", "bob")):
+        record_job_area(storage, str(models), job, OwnerRecord(owner, "retrain_churn", "churn", "job", job))
+        (models / job / "output").mkdir(parents=True)
+        (models / job / "output" / "model.tar.gz").write_bytes(b"m")
+    pointer = {"model_uri": f"{models}/churn-1/output/model.tar.gz", "dag_id": "retrain_churn",
+               "owner": "dag:retrain_churn", "metrics": {}}
+    (models / "churn" / "latest.json").write_text(json.dumps(pointer))
+    assert current.execute({"run_id": "r2", "ti": ti})["model_uri"] == pointer["model_uri"]
+    assert ti.pushed["resume_from"] == pointer["model_uri"]
+    for forged in ({"model_uri": f"{models}/churn-evil/output/model.tar.gz"}, {"owner": None}):
+        (models / "churn" / "latest.json").write_text(json.dumps({**pointer, **forged}))
+        with pytest.raises(AirflowFailException) as err:
+            current.execute({"run_id": "r3", "ti": ti})
+        assert "which the platform did not record as a run of DAG 'retrain_churn' in lineage 'churn'" in str(err.value)

@@ -21,16 +21,17 @@ class RecordingTI:
         self.pushed[key] = value
 
 
-def run_validate(dag_id: str, spec: dict, ti: RecordingTI | None = None) -> dict:
+def run_validate(dag_id: str, spec: dict, ti: RecordingTI | None = None, user: str | None = "alice",
+                 dag_owned: bool = False) -> dict:
     from airflow.sdk import DAG
 
     from operators.stages.validate_spec import ValidateSpecOperator
 
     with DAG(dag_id, schedule=None):
-        task = ValidateSpecOperator(task_id="validate_spec", spec=spec)
+        task = ValidateSpecOperator(task_id="validate_spec", spec=spec, dag_owned=dag_owned)
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     context = {"params": {}, "run_id": "manual__1", "logical_date": when,
-               "dag_run": SimpleNamespace(run_after=when, triggering_user_name="alice"), "ti": ti or RecordingTI()}
+               "dag_run": SimpleNamespace(run_after=when, triggering_user_name=user), "ti": ti or RecordingTI()}
     return task.execute(context)
 
 
@@ -110,3 +111,63 @@ def test_a_missing_local_entry_point_is_refused_before_anything_is_staged(spec, 
     assert run_validate("training_job", {**spec, "source_dir": str(archive)})["entry_point"] == "train.py"
     with pytest.raises(AirflowFailException, match=r"entry_point: main\.py is not in the code archive"):
         run_validate("training_job", {**spec, "source_dir": str(archive), "entry_point": "main.py"})
+
+
+def test_the_run_has_an_owner_and_another_owners_locations_are_refused_before_anything_is_staged(spec, tmp_path):
+    """The issue's attacks, at the first task: bob naming alice's checkpoint_path, her run's output as a channel or as
+    resume_from, is refused in one line naming the field; his own run in the same output_path is not."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from operators.state.owner_records import OwnerRecord, record_job_area
+    from operators.storage.hook import ObjectStorageHook
+
+    spec.pop("environment")
+    models = tmp_path / "models"
+    validated = run_validate("training_job", {**spec, "job_name": "demo-1", "checkpoint_path": str(tmp_path / "ck")})
+    assert validated["owner"] == "alice"
+    assert json.loads((tmp_path / "ck" / ".training-owner.json").read_text())["owner"] == "alice"
+    record_job_area(ObjectStorageHook(), str(models), "demo-1", OwnerRecord("alice", "training_job", "demo", "job"))
+    (models / "demo-1" / "output").mkdir(parents=True)
+    (models / "demo-1" / "output" / "model.tar.gz").write_bytes(b"alice's model")
+    assert run_validate("training_job", {**spec, "job_name": "demo-evil"}, user="bob")["owner"] == "bob"
+    attacks = {"checkpoint_path": {"checkpoint_path": str(tmp_path / "ck")},
+               "inputs.steal": {"inputs": {"steal": f"{models}/demo-1/output/"}},
+               "resume_from": {"resume_from": f"{models}/demo-1/output/model.tar.gz"}}
+    for field, change in attacks.items():
+        ti = RecordingTI()
+        with pytest.raises(AirflowFailException) as err:
+            run_validate("training_job", {**spec, "job_name": "demo-evil", **change}, ti, user="bob")
+        assert str(err.value).startswith(f"invalid job spec: {field}: ") and "user 'alice'" in str(err.value)
+        assert "\n" not in str(err.value) and ti.pushed["failure_reason"] == str(err.value)
+    assert not (tmp_path / "ck" / "demo-evil").exists()
+
+
+def test_a_run_nobody_triggered_is_its_dags_and_no_spec_names_its_own_owner(spec):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    spec.pop("environment")
+    assert run_validate("training_job", spec, user=None)["owner"] == "dag:training_job"  # dags test, a CLI trigger
+    assert run_validate("retrain_x", spec, dag_owned=True)["owner"] == "dag:retrain_x"  # a retraining DAG's lineage
+    with pytest.raises(AirflowFailException) as err:
+        run_validate("training_job", {**spec, "owner": "alice"}, user="bob")
+    assert str(err.value) == ("invalid job spec: owner: is set by the platform (the user who triggered the run, or its "
+                              "DAG); remove it")
+
+
+def test_the_admins_output_roots_are_applied_to_every_location(spec, tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    spec.pop("environment")
+    monkeypatch.setenv("AIRFLOW__TRAINING__OUTPUT_ROOTS", f"{tmp_path}/roots/{{user}}/")
+    assert run_validate("training_job", {**spec, "output_path": f"{tmp_path}/roots/alice/m"})["owner"] == "alice"
+    with pytest.raises(AirflowFailException) as err:
+        run_validate("training_job", {**spec, "output_path": f"{tmp_path}/roots/alice/m"}, user="bob")
+    assert str(err.value).startswith(f"invalid job spec: output_path: {tmp_path}/roots/alice/m is outside the output "
+                                     "roots of user 'bob'")
+    (tmp_path / "roots" / "alice" / "m").mkdir(parents=True, exist_ok=True)
+    with pytest.raises(AirflowFailException, match="inputs.x: .* is under the output root of user 'alice'"):
+        run_validate("training_job", {**spec, "output_path": f"{tmp_path}/roots/bob/m",
+                                      "inputs": {"x": f"{tmp_path}/roots/alice/m"}}, user="bob")
+    monkeypatch.setenv("AIRFLOW__TRAINING__OUTPUT_SHARES", '{"alice": ["bob"]}')
+    run_validate("training_job", {**spec, "output_path": f"{tmp_path}/roots/bob/m",
+                                  "inputs": {"x": f"{tmp_path}/roots/alice/m"}}, user="bob")

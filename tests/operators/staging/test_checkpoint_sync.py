@@ -53,3 +53,25 @@ def test_a_linked_checkpoint_dir_uploads_nothing(tmp_path, caplog):
         assert sync.sync_once() == 0
     assert not dest.exists()
     assert "checkpoints in job root" in caplog.text and "symbolic link" in caplog.text
+
+
+def test_files_named_like_the_platforms_owner_records_are_never_synced(tmp_path, caplog):
+    """The checkpoint sync is the one upload whose names the tenant picks: a job that writes an owner record (or the
+    output area's owner list) into its checkpoint dir would claim a location, or a run, for whoever it names."""
+    root = tmp_path / "job"
+    ckpt = root / "checkpoints"
+    (ckpt / "demo-evil" / ".training-owners").mkdir(parents=True)
+    forged = b'{"owner": "alice", "dag_id": "training_job", "lineage": "demo", "kind": "job"}'
+    (ckpt / ".training-owner.json").write_bytes(forged)
+    (ckpt / "demo-evil" / ".training-owner.json").write_bytes(forged)
+    (ckpt / "demo-evil" / ".training-owners" / "alice.json").write_bytes(b'{"owner": "alice"}')
+    (ckpt / "latest.pt").write_bytes(b"weights")
+    dest = tmp_path / "remote"
+    sync = CheckpointSync(ObjectStorageHook(), str(ckpt), str(dest), job_root=str(root))
+    with caplog.at_level(logging.WARNING):
+        assert sync.sync_once() == 1
+    assert _uploaded(dest) == {"latest.pt": b"weights"}
+    assert "skipped demo-evil/.training-owner.json: .training-owner.json is the name of the platform's owner " \
+           "records" in caplog.text
+    caplog.clear()
+    assert sync.sync_once() == 0 and "skipped" not in caplog.text  # named once
