@@ -90,6 +90,16 @@ TRAINING = {
                               "in validate_spec). Over it the job is stopped and fails disk_limit: the local backend's "
                               "kernel caps every file the job writes at it, and the launch task measures the job root "
                               "as the job runs (docs/operations.md). Empty = no cap.", "100Gi", example="20Gi"),
+    "output_roots": _option("Per-user or per-team roots of outputs and checkpoints: comma-separated templates, each "
+                            "with one {user} or {team}; when set, a spec's output_path and checkpoint_path lie under "
+                            "its owner's root and reading under another owner's root needs a share (docs/security.md, "
+                            "Ownership). Empty = no roots: the owner records beside the outputs still keep tenants "
+                            "apart.", "", example="s3://models/{user}/, /srv/models/{team}/"),
+    "teams": _option("The teams of output_roots' {team}: JSON {\"<team>\": [\"<user>\", ...]}; empty = none.", "",
+                     example='{"vision": ["alice", "bob"]}'),
+    "output_shares": _option("Who may read an owner's outputs besides it: JSON {\"<owner>\": [\"<reader>\", ...]}; an "
+                             "owner is a user, dag:<dag_id> or team:<team>; a reader may be *; empty = none.", "",
+                             example='{"dag:retrain_logistic_regression": ["*"]}'),
     "approver_role": _option("The auth manager's role whose users answer a retraining run's approval when its config "
                              "names no approvers (simple auth manager: viewer | user | op | admin, each with the rights "
                              "of those before it; FAB: the role of that name). The user who triggered a run never "
