@@ -5,6 +5,7 @@ retraining run's approval (plugins/approval_check.py)."""
 
 from airflow.plugins_manager import AirflowPlugin
 
+import airflow_training_jobs  # noqa: F401 - first: one line if 'operators' is another package (see there)
 from approval_check import ApprovalCheck
 from operators.console_urls import PLUGIN_PREFIX, RUN_VIEW_ROUTE
 from operators.stages.links import ALL_LINKS

@@ -40,6 +40,8 @@ from datetime import datetime, timezone
 
 from airflow.plugins_manager import AirflowPlugin
 
+import airflow_training_jobs  # noqa: F401 - one line if 'operators' is another package (see there)
+
 URL_PREFIX = "/training-sdk"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

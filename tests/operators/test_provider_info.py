@@ -79,9 +79,16 @@ def test_pyproject_registers_the_entry_point():
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    # Through plugins/airflow_training_jobs.py, which checks first that `operators` is ours.
     assert project["entry-points"]["apache_airflow_provider"] == {
-        "provider_info": "operators.provider_info:get_provider_info"}
+        "provider_info": "airflow_training_jobs:get_provider_info"}
+    from airflow_training_jobs import get_provider_info as entry
+
+    assert entry is get_provider_info
     assert project["name"] == get_provider_info()["package-name"]
+
+
+ENTRY_POINT = "airflow_training_jobs:get_provider_info"
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +99,14 @@ def provider_env(tmp_path_factory) -> dict[str, str]:
     from importlib.metadata import entry_points
 
     env = dict(os.environ)
-    if not any(e.value.startswith("operators.") for e in entry_points(group="apache_airflow_provider")):
+    if not any(e.value == ENTRY_POINT for e in entry_points(group="apache_airflow_provider")):
         site = tmp_path_factory.mktemp("site")
         dist = site / "airflow_training_jobs-0.1.0.dist-info"
         dist.mkdir()
         (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: airflow-training-jobs\nVersion: 0.1.0\n")
         (dist / "entry_points.txt").write_text(
-            "[apache_airflow_provider]\nprovider_info = operators.provider_info:get_provider_info\n")
-        env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), env.get("PYTHONPATH", "")])
+            f"[apache_airflow_provider]\nprovider_info = {ENTRY_POINT}\n")
+        env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), str(REPO / "plugins"), env.get("PYTHONPATH", "")])
     return env
 
 

@@ -1,0 +1,130 @@
+"""The provider as a team installs it (issue 49): the wheel `pip wheel` builds, installed with the runtime's wheel
+into a fresh virtualenv outside the checkout, under an Airflow home of its own. Airflow finds the console and the SDK
+API through the `airflow.plugins` entry points and loads each once, the three-line DAG file of docs/deploying.md
+parses from the installed package, the checkout's plugins/ folder next to the installed provider registers nothing
+twice, and a deployment's own `operators` package ahead on sys.path is named in one line.
+
+The fresh venv has no copy of the dependencies: a .pth line puts the project venv's site-packages after its own (a
+path a .pth adds has its own .pth files ignored, so the checkout's editable install does not come along)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Run inside the fresh venv: what Airflow's plugins manager and DagBag see there, as JSON on the last line.
+_PROBE = textwrap.dedent("""
+    import json, sys
+    from importlib.metadata import entry_points
+    from airflow import plugins_manager
+    from airflow.dag_processing.dagbag import DagBag
+    import operators, training_jobs_plugin
+    plugins, errors = plugins_manager._get_plugins()
+    bag = DagBag(dag_folder=sys.argv[1])
+    print(json.dumps({
+        "entry_points": sorted(ep.name for ep in entry_points(group="airflow.plugins")),
+        "plugins": sorted(p.name for p in plugins),
+        "plugin_errors": {k: str(v) for k, v in errors.items()},
+        "operators": operators.__file__,
+        "plugin_module": training_jobs_plugin.__file__,
+        "dags": sorted(bag.dag_ids),
+        "dag_errors": {k: str(v) for k, v in bag.import_errors.items()},
+        "tasks": len(bag.dags["training_job"].tasks) if "training_job" in bag.dags else 0,
+    }))
+""")
+
+THREE_LINE_DAG = "from airflow_training_jobs import training_job_dag\n\ndag = training_job_dag()\n"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(python of a fresh venv with the provider's and the runtime's wheels installed, its directory)."""
+    root = tmp_path_factory.mktemp("provider-install")
+    wheels = root / "wheels"
+    for project in (REPO, REPO / "runtime"):
+        # No build isolation: setuptools comes from the project venv (the index is not needed).
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "--disable-pip-version-check", "-w", str(wheels), str(project)],
+                       check=True, cwd=root, timeout=300)
+        shutil.rmtree(project / "build", ignore_errors=True)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    own_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                   check=True, capture_output=True, text=True).stdout.strip())
+    (own_site / "project_deps.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
+    # --ignore-installed: the project venv's editable installs are visible through the .pth and would count as
+    # installed; it never uninstalls anything.
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--ignore-installed",
+                    "--no-index", "--disable-pip-version-check", *map(str, wheels.glob("*.whl"))],
+                   check=True, timeout=300)
+    return python, root
+
+
+def _probe(python: Path, home: Path, *, pythonpath: str = "") -> subprocess.CompletedProcess:
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    (home / "dags" / "training_job.py").write_text(THREE_LINE_DAG)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHON"))}
+    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+               AIRFLOW__CORE__PLUGINS_FOLDER=str(home / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__LAZY_LOAD_PLUGINS="True")
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    (home / "plugins").mkdir(exist_ok=True)
+    return subprocess.run([str(python), "-c", _PROBE, str(home / "dags")], cwd=home, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _report(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_installed_provider_brings_its_plugins_and_dag_template(installed):
+    python, root = installed
+    report = _report(_probe(python, root / "team-home"))
+    venv = str(root / "venv")
+    assert report["entry_points"] == ["training_jobs", "training_sdk_api"]
+    assert report["plugins"] == ["training_jobs", "training_sdk_api"], report["plugin_errors"]
+    assert report["plugin_errors"] == {}
+    # Imported from the installed wheel, not from the checkout.
+    assert report["operators"].startswith(venv) and report["plugin_module"].startswith(venv)
+    assert report["dag_errors"] == {}
+    assert report["dags"] == ["training_job"] and report["tasks"] > 5
+
+
+def test_checkout_plugins_folder_next_to_installed_provider_registers_once(installed):
+    """The checkout's own deployment: its plugins/ folder is Airflow's plugins folder and the provider is installed
+    (editable, by `make install`); each plugin is registered once and nothing is reported as an import error."""
+    python, root = installed
+    home = root / "checkout-home"
+    shutil.copytree(REPO / "plugins", home / "plugins", ignore=shutil.ignore_patterns("__pycache__"))
+    report = _report(_probe(python, home))
+    assert report["plugins"] == ["training_jobs", "training_sdk_api"]
+    assert report["plugin_errors"] == {}
+
+
+def test_a_deployments_own_operators_package_is_named_in_one_line(installed):
+    python, root = installed
+    home = root / "clash-home"
+    theirs = home / "team_code" / "operators"
+    theirs.mkdir(parents=True)
+    (theirs / "__init__.py").write_text("")
+    (theirs / "my_hook.py").write_text("")
+    result = _probe(python, home, pythonpath=str(home / "team_code"))
+    # Airflow loads the provider's entry point in every command, so the clash stops it there, with that one line
+    # (not "No module named 'operators.provider_info'").
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: the package 'operators' found at ") and str(theirs) in last, result.stderr
+    assert "is not the training-jobs platform's" in last and "rename that package" in last
