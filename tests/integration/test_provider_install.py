@@ -52,12 +52,18 @@ def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("provider-install")
     wheels = root / "wheels"
     for project in (REPO, REPO / "runtime"):
-        # No build isolation: setuptools comes from the project venv (the index is not needed).
+        # No build isolation: setuptools comes from the project venv (the index is not needed). build/ first: a stale
+        # build/lib would put deleted modules into the wheel; the metadata goes there too (setup.cfg).
+        shutil.rmtree(project / "build", ignore_errors=True)
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                         "--disable-pip-version-check", "-w", str(wheels), str(project)],
                        check=True, cwd=root, timeout=300)
         shutil.rmtree(project / "build", ignore_errors=True)
-    venv = root / "venv"
+    return _venv_with(root / "venv", *map(str, wheels.glob("*.whl"))), root
+
+
+def _venv_with(venv: Path, *install: str) -> Path:
+    """The python of a fresh venv at `venv` with `install` (pip arguments) installed without dependencies."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     own_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -65,18 +71,18 @@ def installed(tmp_path_factory):
     (own_site / "project_deps.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
     # --ignore-installed: the project venv's editable installs are visible through the .pth and would count as
     # installed; it never uninstalls anything.
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--ignore-installed",
-                    "--no-index", "--disable-pip-version-check", *map(str, wheels.glob("*.whl"))],
-                   check=True, timeout=300)
-    return python, root
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--ignore-installed", "--no-index", "--no-build-isolation", "--disable-pip-version-check",
+                    *install], check=True, timeout=300)
+    return python
 
 
-def _probe(python: Path, home: Path, *, pythonpath: str = "") -> subprocess.CompletedProcess:
+def _probe(python: Path, home: Path, *, pythonpath: str = "", plugins: Path | None = None) -> subprocess.CompletedProcess:
     (home / "dags").mkdir(parents=True, exist_ok=True)
     (home / "dags" / "training_job.py").write_text(THREE_LINE_DAG)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHON"))}
     env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
-               AIRFLOW__CORE__PLUGINS_FOLDER=str(home / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__PLUGINS_FOLDER=str(plugins or home / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
                AIRFLOW__CORE__LAZY_LOAD_PLUGINS="True")
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -103,15 +109,18 @@ def test_installed_provider_brings_its_plugins_and_dag_template(installed):
     assert report["dags"] == ["training_job"] and report["tasks"] > 5
 
 
-def test_checkout_plugins_folder_next_to_installed_provider_registers_once(installed):
-    """The checkout's own deployment: its plugins/ folder is Airflow's plugins folder and the provider is installed
-    (editable, by `make install`); each plugin is registered once and nothing is reported as an import error."""
-    python, root = installed
-    home = root / "checkout-home"
-    shutil.copytree(REPO / "plugins", home / "plugins", ignore=shutil.ignore_patterns("__pycache__"))
-    report = _report(_probe(python, home))
+def test_checkout_deployment_registers_each_plugin_once(installed):
+    """The checkout's own deployment: the checkout installed editable (`make install`) and its plugins/ folder as
+    Airflow's plugins folder, on sys.path. Each plugin is registered once, from the checkout, and nothing is reported
+    as an import error (a second copy of the metadata in plugins/, or the folder's files loaded as plugins too, would
+    register each twice). After the wheel build of the fixture: a build leaves no metadata in plugins/."""
+    _, root = installed
+    python = _venv_with(root / "editable-venv", "-e", str(REPO), "-e", str(REPO / "runtime"))
+    report = _report(_probe(python, root / "checkout-home", plugins=REPO / "plugins"))
     assert report["plugins"] == ["training_jobs", "training_sdk_api"]
     assert report["plugin_errors"] == {}
+    assert report["operators"] == str(REPO / "operators" / "__init__.py")
+    assert report["plugin_module"] == str(REPO / "plugins" / "training_jobs_plugin.py")
 
 
 def test_a_deployments_own_operators_package_is_named_in_one_line(installed):
