@@ -1,6 +1,11 @@
 def test_airflow_loads_the_plugin_with_its_app_views_and_links(repo_root):
+    from importlib.metadata import entry_points
+
     from airflow import plugins_manager
 
+    # Registered through the distribution's entry point (pyproject.toml), not the plugins folder.
+    assert "training_jobs" in {ep.name for ep in entry_points(group="airflow.plugins")}, (
+        "the installed airflow-training-jobs predates its airflow.plugins entry points: run make install")
     info = {p["name"]: p for p in plugins_manager.get_plugin_info()}
     assert "training_jobs" in info, plugins_manager.get_import_errors()
     assert {type(link).__name__ for link in plugins_manager.get_operator_extra_links()} >= {

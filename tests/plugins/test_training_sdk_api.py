@@ -17,8 +17,13 @@ DAY = 86400
 
 
 def test_airflow_loads_the_sdk_plugin_with_its_app(repo_root):
+    from importlib.metadata import entry_points
+
     from airflow import plugins_manager
 
+    # Registered through the distribution's entry point (pyproject.toml), not the plugins folder.
+    assert "training_sdk_api" in {ep.name for ep in entry_points(group="airflow.plugins")}, (
+        "the installed airflow-training-jobs predates its airflow.plugins entry points: run make install")
     info = {p["name"]: p for p in plugins_manager.get_plugin_info()}
     assert "training_sdk_api" in info, plugins_manager.get_import_errors()
     assert [a["url_prefix"] for a in info["training_sdk_api"]["fastapi_apps"]] == ["/training-sdk"]
