@@ -51,14 +51,20 @@ def installed(tmp_path_factory):
     """(python of a fresh venv with the provider's and the runtime's wheels installed, its directory)."""
     root = tmp_path_factory.mktemp("provider-install")
     wheels = root / "wheels"
-    for project in (REPO, REPO / "runtime"):
-        # No build isolation: setuptools comes from the project venv (the index is not needed). build/ first: a stale
-        # build/lib would put deleted modules into the wheel; the metadata goes there too (setup.cfg).
-        shutil.rmtree(project / "build", ignore_errors=True)
+    # Built from a copy of the sources: a build writes build/ and metadata next to them, and the checkout's build/
+    # holds the image builds' staging (docker/build-images.sh).
+    source = root / "source"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("operators", "plugins", "runtime"):
+        shutil.copytree(REPO / name, source / name, ignore=skip)
+    for name in ("pyproject.toml", "setup.cfg", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, source / name)
+    for project in (source, source / "runtime"):
+        # No build isolation: setuptools comes from the project venv (the index is not needed).
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                         "--disable-pip-version-check", "-w", str(wheels), str(project)],
                        check=True, cwd=root, timeout=300)
-        shutil.rmtree(project / "build", ignore_errors=True)
+    assert not list((source / "plugins").glob("*.egg-info"))  # setup.cfg: not where Airflow puts sys.path
     return _venv_with(root / "venv", *map(str, wheels.glob("*.whl"))), root
 
 
@@ -113,7 +119,7 @@ def test_checkout_deployment_registers_each_plugin_once(installed):
     """The checkout's own deployment: the checkout installed editable (`make install`) and its plugins/ folder as
     Airflow's plugins folder, on sys.path. Each plugin is registered once, from the checkout, and nothing is reported
     as an import error (a second copy of the metadata in plugins/, or the folder's files loaded as plugins too, would
-    register each twice). After the wheel build of the fixture: a build leaves no metadata in plugins/."""
+    register each twice)."""
     _, root = installed
     python = _venv_with(root / "editable-venv", "-e", str(REPO), "-e", str(REPO / "runtime"))
     report = _report(_probe(python, root / "checkout-home", plugins=REPO / "plugins"))
