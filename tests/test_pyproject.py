@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 OURS = {"operators", "training_console", "training_runtime", "airflow_training_jobs", "secret_reference_check",
-        "training_jobs_plugin", "training_sdk_api"}
+        "training_jobs_plugin", "training_sdk_api", "approval_check"}
 
 
 def _name(requirement: str) -> str:
