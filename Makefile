@@ -40,6 +40,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime
 		echo "filling the wheelhouse $(WHEELHOUSE) from the index (the first time on a machine: several GB)"; \
 		$(PY) -m pip wheel -q --disable-pip-version-check --find-links $(WHEELHOUSE) -w $(WHEELHOUSE) $(REQUIREMENTS) \
 		&& $(PIP_OFFLINE) $(REQUIREMENTS); }
+	rm -rf airflow_training_jobs.egg-info  # an older install's metadata in the checkout (setup.cfg moved it to build/) would shadow the entry points
 	$(PIP_OFFLINE) --no-deps -e runtime -e . -e sdk
 	touch $@
 
