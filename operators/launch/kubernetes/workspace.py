@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import stat
+import sys
 import tempfile
 import time
 
-from operators.fs.job_root import JobRoot
+from operators.fs.job_root import JobRoot, UnsafePathError
 from operators.launch.outcome import clear_outcome_markers
 from operators.launch.steps import report_outcome
 from operators.state.job_state import KUBERNETES_JOB
@@ -43,28 +45,37 @@ def workspace_group(job_root: str) -> int | None:
 
 
 def prepare_job_root(job_root: str, mount_points: list[str]) -> None:
-    """Create the mount points and make the job root's tree group-writable (set-group-id directories)."""
-    for path in [job_root, *mount_points]:
-        os.makedirs(path, exist_ok=True)
-    for dirpath, dirnames, filenames in os.walk(job_root):
-        _add_mode(dirpath, stat.S_ISGID | stat.S_IRWXG)
-        for name in filenames:
-            _add_mode(os.path.join(dirpath, name), stat.S_IRGRP | stat.S_IWGRP)
-        # Channel links point into the shared cache: never follow them (the cache is mounted read-only).
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    """Create the mount points and make the job root's tree group-writable (set-group-id directories).
+
+    The tree is the tenant's, and another host's training may already run in it (a pod of the same Job started
+    earlier, or an earlier try's still ending): it is walked from directory descriptors (operators/fs/job_root.py),
+    every component opened without following a link, so a directory swapped for a link to elsewhere is skipped with
+    a warning naming it and no mode change ever lands outside the job root (this may run as root on the worker's
+    side). A mount point with a link on its way is refused (UnsafePathError, one line naming it)."""
+    os.makedirs(job_root, exist_ok=True)  # the root's own path is the platform's: built from its settings
+    root = JobRoot(job_root)
+    for path in mount_points:
+        root.ensure_dir(root.relative(path))
+    with root.directory() as top:
+        _add_mode(top, ".", stat.S_ISGID | stat.S_IRWXG, os.fstat(top))
+    for entry in root.walk():
+        bits = stat.S_ISGID | stat.S_IRWXG if entry.is_dir else stat.S_IRGRP | stat.S_IWGRP
+        _add_mode(entry.dir_fd, entry.name, bits, entry.stat)
 
 
-def _add_mode(path: str, bits: int) -> None:
-    # Through a descriptor opened without following a link: a name a running job swaps for a link between a check
-    # and a chmod by path would have us change the mode of whatever the link points to (we may run as root).
+def _add_mode(dir_fd: int, name: str, bits: int, seen: os.stat_result) -> None:
+    """Add `bits` to `name` in the directory `dir_fd`, through a descriptor opened without following a link and only
+    if it is still the entry the walk saw (same inode): a name swapped meanwhile is left alone."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:  # a link (ELOOP), or not ours to read: nothing to do
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:  # a link (ELOOP), gone, or not ours to read: nothing to do
         return
     try:
-        mode = os.fstat(fd).st_mode
-        if (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and (mode & bits) != bits:
-            os.fchmod(fd, stat.S_IMODE(mode) | bits)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+            return
+        if (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) and (st.st_mode & bits) != bits:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) | bits)
     except OSError:  # not ours (written by a pod of an earlier try): it is group-writable through fsGroup already
         pass
     finally:
@@ -116,13 +127,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("job_root")
     parser.add_argument("mount_points", nargs="*")
     args = parser.parse_args(argv)
+    # The walk's warnings (an entry it skipped) reach the pod's log.
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s")
     if args.action == "succeeded":
         succeeded = succeeded_since_launch(args.job_root, args.state)
         print(f"job root {args.job_root}: {'a' if succeeded else 'no'} success marker since the last launch",
               flush=True)
         report_outcome({"result": succeeded})
         return 0
-    prepare_job_root(args.job_root, args.mount_points)
+    try:
+        prepare_job_root(args.job_root, args.mount_points)
+    except UnsafePathError as err:  # the job's own doing (an earlier try's files): one line, no traceback
+        print(f"job root {args.job_root} not prepared: {err}", file=sys.stderr, flush=True)
+        return 1
     clear_outcome_markers(args.job_root)
     write_launch_record(args.state, os.environ.get(JOB_UID_ENV))
     print(f"job root {args.job_root} prepared: group-writable, {len(args.mount_points)} mount point(s)", flush=True)
@@ -130,6 +147,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))

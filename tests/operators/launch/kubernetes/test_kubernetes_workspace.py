@@ -9,6 +9,9 @@ import stat
 import time
 from pathlib import Path
 
+import pytest
+
+from operators.fs.job_root import UnsafePathError
 from operators.launch.kubernetes.workspace import (
     main,
     prepare_job_root,
@@ -112,27 +115,23 @@ def test_a_file_swapped_for_a_link_while_the_root_is_prepared_never_passes_its_m
                                                                                              monkeypatch):
     """A running job swaps a file for a link to something outside just after it was looked at: the mode change goes
     to neither (the preparation may run as root)."""
-    import os
-    import stat
-
-    from operators.launch.kubernetes.workspace import prepare_job_root
-
     outside = tmp_path / "outside.txt"
     outside.write_text("not the job's")
     outside.chmod(0o600)
     root = tmp_path / "job"
     (root / "model").mkdir(parents=True)
-    (root / "model" / "weights").write_text("w")
-    (root / "model" / "weights").chmod(0o600)
-    real_lstat, real_open = os.lstat, os.open
+    weights = root / "model" / "weights"
+    weights.write_text("w")
+    weights.chmod(0o600)
+    real_stat, real_open = os.stat, os.open
 
     def swap(path):
-        if str(path).endswith("weights") and not stat.S_ISLNK(real_lstat(path).st_mode):
-            os.unlink(path)
-            os.symlink(outside, path)
+        if os.path.basename(str(path)) == "weights" and not os.path.islink(weights):
+            weights.unlink()
+            weights.symlink_to(outside)
 
-    def lstat_then_swap(path, *args, **kwargs):  # the worst moment for a check by path: just after it
-        result = real_lstat(path, *args, **kwargs)
+    def stat_then_swap(path, *args, **kwargs):  # the worst moment for a check: just after it
+        result = real_stat(path, *args, **kwargs)
         swap(path)
         return result
 
@@ -140,12 +139,75 @@ def test_a_file_swapped_for_a_link_while_the_root_is_prepared_never_passes_its_m
         swap(path)
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(os, "lstat", lstat_then_swap)
+    monkeypatch.setattr(os, "stat", stat_then_swap)
     monkeypatch.setattr(os, "open", swap_then_open)
     prepare_job_root(str(root), [])
     monkeypatch.undo()
     assert outside.stat().st_mode & 0o777 == 0o600  # the link's target keeps its mode
-    assert os.path.islink(root / "model" / "weights")
+    assert weights.is_symlink()
+
+
+def test_a_directory_swapped_for_a_link_while_the_root_is_prepared_changes_nothing_outside(tmp_path, monkeypatch,
+                                                                                          caplog):
+    """Another host's training runs in the same job root while a pod's init container prepares it: it swaps model/
+    for a link to a directory outside just as the walk reaches it. No mode or owner outside changes (by path, only
+    the last component was opened without following a link: the files below the swapped directory were changed
+    through the link), and the walk says which entry it skipped."""
+    outside = tmp_path / "elsewhere"  # e.g. another job's root on the same volume
+    outside.mkdir()
+    (outside / "weights").write_text("another tenant's")
+    (outside / "weights").chmod(0o600)
+    (outside / "sub").mkdir()
+    (outside / "sub").chmod(0o700)
+    outside.chmod(0o700)
+    before = {p: (p.stat().st_mode, p.stat().st_uid, p.stat().st_gid) for p in (outside, outside / "weights",
+                                                                                  outside / "sub")}
+    root = tmp_path / "jobs" / "job"
+    (root / "model" / "sub").mkdir(parents=True)
+    (root / "model" / "weights").write_text("w")
+    (root / "model" / "weights").chmod(0o600)
+    (root / "code").mkdir()
+    (root / "code" / "train.py").write_text("print(1)\n")
+    (root / "code" / "train.py").chmod(0o600)
+    real_open = os.open
+
+    def swap_then_open(path, *args, **kwargs):  # the walk reaches model/: the other host swaps it now
+        if os.path.basename(str(path)) == "model" and not os.path.islink(root / "model"):
+            (root / "model").rename(root / "model.moved")
+            (root / "model").symlink_to(outside)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", swap_then_open)
+    with caplog.at_level("WARNING"):
+        prepare_job_root(str(root), [str(root / "input" / "data" / "train")])
+    monkeypatch.undo()
+
+    assert (root / "model").is_symlink()  # the swap happened during the walk
+    after = {p: (p.stat().st_mode, p.stat().st_uid, p.stat().st_gid) for p in before}
+    assert after == before, {str(p): (oct(before[p][0]), oct(after[p][0])) for p in before}
+    assert f"Skipped model in job root {root}: it is a symbolic link" in caplog.text
+    # the rest of the tree is prepared as before
+    assert os.stat(root / "code" / "train.py").st_mode & 0o060 == 0o060
+    assert os.stat(root / "input" / "data" / "train").st_mode & stat.S_ISGID
+
+
+def test_a_mount_point_behind_a_link_is_refused_in_one_line(tmp_path, capsys):
+    """An earlier try left input/data as a link to a directory outside: the mount point is not created there, and
+    the init container says why in one line (its exit fails the Job)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    root = tmp_path / "jobs" / "job"
+    (root / "input").mkdir(parents=True)
+    (root / "input" / "data").symlink_to(outside)
+
+    with pytest.raises(UnsafePathError, match=r"input/data in job root .* is a symbolic link, not a directory"):
+        prepare_job_root(str(root), [str(root / "input" / "data" / "train")])
+    assert list(outside.iterdir()) == []
+    assert main(["prepare", "--state", str(tmp_path / "state"), str(root), str(root / "input" / "data" /
+                                                                                 "train")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "input/data in job root" in err and "not followed" in err, err
+    assert list(outside.iterdir()) == []
 
 
 def test_the_pods_of_one_job_record_their_launch_at_the_same_time_without_failing(tmp_path):
