@@ -3,7 +3,7 @@
 It serves the REST paths the launcher uses (the real ones, so the `kubernetes` and `kubernetes_asyncio`
 clients talk to it unchanged):
 
-  POST/GET/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}[/status]]   (PATCH: annotations only)
+  POST/GET/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}[/status]]   (PATCH: annotations, owners)
   POST/GET/DELETE /api/v1/namespaces/{ns}/services[/{name}]
   GET/DELETE      /api/v1/namespaces/{ns}/pods?labelSelector=...     (list, delete collection)
   GET/DELETE      /api/v1/namespaces/{ns}/pods/{name}
@@ -209,7 +209,7 @@ class FakeKubeApi:
                 "conditions": [{"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [
                     {
-                        "name": CONTAINER,
+                        "name": spec["containers"][0]["name"],  # "train", a step's "step", ...
                         "image": image,
                         "imageID": "",
                         "ready": False,
@@ -511,7 +511,9 @@ class FakeKubeApi:
                         del store[key]
             self.cond.notify_all()
             return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
-        if method == "PATCH":  # a merge patch of annotations is all the launcher sends (its log cursors)
+        if method == "PATCH":  # a merge patch of annotations (its log cursors) or of owner references (a Job's)
+            if "ownerReferences" in ((body or {}).get("metadata") or {}):
+                job["metadata"]["ownerReferences"] = body["metadata"]["ownerReferences"]
             for key, value in ((body or {}).get("metadata") or {}).get("annotations", {}).items():
                 annotations = job["metadata"].setdefault("annotations", {})
                 if value is None:
@@ -551,6 +553,9 @@ class FakeKubeApi:
             p
             for (n, _), p in self.pods.items()
             if n == ns and _selector_matches(query.get("labelSelector"), p["metadata"].get("labels", {}))
+            # the one field selector the platform sends: metadata.name=<pod>
+            and query.get("fieldSelector", "metadata.name=" + p["metadata"]["name"]) == "metadata.name=" +
+            p["metadata"]["name"]
         ]
         if method == "GET":
             return 200, self._list("PodList", [_public(p) for p in selected])

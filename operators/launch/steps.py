@@ -13,6 +13,16 @@ STEP_ENV = "TRAINING_STEP"  # the step's JSON payload (operators/stages/in_clust
 OUTCOME_BYTES = 4096
 TERMINATION_LOG = "/dev/termination-log"
 
+# The checkpoint sync's pod (operators/stages/checkpoint_sync_pod.py), which runs for the training's lifetime beside it:
+# its configuration {"dir", "uri", "job_root", "interval", "connections", "mark_existing"} ...
+CHECKPOINT_SYNC_ENV = "TRAINING_CHECKPOINT_SYNC"
+# ... the file it writes once the checkpoints already there (restored) are known: its readiness probe, which the
+# launcher waits for before it creates the training (else the training's first checkpoint could be taken for a
+# restored one and never uploaded) ...
+CHECKPOINT_SYNC_READY_FILE = "/tmp/checkpoint-sync-ready"
+# ... and the line it logs once its last pass, after the training ended, has uploaded everything.
+CHECKPOINT_SYNC_DONE = "checkpoint sync: the last pass is done"
+
 
 def report_outcome(message: dict[str, Any]) -> None:
     """Say the step's outcome ({"result"}, {"skip"}, {"fail"} or {"error"}) where the kubelet keeps it for the worker:

@@ -136,9 +136,9 @@ def _series_while_deferred(job_name: str) -> dict | None:
     return series.get("launch_training")
 
 
-def _sidecar_log(core, namespace: str, job: str) -> str:
+def _sync_log(core, namespace: str, job: str) -> str:
     logs = []
-    for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items:
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}-checkpoint-sync").items:
         try:
             logs.append(core.read_namespaced_pod_log(pod.metadata.name, namespace, container="checkpoint-sync"))
         except Exception as err:  # noqa: BLE001 - a diagnostic only
@@ -250,6 +250,10 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
 
 CHECKPOINTING = """\
 import os, sys, time
+held = sorted(n for n in os.environ if n.startswith(("AIRFLOW_CONN_", "AWS_ACCESS_KEY", "AWS_SECRET", "AWS_SESSION",
+                                                     "AWS_ROLE", "AWS_WEB_IDENTITY")))
+token = os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token")
+print(f"the training holds storage credentials {held} and a service account token: {token}", flush=True)
 ck = "/opt/ml/checkpoints"
 found = sorted(os.listdir(ck))
 if found:
@@ -264,11 +268,41 @@ sys.exit(1)  # the first job dies after its second epoch
 """
 
 
+STORAGE_ACCOUNT = "storage-writer"
+
+
+def _storage_credentials_in(pod, secret: str, account: str) -> list[str]:
+    """What in a pod (as the API server admitted it, which is what the kubelet runs) carries the platform's storage
+    identity: the storage Secret in any container's env, envFrom or a volume, or the data plane's service account."""
+    found = []
+    if pod.spec.service_account_name == account:
+        found.append(f"service account {account}")
+    for container in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+        if any(source.secret_ref and source.secret_ref.name == secret for source in container.env_from or []):
+            found.append(f"{container.name}: envFrom {secret}")
+        if any(var.value_from and var.value_from.secret_key_ref and var.value_from.secret_key_ref.name == secret
+               for var in container.env or []):
+            found.append(f"{container.name}: env from {secret}")
+    for volume in pod.spec.volumes or []:
+        if volume.secret and volume.secret.secret_name == secret:
+            found.append(f"volume {volume.name}: {secret}")
+        if volume.projected and any(source.service_account_token for source in volume.projected.sources or []):
+            found.append(f"volume {volume.name}: a service account token")
+    return found
+
+
 @pytest.mark.timeout(900)
 def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(cluster_plane, object_store,
                                                                                 real_admin, monkeypatch):
+    """The checkpoint sync holds the platform's storage identity (the storage Secret, the data plane's service
+    account): it runs in a pod of its own, and no container of the training pod (the platform's prepare-job-root
+    included) holds either, while checkpoints still reach checkpoint_path as the job trains."""
     import threading
 
+    core = real_admin["core"]
+    namespace = cluster_plane[0]
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": STORAGE_ACCOUNT}})
+    monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__DATA_PLANE_SERVICE_ACCOUNT", STORAGE_ACCOUNT)
     monkeypatch.setenv("AIRFLOW__TRAINING__CHECKPOINT_SYNC_SECONDS", "1")
     bucket = object_store.bucket("ckpt")
     object_store.put(bucket, "code/code.tar.gz", _archive({"train.py": CHECKPOINTING}))
@@ -285,10 +319,15 @@ def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(
                                                                 dags_test(job("ckpt-first"), timeout=600))))
     running.start()
     seen_while_running = series_while_deferred = None
-    while running.is_alive() and not (seen_while_running and series_while_deferred):
+    pods: dict = {}  # the training's and the sync's pods, as they ran
+    while running.is_alive() and not (seen_while_running and series_while_deferred and len(pods) == 2):
         if not seen_while_running and "checkpoints/epoch-1" in object_store.keys(bucket, "checkpoints/"):
             seen_while_running = time.monotonic()
         series_while_deferred = series_while_deferred or _series_while_deferred("ckpt-first")
+        for job in ("ckpt-first", "ckpt-first-checkpoint-sync"):
+            for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items:
+                if pod.status.phase == "Running":
+                    pods.setdefault(job, pod)
         time.sleep(0.5)
     running.join()
     assert first["state"] == "failed", first["states"]
@@ -296,9 +335,20 @@ def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(
     assert series_while_deferred is not None, first["output"][-4000:]
     assert series_while_deferred["series"]["loss"][0]["value"] == 1.0
     assert "recorded as XCom metric_series" in first["output"]
-    assert seen_while_running is not None, "no checkpoint reached checkpoint_path while the job ran; the sidecar " \
-        "said: " + _sidecar_log(real_admin["core"], cluster_plane[0], "ckpt-first")
-    assert object_store.get(bucket, "checkpoints/epoch-2") == b"state after epoch 2"  # the sidecar's last pass
+    assert seen_while_running is not None, "no checkpoint reached checkpoint_path while the job ran; the sync " \
+        "said: " + _sync_log(core, namespace, "ckpt-first")
+    assert object_store.get(bucket, "checkpoints/epoch-2") == b"state after epoch 2"
+    assert "[cluster] checkpoint sync: every checkpoint is in" in first["output"], first["output"][-4000:]
+    # Where the platform's identity was: in the sync's own pod only, never in the training's.
+    assert set(pods) == {"ckpt-first", "ckpt-first-checkpoint-sync"}, sorted(pods)
+    training, sync = pods["ckpt-first"], pods["ckpt-first-checkpoint-sync"]
+    assert [c.name for c in training.spec.init_containers or []] == ["prepare-job-root"]
+    assert _storage_credentials_in(training, STORAGE_SECRET, STORAGE_ACCOUNT) == []
+    assert _storage_credentials_in(sync, STORAGE_SECRET, STORAGE_ACCOUNT) == [
+        f"service account {STORAGE_ACCOUNT}", f"checkpoint-sync: envFrom {STORAGE_SECRET}",
+        next(f"volume {v.name}: a service account token" for v in sync.spec.volumes if v.projected)]
+    # ... and what the tenant's own code found in its container
+    assert "the training holds storage credentials [] and a service account token: False" in first["output"]
     assert object_store.get(bucket, "out/ckpt-first/output/failure")  # the runtime's reason, uploaded by the step
 
     state, states, _, output, _ = dags_test(job("ckpt-second"), timeout=600)

@@ -1,17 +1,19 @@
 """Calls on the Kubernetes API shared by the launcher (sync client) and the trigger (asyncio client): deleting a
-training Job with its pods and Service, reading a Job's final state, and turning API errors into one line.
+training Job with its pods and Service, making its Service, reading a Job's final state, and turning API errors into
+one line.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from kubernetes.client import V1DeleteOptions
 from kubernetes.client.rest import ApiException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
+from operators.launch.kubernetes.manifests import service_manifest
 from operators.launch.kubernetes.names import secret_name
 from operators.launch.names import JOB_LABEL
 
@@ -50,6 +52,36 @@ def finished_state(job: Any) -> str | None:
         if condition.status == "True" and condition.type in ("Failed", "FailureTarget"):
             return "Failed"
     return None
+
+
+def ensure_service(core: Any, name: str, namespace: str, labels: Mapping[str, str], job_uid: str) -> None:
+    """The training Job's headless Service, owned by the Job `job_uid` (sync client): created, or kept if it is that
+    Job's already; one an earlier Job of this name left is replaced."""
+    body = service_manifest(name, namespace, labels, owner_uid=job_uid)
+    for _ in range(3):
+        try:
+            core.create_namespaced_service(namespace=namespace, body=body)
+            return
+        except ApiException as err:
+            if err.status != 409:
+                raise api_error(f"create Service {name}", namespace, err) from None
+        try:
+            existing = core.read_namespaced_service(name=name, namespace=namespace)
+        except ApiException as err:
+            if err.status == 404:
+                continue
+            raise api_error(f"read Service {name}", namespace, err) from None
+        owners = {ref.uid for ref in existing.metadata.owner_references or []}
+        if job_uid in owners:
+            return
+        # Left by an earlier Job of this name: its owner reference would let the garbage collector
+        # delete it under the running job.
+        try:
+            core.delete_namespaced_service(name=name, namespace=namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise api_error(f"replace Service {name}", namespace, err) from None
+    raise KubernetesLaunchError(f"could not create Service {namespace}/{name}; check who else manages it")
 
 
 def delete_job(core: Any, batch: Any, name: str, namespace: str, propagation_policy: str) -> None:

@@ -19,7 +19,7 @@ from operators.jobspec.checks import (
 from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
 from operators.launch.kubernetes.options import resolve_options
-from operators.launch.kubernetes.profiles import ProfileError, check_spec_options
+from operators.launch.kubernetes.profiles import ProfileError, check_no_platform_secret, check_spec_options
 from operators.launch.kubernetes.queues import queue_choice
 from operators.launch.kubernetes.settings import kubernetes_settings as read_settings
 from operators.storage.location import DEFAULT_CONNECTIONS, connection_env_name
@@ -31,6 +31,7 @@ def check_options(spec: JobSpec, kubernetes_settings: Any = None) -> None:
         kubernetes_settings = read_settings()
     try:
         check_spec_options(spec.backend_options(), kubernetes_settings)
+        check_no_platform_secret(spec.backend_options(), kubernetes_settings)
         queue_choice(spec.backend_options(), kubernetes_settings)  # a queue or priority the admin did not list
     except ProfileError as err:
         raise SpecError(f"kubernetes.{err.key}", err.problem) from None

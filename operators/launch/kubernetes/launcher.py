@@ -52,13 +52,19 @@ from operators.launch.base import (
     LineCallback,
     is_runtime_exit_code,
 )
-from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, delete_job, finished_state
-from operators.launch.kubernetes.data_plane import with_data_plane
+from operators.launch.kubernetes.api import (
+    KubernetesLaunchError,
+    api_error,
+    delete_job,
+    ensure_service,
+    finished_state,
+)
+from operators.launch.kubernetes.checkpoint_sync import CheckpointSyncJob
+from operators.launch.kubernetes.data_plane import refuse_platform_identity, with_data_plane
 from operators.launch.kubernetes.manifests import (
     CONTAINER_NAME,
     job_manifest,
     restricted_profile_violations,
-    service_manifest,
 )
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, host_names
 from operators.launch.kubernetes.options import KubernetesJobOptions, resolve_options
@@ -139,10 +145,12 @@ class KubernetesLauncherHook(BaseHook):
         # Secrets by reference: only a secretKeyRef per variable, the values go into the Job's Secret.
         options = with_secret_env(self.options(request), resource_name(request.job_name), request.secret_env)
         if not options.in_cluster:
-            return job_manifest(request, options, self.image(request), workspace_group(request.job_root))
-        manifest = job_manifest(request, options, self.image(request), options.workspace_group)
-        return with_data_plane(manifest, request, self._mount_points(request), options,
-                               training_settings_env(request.workspace) if request.checkpoints else {})
+            manifest = job_manifest(request, options, self.image(request), workspace_group(request.job_root))
+        else:
+            manifest = with_data_plane(job_manifest(request, options, self.image(request), options.workspace_group),
+                                       request, self._mount_points(request), options)
+        refuse_platform_identity(manifest, options)  # the profile and validate_spec refuse it first: a last guard
+        return manifest
 
     @staticmethod
     def _mount_points(request: LaunchRequest) -> list[str]:
@@ -194,15 +202,21 @@ class KubernetesLauncherHook(BaseHook):
         batch = self.kube.batch_v1_client
         # Secrets by reference: a Secret, then the Job, then the Job becomes its owner (see operators/launch/kubernetes/secrets.py).
         secret = JobSecret(self.kube.core_v1_client, name, namespace, options.labels) if request.secret_env else None
+        sync = self._checkpoint_sync(request, options)  # in a pod of its own, ready before the training starts
         for _ in range(5):
-            if secret is not None and self._read_job(name, namespace) is None:
-                secret.put(request.secret_env)
+            if (secret, sync) != (None, None) and self._read_job(name, namespace) is None:
+                if secret is not None:
+                    secret.put(request.secret_env)
+                if sync is not None:
+                    sync.start()
             try:
                 created = batch.create_namespaced_job(namespace=namespace, body=manifest)
             except ApiException as err:
                 if err.status != 409:
                     raise api_error(f"create Job {name}", namespace, err) from None
             else:
+                if sync is not None:
+                    sync.adopt(created.metadata.uid)
                 if secret is not None:
                     secret.adopt(created.metadata.uid, request.secret_env)
                     self.log.info("Secrets %s: in Secret %s/%s, owned by the Job", ", ".join(sorted(
@@ -218,7 +232,7 @@ class KubernetesLauncherHook(BaseHook):
                                   namespace, name, options.queue,
                                   f" (priority {options.queue_priority})" if options.queue_priority else "",
                                   request.instance_count)
-                self._ensure_service(name, namespace, options, created.metadata.uid)
+                ensure_service(self.kube.core_v1_client, name, namespace, options.labels, created.metadata.uid)
                 return
             existing = self._read_job(name, namespace)
             if existing is None:
@@ -245,7 +259,10 @@ class KubernetesLauncherHook(BaseHook):
             )
             if secret is not None:
                 secret.adopt(existing.metadata.uid, request.secret_env)  # the Secret there, never a second one
-            self._ensure_service(name, namespace, options, existing.metadata.uid)
+            if sync is not None:
+                sync.ensure()
+                sync.adopt(existing.metadata.uid)
+            ensure_service(self.kube.core_v1_client, name, namespace, options.labels, existing.metadata.uid)
             return
         raise KubernetesLaunchError(
             f"Job {namespace}/{name} kept appearing and disappearing while starting; check who else manages it"
@@ -297,9 +314,14 @@ class KubernetesLauncherHook(BaseHook):
         event = asyncio.run(watch.run())
         return self.result_from_event(request, event, on_line)
 
-    def result_from_event(
-        self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback
-    ) -> LaunchResult:
+    def result_from_event(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> LaunchResult:
+        result = self._result_of(request, event, on_line)
+        sync = self._checkpoint_sync(request, self.options(request), on_line)
+        if sync is not None:  # the training is over: the sync's last pass, its lines into the task's log
+            sync.finish()
+        return result
+
+    def _result_of(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> LaunchResult:
         if not isinstance(event, Mapping) or event.get("status") not in ("success", "failed"):
             raise KubernetesLaunchError(f"unexpected trigger event {event!r} for job {request.job_name}")
         name = resource_name(request.job_name)
@@ -340,8 +362,18 @@ class KubernetesLauncherHook(BaseHook):
         options = self.options(request)
         self._stopped = True
         self._delete(resource_name(request.job_name), options.namespace, options.propagation_policy)
+        if (sync := self._checkpoint_sync(request, options)) is not None:
+            sync.delete()  # SIGTERM: its last pass, unfollowed
 
     # ---- helpers --------------------------------------------------------------------------------------
+    def _checkpoint_sync(self, request: LaunchRequest, options: KubernetesJobOptions,
+                         on_line: LineCallback | None = None) -> CheckpointSyncJob | None:
+        """The checkpoint sync's Job, where the cluster keeps the data plane and the job has a checkpoint_path."""
+        if not (options.in_cluster and request.checkpoints):
+            return None
+        return CheckpointSyncJob(self.kube, options, request, training_settings_env(request.workspace),
+                                 on_line=on_line or (lambda line: self.log.info("%s", line)))
+
     def _succeeded_since_launch(self, request: LaunchRequest, options: KubernetesJobOptions) -> bool:
         """The runtime's success marker is newer than the job's last launch (operators/launch/kubernetes/workspace.py):
         read here on a shared volume, by a step in the cluster where the data plane is the cluster's."""
@@ -377,34 +409,6 @@ class KubernetesLauncherHook(BaseHook):
                 namespace,
                 name,
             )
-
-    def _ensure_service(self, name: str, namespace: str, options: KubernetesJobOptions, job_uid: str) -> None:
-        core = self.kube.core_v1_client
-        body = service_manifest(name, namespace, options.labels, owner_uid=job_uid)
-        for _ in range(3):
-            try:
-                core.create_namespaced_service(namespace=namespace, body=body)
-                return
-            except ApiException as err:
-                if err.status != 409:
-                    raise api_error(f"create Service {name}", namespace, err) from None
-            try:
-                existing = core.read_namespaced_service(name=name, namespace=namespace)
-            except ApiException as err:
-                if err.status == 404:
-                    continue
-                raise api_error(f"read Service {name}", namespace, err) from None
-            owners = {ref.uid for ref in existing.metadata.owner_references or []}
-            if job_uid in owners:
-                return
-            # Left by an earlier Job of this name: its owner reference would let the garbage collector
-            # delete it under the running job.
-            try:
-                core.delete_namespaced_service(name=name, namespace=namespace)
-            except ApiException as err:
-                if err.status != 404:
-                    raise api_error(f"replace Service {name}", namespace, err) from None
-        raise KubernetesLaunchError(f"could not create Service {namespace}/{name}; check who else manages it")
 
     def _wait_deleted(self, name: str, namespace: str) -> None:
         deadline = time.monotonic() + DELETE_WAIT_SECONDS

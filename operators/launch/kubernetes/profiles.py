@@ -55,6 +55,13 @@ def profiles(settings: Any) -> dict[str, dict[str, Any]]:
                              f"{fields['data_plane']!r}; use shared_volume or cluster")
         result[str(name)] = {**default, **dict(fields)}
     for name, fields in result.items():
+        where = "" if name == DEFAULT_PROFILE else f"profiles.{name}."
+        if fields["data_plane_service_account"] and fields["service_account"] == fields["data_plane_service_account"]:
+            # A pod's service account (its token; on EKS / GKE its cloud role) reaches every container of the pod.
+            raise ValueError(f"airflow.cfg [training.kubernetes] {where}service_account is "
+                             f"{fields['service_account']!r}, the data plane's ({where}data_plane_service_account): the "
+                             "training's own code would hold the platform's storage identity; give the training "
+                             "another service account (or none)")
         queue = fields["data_plane_queue"] or ""
         if not isinstance(queue, str) or not is_label_value(queue):
             where = "data_plane_queue" if name == DEFAULT_PROFILE else f"profiles.{name}.data_plane_queue"
@@ -82,6 +89,24 @@ def check_spec_options(options: Mapping[str, Any], settings: Any) -> None:
         raise _fail(key, f"is {value!r}, but the {options.get('profile') or DEFAULT_PROFILE!r} profile sets "
                     f"{profile[key]!r}", "leave it out, or name an admin-defined profile in kubernetes.profile "
                     f"(profiles: {', '.join(sorted(profiles(settings)))})")
+
+
+def check_no_platform_secret(options: Mapping[str, Any], settings: Any) -> None:
+    """Refuse a spec's env_from_secrets or secret_env naming the profile's storage Secret: the platform's storage
+    credentials never reach the training container (operators/launch/kubernetes/data_plane.py)."""
+    profile = profile_for(options, settings)
+    secret = profile.get("storage_secret") or ""
+    if not secret:
+        return
+    named = [("env_from_secrets", str(name)) for name in options.get("env_from_secrets") or []]
+    for var, ref in (options.get("secret_env") or {}).items():
+        named.append((f"secret_env.{var}", str(ref.get("name") if isinstance(ref, Mapping) else
+                                               str(ref).split("/", 1)[0])))
+    for key, name in named:
+        if name == secret:
+            raise _fail(key, f"names Secret {secret!r}, the platform's storage Secret (storage_secret of the "
+                        f"{options.get('profile') or DEFAULT_PROFILE!r} profile), which never reaches the training",
+                        "put the job's own credentials in a Secret of their own")
 
 
 def _same(key: str, given: Any, configured: Any) -> bool:

@@ -60,6 +60,8 @@ def step_name(job_name: str, step: str) -> str:
 class ClusterStep:
     """One step of one job, on the clients of a KubernetesHook (`kube`)."""
 
+    container = STEP_CONTAINER  # the name of the pod's one container
+
     def __init__(self, kube: Any, options: KubernetesJobOptions, job_name: str, step: str, *,
                  on_line: Callable[[str], None]) -> None:
         self.kube, self.options, self.job_name, self.step = kube, options, job_name, step
@@ -153,7 +155,7 @@ class ClusterStep:
             for pod in pods:
                 if pod.metadata.deletion_timestamp:
                     continue
-                status = _container_status(pod)
+                status = _container_status(pod, self.container)
                 state = status.state if status else None
                 if state and (state.running or state.terminated):
                     return pod
@@ -198,20 +200,12 @@ class ClusterStep:
         for _ in range(5):
             count = 0
             try:
-                response = core.read_namespaced_pod_log(pod.metadata.name, self.namespace, container=STEP_CONTAINER,
+                response = core.read_namespaced_pod_log(pod.metadata.name, self.namespace, container=self.container,
                                                         follow=True, _preload_content=False)
-                buffered = b""
-                for chunk in response.stream(65536):
-                    buffered += chunk
-                    *lines, buffered = buffered.split(b"\n")
-                    for line in lines:
-                        count += 1
-                        if count > seen:
-                            self.on_line(line.decode("utf-8", "replace"))
-                if buffered:
+                for line in log_lines(response):
                     count += 1
                     if count > seen:
-                        self.on_line(buffered.decode("utf-8", "replace"))
+                        self.on_line(line)
                 seen = max(seen, count)
             except (ApiException, OSError) as err:
                 log.debug("the log stream of step %s broke: %s", self.name, err)
@@ -229,7 +223,7 @@ class ClusterStep:
         if not pods:
             raise KubernetesLaunchError(f"the pod {pod_name} of step {self.step} was deleted while it ran "
                                         f"(namespace {self.namespace})")
-        status = _container_status(pods[0])
+        status = _container_status(pods[0], self.container)
         return status.state.terminated if status and status.state else None
 
     def _outcome(self, pod: Any) -> StepOutcome:
@@ -273,8 +267,20 @@ def succeeded_in_cluster(kube: Any, options: KubernetesJobOptions, job_name: str
     return outcome.result is True
 
 
-def _container_status(pod: Any) -> Any | None:
+def log_lines(response: Any) -> Any:
+    """The lines of a followed pod log (an unpreloaded response), as they come."""
+    buffered = b""
+    for chunk in response.stream(65536):
+        buffered += chunk
+        *lines, buffered = buffered.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+    if buffered:
+        yield buffered.decode("utf-8", "replace")
+
+
+def _container_status(pod: Any, container: str = STEP_CONTAINER) -> Any | None:
     for status in (pod.status and pod.status.container_statuses) or []:
-        if status.name == STEP_CONTAINER:
+        if status.name == container:
             return status
     return None

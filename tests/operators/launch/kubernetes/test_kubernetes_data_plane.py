@@ -12,8 +12,13 @@ import pytest
 from operators.jobspec.errors import SpecError
 from operators.launch.spec import validate_spec
 from operators.launch.base import LaunchRequest
-from operators.launch.kubernetes.checks import check_storage
-from operators.launch.kubernetes.data_plane import PREPARE_CONTAINER, step_manifest
+from operators.launch.kubernetes.checks import check_options, check_storage
+from operators.launch.kubernetes.data_plane import (
+    PREPARE_CONTAINER,
+    checkpoint_sync_manifest,
+    platform_identity_problems,
+    step_manifest,
+)
 from operators.launch.kubernetes.launcher import KubernetesLauncherHook
 from operators.launch.kubernetes.manifests import restricted_profile_violations
 from operators.launch.kubernetes.options import resolve_options
@@ -96,23 +101,80 @@ def test_the_training_job_prepares_its_root_in_an_init_container_and_never_sees_
     assert not workspace.exists()
 
 
-def test_a_checkpoint_path_adds_the_sync_sidecar_with_the_storage_secret_beside_the_training(tmp_path):
-    request = LaunchRequest(job_name="plane", job_root="/ws/jobs/plane", workspace="/ws", layout="ti",
-                            instance_count=1, hosts=("plane-0.plane",), image_uri="training-base:latest",
-                            checkpoints={"dir": "/ws/jobs/plane/checkpoints", "uri": "s3://ckpt/plane/",
-                                         "job_root": "/ws/jobs/plane", "interval": 60, "connections": {}})
-    pod = KubernetesLauncherHook(settings=CLUSTER).job_manifest(request)["spec"]["template"]["spec"]
-    prepare, sidecar = pod["initContainers"]
-    assert prepare["name"] == PREPARE_CONTAINER  # before the sidecar: it syncs a prepared tree
-    assert sidecar["restartPolicy"] == "Always" and sidecar["command"][-1] == "operators.staging.checkpoint_sidecar"
-    assert sidecar["envFrom"] == [{"secretRef": {"name": "training-storage"}}]
-    # the training starts only once the sidecar knows what was restored (its first checkpoint is not one of those)
-    assert sidecar["startupProbe"]["exec"]["command"] == ["test", "-e", "/tmp/checkpoint-sync-ready"]
-    env = {e["name"]: e["value"] for e in sidecar["env"]}
-    assert json.loads(env["TRAINING_CHECKPOINT_SYNC"])["uri"] == "s3://ckpt/plane/"
-    assert "envFrom" not in pod["containers"][0]  # the training never gets the platform's credentials
-    assert pod["terminationGracePeriodSeconds"] >= 60  # room for the last pass after the training ended
+def _checkpoint_request(**fields) -> LaunchRequest:
+    return LaunchRequest(job_name="plane", job_root="/ws/jobs/plane", workspace="/ws", layout="ti", instance_count=2,
+                         hosts=("plane-0.plane", "plane-1.plane"), image_uri="training-base:latest",
+                         max_run_seconds=3600,
+                         checkpoints={"dir": "/ws/jobs/plane/checkpoints", "uri": "s3://ckpt/plane/",
+                                      "job_root": "/ws/jobs/plane", "interval": 60, "connections": {}}, **fields)
+
+
+IDENTITY = replace(CLUSTER, service_account="training-runner", data_plane_service_account="storage-writer")
+
+
+def test_no_container_of_a_training_pod_holds_a_storage_credential_or_the_data_planes_token():
+    """With a checkpoint_path (what used to put the sync beside the training), a storage Secret and a data-plane
+    service account: the training pod's containers reference no Secret of the platform, and the pod runs under the
+    training's own service account, never the data plane's (whose token, and on EKS / GKE its cloud role, every
+    container of a pod gets)."""
+    pod = KubernetesLauncherHook(settings=IDENTITY).job_manifest(_checkpoint_request())["spec"]["template"]["spec"]
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    assert [c["name"] for c in containers] == [PREPARE_CONTAINER, "train"]  # no sync container in the training pod
+    for container in containers:
+        assert "envFrom" not in container, container["name"]
+        assert not [e for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})], container["name"]
+    assert not [v for v in pod["volumes"] if "secret" in v or "projected" in v]
+    assert pod["serviceAccountName"] == "training-runner" and pod["automountServiceAccountToken"] is True
+    assert platform_identity_problems(pod, resolve_options({}, IDENTITY)) == []
     assert restricted_profile_violations(pod) == []
+
+
+def test_checkpoints_sync_from_a_one_pod_job_of_the_platform_under_the_data_planes_identity():
+    options = resolve_options({}, IDENTITY)
+    manifest = checkpoint_sync_manifest("plane-checkpoint-sync", _checkpoint_request(), options,
+                                        {"AIRFLOW__TRAINING__WORKSPACE": "/ws"}, mark_existing=True)
+    pod = manifest["spec"]["template"]["spec"]
+    (sync,) = pod["containers"]
+    assert sync["name"] == "checkpoint-sync" and sync["image"] == CLUSTER.data_plane_image
+    assert sync["command"][-1] == "operators.stages.checkpoint_sync_pod"
+    assert pod["serviceAccountName"] == "storage-writer" and pod["automountServiceAccountToken"] is True
+    assert sync["envFrom"] == [{"secretRef": {"name": "training-storage"}}]
+    assert pod["securityContext"]["runAsUser"] == 50000  # the data plane's uid, not the training's
+    # the job root only, read-only: not the workspace's state/, not another job's root
+    assert sync["volumeMounts"] == [{"name": "workspace", "mountPath": "/ws/jobs/plane", "readOnly": True,
+                                     "subPath": "jobs/plane"}]
+    # ready once it knows what was restored (the launcher creates the training then), time for the last pass
+    assert sync["readinessProbe"]["exec"]["command"] == ["test", "-e", "/tmp/checkpoint-sync-ready"]
+    assert pod["terminationGracePeriodSeconds"] >= 60
+    config = json.loads({e["name"]: e["value"] for e in sync["env"]}["TRAINING_CHECKPOINT_SYNC"])
+    assert config["uri"] == "s3://ckpt/plane/" and config["mark_existing"] is True
+    assert manifest["spec"]["backoffLimit"] == 0 and manifest["spec"]["activeDeadlineSeconds"] > 3600
+    assert restricted_profile_violations(pod) == []
+
+
+def test_the_platforms_identity_beside_the_tenant_is_refused_naming_what_would_carry_it():
+    # the admin's profile: a training service account that is the data plane's
+    with pytest.raises(ValueError, match=r"profiles.shared.service_account is 'storage-writer', the data plane's "
+                                         r"\(profiles.shared.data_plane_service_account\)"):
+        resolve_options({"profile": "shared"}, replace(IDENTITY, profiles={"shared": {
+            "service_account": "storage-writer", "data_plane_service_account": "storage-writer"}}))
+    with pytest.raises(ValueError, match=r"\] service_account is 'storage-writer', the data plane's"):
+        resolve_options({}, replace(IDENTITY, service_account="storage-writer"))
+    # a spec naming the storage Secret for the training's environment: refused in validate_spec, one line
+    with pytest.raises(SpecError, match=r"kubernetes.env_from_secrets: names Secret 'training-storage', the "
+                                        r"platform's storage Secret"):
+        check_options(_spec(kubernetes={"env_from_secrets": ["training-storage"]}), IDENTITY)
+    with pytest.raises(SpecError, match=r"kubernetes.secret_env.AWS_SECRET_ACCESS_KEY: names Secret "
+                                        r"'training-storage'"):
+        check_options(_spec(kubernetes={"secret_env": {"AWS_SECRET_ACCESS_KEY": "training-storage/key"}}), IDENTITY)
+    check_options(_spec(kubernetes={"env_from_secrets": ["team-a-tokens"]}), IDENTITY)  # its own: fine
+    # the last guard, on the manifest itself
+    options = resolve_options({"env_from_secrets": ["training-storage"]}, IDENTITY)
+    request = _checkpoint_request()
+    hook = KubernetesLauncherHook(settings=IDENTITY)
+    hook.options = lambda _request: options
+    with pytest.raises(ValueError, match="container 'train' reads the storage Secret training-storage"):
+        hook.job_manifest(request)
 
 
 def test_the_data_plane_is_the_profiles_and_a_spec_cannot_pick_it():

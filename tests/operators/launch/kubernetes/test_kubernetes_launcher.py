@@ -731,3 +731,82 @@ def test_with_the_clusters_data_plane_only_a_retry_asks_whether_a_launch_the_ttl
     answer["value"] = False  # no success marker since the launch: the retry trains
     KubernetesLauncherHook(settings=settings).start(retry)
     assert kube.count("POST", "/jobs$") == 2 and (NAMESPACE, name) in kube.jobs
+
+
+def test_checkpoints_sync_from_a_pod_of_their_own_ready_before_the_training_and_ended_after_it(kube, workspace):
+    """The cluster's data plane with a checkpoint_path: the sync holds the platform's storage identity, so it runs in
+    a Job of its own (never in the training's pod), is ready (knows what was restored) before the training Job is
+    created, belongs to it, and is ended after it with its last pass in the task's log. A retry that reattaches to
+    the training finds a sync beside it again. (On the real node: tests/integration/test_kubernetes_cluster_data_plane.py.)"""
+    from operators.launch.kubernetes.checkpoint_sync import CheckpointSyncJob
+    from operators.launch.kubernetes.data_plane import platform_identity_problems
+    from operators.launch.kubernetes.options import resolve_options
+
+    settings = KubernetesSettings(namespace=NAMESPACE, data_plane="cluster", storage_secret="training-storage",
+                                  data_plane_service_account="storage-writer",
+                                  data_plane_image="registry.example.com/training-airflow:1.0")
+    base = make_request(workspace)
+    request = replace(base, checkpoints={"dir": f"{base.job_root}/checkpoints", "uri": "s3://ckpt/bert/",
+                                         "job_root": base.job_root, "interval": 1, "connections": {}})
+    name, sync = resource_name(request.job_name), resource_name(f"{request.job_name}-checkpoint-sync")
+    seen: dict = {}
+
+    def sync_becomes_ready() -> None:
+        deadline = time.monotonic() + 60  # a hang guard
+        while not kube.pod_names(sync):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        seen["training pods while the sync starts"] = kube.pod_names(name)
+        kube.set_running(kube.pod_names(sync)[0])
+
+    helper = threading.Thread(target=sync_becomes_ready)
+    helper.start()
+    KubernetesLauncherHook(settings=settings).start(request)
+    helper.join()
+    assert seen["training pods while the sync starts"] == []  # the training waited for the sync to be ready
+    assert [key[1] for key in kube.jobs] == [sync, name]
+    training, sync_job = kube.job(name), kube.job(sync)
+    assert [ref["uid"] for ref in sync_job["metadata"]["ownerReferences"]] == [training["metadata"]["uid"]]
+    training_pod = training["spec"]["template"]["spec"]
+    assert [c["name"] for c in training_pod["initContainers"]] == ["prepare-job-root"]
+    assert platform_identity_problems(training_pod, resolve_options({}, settings)) == []
+    sync_pod = sync_job["spec"]["template"]["spec"]
+    assert sync_pod["serviceAccountName"] == "storage-writer"
+    assert sync_pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "training-storage"}}]
+
+    # The training ended: the sync's Job is deleted (its pod gets SIGTERM and makes its last pass while the grace
+    # period lasts: played here by the fake kubelet), and its log reaches the task's.
+    pod = kube.pod_names(sync)[0]
+    kube.log(pod, "INFO checkpoint sync: Checkpoints: 2 file(s) synced to s3://ckpt/bert/")
+    deleted = []
+
+    def kubelet_ends_the_pod(self) -> None:
+        deleted.append(self.name)
+        kube.log(pod, "INFO operators.stages.checkpoint_sync_pod: checkpoint sync: the last pass is done")
+        kube.terminate(pod, 0)
+
+    original_delete = CheckpointSyncJob.delete
+    CheckpointSyncJob.delete = kubelet_ends_the_pod
+    try:
+        lines: list[str] = []
+        result = KubernetesLauncherHook(settings=settings).result_from_event(
+            request, {"status": "success", "name": name, "namespace": NAMESPACE}, lines.append)
+    finally:
+        CheckpointSyncJob.delete = original_delete
+    assert result.succeeded and deleted == [sync]
+    assert "[checkpoint-sync] INFO checkpoint sync: Checkpoints: 2 file(s) synced to s3://ckpt/bert/" in lines
+    assert lines[-1] == "[cluster] checkpoint sync: every checkpoint is in s3://ckpt/bert/", lines
+
+    # A retry reattaches to the training Job (still running) whose sync is gone: a new one, uploading everything
+    # there (nothing in it was restored by this try), owned by the training Job; no second training.
+    del kube.jobs[(NAMESPACE, sync)]
+    for key in [key for key in kube.pods if key[1].startswith(sync)]:
+        del kube.pods[key]
+    KubernetesLauncherHook(settings=settings).start(replace(request, attempt=2))
+    config = {e["name"]: e["value"] for e in kube.job(sync)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(config["TRAINING_CHECKPOINT_SYNC"])["mark_existing"] is False
+    assert kube.job(sync)["metadata"]["ownerReferences"][0]["uid"] == training["metadata"]["uid"]
+    assert kube.job(name)["metadata"]["uid"] == training["metadata"]["uid"]  # the same training, not a second
+
+    KubernetesLauncherHook(settings=settings).stop(request)  # on_kill: both go
+    assert ("Job", sync, "Background") in kube.deletions and (NAMESPACE, name) not in kube.jobs
