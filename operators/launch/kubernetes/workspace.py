@@ -74,6 +74,8 @@ def _add_mode(dir_fd: int, name: str, bits: int, seen: os.stat_result) -> None:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
             return
+        if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+            return  # a hard link's inode is also a file elsewhere, maybe outside the root (as JobRoot.give_to keeps it)
         if (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) and (st.st_mode & bits) != bits:
             os.fchmod(fd, stat.S_IMODE(st.st_mode) | bits)
     except OSError:  # not ours (written by a pod of an earlier try): it is group-writable through fsGroup already

@@ -191,6 +191,18 @@ def test_a_directory_swapped_for_a_link_while_the_root_is_prepared_changes_nothi
     assert os.stat(root / "input" / "data" / "train").st_mode & stat.S_ISGID
 
 
+def test_a_hard_link_to_a_file_outside_keeps_that_files_mode(tmp_path):
+    """A hard link is the outside file itself: making it group-writable would change the file outside the root."""
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_text("not the job's")
+    outside.chmod(0o600)
+    root = tmp_path / "jobs" / "job"
+    (root / "model").mkdir(parents=True)
+    os.link(outside, root / "model" / "linked.bin")
+    prepare_job_root(str(root), [])
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600
+
+
 def test_a_mount_point_behind_a_link_is_refused_in_one_line(tmp_path, capsys):
     """An earlier try left input/data as a link to a directory outside: the mount point is not created there, and
     the init container says why in one line (its exit fails the Job)."""
