@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from kubernetes_job_samples import validate
 
 from operators.jobspec.errors import SpecError
 from operators.launch.spec import validate_spec
@@ -117,7 +118,9 @@ def test_no_container_of_a_training_pod_holds_a_storage_credential_or_the_data_p
     service account: the training pod's containers reference no Secret of the platform, and the pod runs under the
     training's own service account, never the data plane's (whose token, and on EKS / GKE its cloud role, every
     container of a pod gets)."""
-    pod = KubernetesLauncherHook(settings=IDENTITY).job_manifest(_checkpoint_request())["spec"]["template"]["spec"]
+    manifest = KubernetesLauncherHook(settings=IDENTITY).job_manifest(_checkpoint_request())
+    validate(manifest)  # the API's schema (kubernetes-validate, strict)
+    pod = manifest["spec"]["template"]["spec"]
     containers = [*pod.get("initContainers", []), *pod["containers"]]
     assert [c["name"] for c in containers] == [PREPARE_CONTAINER, "train"]  # no sync container in the training pod
     for container in containers:
@@ -133,6 +136,7 @@ def test_checkpoints_sync_from_a_one_pod_job_of_the_platform_under_the_data_plan
     options = resolve_options({}, IDENTITY)
     manifest = checkpoint_sync_manifest("plane-checkpoint-sync", _checkpoint_request(), options,
                                         {"AIRFLOW__TRAINING__WORKSPACE": "/ws"}, mark_existing=True)
+    validate(manifest)
     pod = manifest["spec"]["template"]["spec"]
     (sync,) = pod["containers"]
     assert sync["name"] == "checkpoint-sync" and sync["image"] == CLUSTER.data_plane_image
