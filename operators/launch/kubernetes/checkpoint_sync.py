@@ -21,7 +21,6 @@ import time
 from typing import Any, Callable, Mapping
 
 from kubernetes.client.rest import ApiException
-from urllib3.exceptions import HTTPError
 
 from operators.launch.kubernetes.api import KubernetesLaunchError, api_error, finished_state
 from operators.launch.kubernetes.data_plane import (
@@ -142,8 +141,8 @@ class CheckpointSyncJob(ClusterStep):
                     if count > seen:
                         self.on_line(f"[checkpoint-sync] {line}")
                         done = done or line.endswith(CHECKPOINT_SYNC_DONE)
-            except (ApiException, HTTPError, OSError):
-                pass  # gone, or the stream broke or stalled: asked again below
+            except Exception:  # noqa: BLE001 - gone, or the stream broke or stalled (the API's, urllib3's or
+                pass  # the socket's error, whichever layer saw it): the pod is asked about below, the stream opened again
             seen = max(seen, count)
             remaining = self.kube.core_v1_client.list_namespaced_pod(
                 self.namespace, field_selector=f"metadata.name={pod}").items
