@@ -324,10 +324,10 @@ def test_checkpoints_reach_storage_while_training_runs_and_the_next_job_resumes(
         if not seen_while_running and "checkpoints/epoch-1" in object_store.keys(bucket, "checkpoints/"):
             seen_while_running = time.monotonic()
         series_while_deferred = series_while_deferred or _series_while_deferred("ckpt-first")
-        for job in ("ckpt-first", "ckpt-first-checkpoint-sync"):
-            for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items:
+        for kube_job in ("ckpt-first", "ckpt-first-checkpoint-sync"):
+            for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={kube_job}").items:
                 if pod.status.phase == "Running":
-                    pods.setdefault(job, pod)
+                    pods.setdefault(kube_job, pod)
         time.sleep(0.5)
     running.join()
     assert first["state"] == "failed", first["states"]
