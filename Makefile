@@ -41,6 +41,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime
 		$(PY) -m pip wheel -q --disable-pip-version-check --find-links $(WHEELHOUSE) -w $(WHEELHOUSE) $(REQUIREMENTS) \
 		&& $(PIP_OFFLINE) $(REQUIREMENTS); }
 	rm -rf airflow_training_jobs.egg-info  # an older install's metadata in the checkout (setup.cfg moved it to build/) would shadow the entry points
+	mkdir -p build  # setup.cfg's egg_base: an editable build writes the metadata there and needs it to exist
 	$(PIP_OFFLINE) --no-deps -e runtime -e . -e sdk
 	touch $@
 
