@@ -5,7 +5,7 @@ parses from the installed package, the checkout's plugins/ folder next to the in
 twice, and a deployment's own `operators` package ahead on sys.path is named in one line.
 
 The fresh venv has no copy of the dependencies: a .pth line puts the project venv's site-packages after its own (a
-path a .pth adds has its own .pth files ignored, so the checkout's editable install does not come along)."""
+path a .pth adds has its own .pth files ignored; the project's own installs are left out, so they do not come along)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,16 @@ def _venv_with(venv: Path, *install: str) -> Path:
     python = venv / "bin" / "python"
     own_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                    check=True, capture_output=True, text=True).stdout.strip())
-    (own_site / "project_deps.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
+    # The project venv's packages without its own installs of this project: their metadata (the editable install's
+    # dist-info with the airflow.plugins entry points) would be a second distribution of the provider in the fresh venv.
+    deps = venv / "project-deps"
+    deps.mkdir()
+    ours = ("airflow_training_jobs", "training_runtime", "training_sdk", "__editable__")
+    for packages in map(Path, site.getsitepackages()):
+        for entry in packages.iterdir():
+            if not entry.name.startswith(ours) and not entry.name.endswith(".pth") and not (deps / entry.name).exists():
+                (deps / entry.name).symlink_to(entry)
+    (own_site / "project_deps.pth").write_text(f"{deps}\n")
     # --ignore-installed: the project venv's editable installs are visible through the .pth and would count as
     # installed; it never uninstalls anything.
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",

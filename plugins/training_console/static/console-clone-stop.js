@@ -7,6 +7,7 @@ import {route} from "./console-router.js";
 function cloneConf(job, resume) {
   const conf = {...(job.spec && Object.keys(job.spec).length ? job.spec : job.conf)};
   delete conf.job_name;  // a clone is a new job: a new name is derived from its run
+  delete conf.owner;  // the platform sets it from whoever triggers the clone (validate_spec refuses a given one)
   if (resume) conf.resume_from = job.model_uri;
   return conf;
 }
