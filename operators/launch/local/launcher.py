@@ -10,10 +10,12 @@ training twice. What the launcher keeps for that is platform state, in the job's
 (operators/state/job_state.py; user code can neither read nor forge it): the pids (launch-pids.json, in host order, checked
 against the live processes before anything is signalled), each host's output (launch/<host>.log, opened by the
 launcher and handed to the process) and exit status (launch/<host>.status, written by bubblewrap itself through
---json-status-fd; unsandboxed, train's --exit-file launch/<host>.exit). A retry that finds every recorded process alive follows their logs and waits for
+--json-status-fd; unsandboxed, train's --exit-file launch/<host>.exit): operators/launch/local/host_processes.py. A retry that finds every recorded process alive follows their logs and waits for
 them; one that finds some dead kills the rest and starts again (one run per job_name keeps other runs out:
 operators/state/lease.py).
 
+While the training runs, operators/launch/local/supervision.py passes its lines on and stops what overruns or waits on
+a failed peer; what its end means: operators/launch/local/job_result.py.
 No training outlives its launcher for long: the launcher renews a lease (launch/lease, touched every few seconds,
 bound read-only into the sandbox at LEASE_IN_SANDBOX) and `train` stops itself once it is older than [training]
 local_lease_seconds (--lease); `train` also enforces --max-run-seconds itself. By default it runs in a bubblewrap
@@ -27,33 +29,35 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-import psutil
 from operators.launch.base import (
-    OOM,
     PLATFORM_ERROR,
-    TIMEOUT,
     USER_ERROR,
     Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
-    exit_failure_class,
+)
+from operators.launch.local.host_processes import (
+    HostProcess,
+    forget_hosts,
+    record_hosts,
+    recorded_processes,
+    remove_logs,
 )
 from operators.launch.local.isolation import JobIsolation
+from operators.launch.local.job_result import job_result, out_of_memory_reason
 from operators.launch.local.job_variables import job_variables, job_variables_fd
 from operators.launch.local.limits import LimitError
 from operators.launch.local.output import MAX_QUEUED_LINES, follow_log
-from operators.launch.local.network import NetworkUnavailable, join_command, open_namespace, sandbox_status, start_slirp4netns
+from operators.launch.local.network import NetworkUnavailable, join_command, open_namespace, start_slirp4netns
 from operators.launch.local.network import check_available as check_network
-from operators.launch.local.processes import alive, kill_trees
+from operators.launch.local.processes import kill_trees
 from operators.launch.local.sandbox import (
     SandboxUnavailable,
     bwrap_command,
@@ -61,62 +65,15 @@ from operators.launch.local.sandbox import (
     runtime_path,
     user_environment,
 )
-from operators.launch.outcome import read_failure_reason
+from operators.launch.local.supervision import renew_lease, wait_for_hosts
 from operators.launch.worker_slots import GPU_QUEUE, NotEnoughGpus
 from operators.settings import TrainingSettings, training_settings
-from operators.state.job_state import LAUNCH_DIR, LAUNCH_PIDS, LEASE, ensure_state_dir, state_path
-from operators.state.launch_records import ours, read_records, write_records
+from operators.state.job_state import LAUNCH_DIR, LEASE, ensure_state_dir
 from training_runtime.contract import JOB_VENV_ENV, ROOT_ENV
 
 log = logging.getLogger(__name__)
 
 LEASE_IN_SANDBOX = "/run/training/lease"  # where `train` finds the lease inside the sandbox (read-only)
-PEER_FAILURE_GRACE_SECONDS = 15.0
-# `train` enforces max_run_seconds itself (SIGTERM, SIGKILL 10 s later); ours is the safety net behind it.
-DEADLINE_SLACK_SECONDS = 30.0
-
-
-def _exit_code(value) -> int | None:
-    """An exit status as a process can have one (0-255), else None (the caller reads that as killed)."""
-    return value if type(value) is int and 0 <= value <= 255 else None
-
-
-class _Host:
-    """One host's process: started by this launcher (proc set) or by an earlier attempt (reattached: process set,
-    a psutil process already checked to be that launch's, or None when the record named no such process)."""
-
-    def __init__(self, name: str, launch_dir: str, proc: subprocess.Popen | None = None, process=None):
-        self.name, self.proc, self.process = name, proc, process
-        self.log_path = os.path.join(launch_dir, f"{name}.log")
-        self.status_path = os.path.join(launch_dir, f"{name}.status")  # bubblewrap's --json-status-fd
-        self.exit_path = os.path.join(launch_dir, f"{name}.exit")  # train's --exit-file (unsandboxed)
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else self.process.pid if self.process else None
-
-    def running(self) -> bool:
-        if self.proc:
-            return self.proc.poll() is None
-        return self.process is not None and alive(self.process)
-
-    def recorded_exit(self) -> int | None:
-        """The exit code written down when the process ended (by bubblewrap, or by train unsandboxed)."""
-        status = sandbox_status(self.status_path)
-        if "exit-code" in status:
-            return _exit_code(status["exit-code"])
-        try:
-            return _exit_code(int(Path(self.exit_path).read_text().strip()))
-        except (OSError, ValueError):
-            return None
-
-    def returncode(self) -> int | None:
-        if self.proc:
-            return self.proc.poll()
-        if self.running():
-            return None
-        code = self.recorded_exit()
-        return -signal.SIGKILL if code is None else code  # gone without an exit status: killed
 
 
 class LocalLauncherHook:
@@ -144,7 +101,7 @@ class LocalLauncherHook:
         self.settings = settings
         self._isolation = JobIsolation(settings, sandboxed=sandbox == "bubblewrap")
         self._procs: list[subprocess.Popen] = []
-        self._hosts: list[_Host] = []
+        self._hosts: list[HostProcess] = []
         self._network_proc: subprocess.Popen | None = None
 
     # -- the launcher protocol -------------------------------------------------------------------------
@@ -167,16 +124,16 @@ class LocalLauncherHook:
 
     def stop(self, request: LaunchRequest) -> None:
         own = {p.pid for p in self._procs}
-        roots = [p for p in self._recorded(request) if p is not None and p.pid not in own]
+        roots = [p for p in recorded_processes(request) if p is not None and p.pid not in own]
         if roots or self._procs:
             killed = kill_trees(roots, children=self._procs)
             log.info("Stopped training %s: %d processes killed", request.job_name, killed)
-        self._forget_pids(request)
+        forget_hosts(request)
 
     def run(self, request: LaunchRequest, on_line: LineCallback) -> LaunchResult:
-        recorded = self._recorded(request)
+        recorded = recorded_processes(request)
         launch_dir = ensure_state_dir(request.workspace, request.job_name, LAUNCH_DIR)
-        earlier = [_Host(host, launch_dir, process=process) for host, process in zip(request.hosts, recorded)]
+        earlier = [HostProcess(host, launch_dir, process=process) for host, process in zip(request.hosts, recorded)]
         alive_ones = [h.process for h in earlier if h.running()]
         # Every host still running or ended on its own (its exit status written): that training is the one to follow.
         if recorded and len(recorded) == len(request.hosts) and all(
@@ -199,14 +156,15 @@ class LocalLauncherHook:
             except (SandboxUnavailable, NetworkUnavailable, NotEnoughGpus, LimitError) as err:
                 if self._procs:
                     kill_trees([], children=self._procs)
-                    self._forget_pids(request)
+                    forget_hosts(request)
                 self._isolation.release(request)
                 spec_problem = isinstance(err, (NotEnoughGpus, LimitError))
                 return LaunchResult(False, None, str(err), USER_ERROR if spec_problem else PLATFORM_ERROR)
         supervisor = os.getppid()  # the task SDK's supervisor: it reports our result and heartbeats the try
         lines: queue.Queue = queue.Queue(MAX_QUEUED_LINES)
         done = threading.Event()
-        threading.Thread(target=self._renew_lease, args=(os.path.join(launch_dir, LEASE), done), daemon=True).start()
+        threading.Thread(target=renew_lease, args=(os.path.join(launch_dir, LEASE), self.lease_seconds, done),
+                         daemon=True).start()
         multi = len(request.hosts) > 1
         for host in self._hosts:
             threading.Thread(target=follow_log, args=(host, f"[{host.name}] " if multi else "", lines),
@@ -222,8 +180,8 @@ class LocalLauncherHook:
             else:
                 if any(p.poll() is None for p in self._procs):
                     kill_trees([], children=self._procs)
-                self._forget_pids(request)
-                self._remove_logs()
+                forget_hosts(request)
+                remove_logs(self._hosts)
                 self._isolation.release(request)
             if self._network_proc is not None:
                 try:
@@ -240,7 +198,7 @@ class LocalLauncherHook:
         return {**user_environment(os.environ, self.environment_names), **self._isolation.environment(), "HOME": home,
                 "PYTHONPATH": runtime_path(), "PYTHONUNBUFFERED": "1", ROOT_ENV: request.job_root, JOB_VENV_ENV: "1"}
 
-    def _command(self, request: LaunchRequest, host: _Host, lease: str, status_fd: int | None = None,
+    def _command(self, request: LaunchRequest, host: HostProcess, lease: str, status_fd: int | None = None,
                  block_fd: int | None = None, own_network: bool = True, seccomp_fd: int | None = None,
                  variables_fd: int | None = None) -> list[str]:
         sandboxed = self.sandbox == "bubblewrap"
@@ -275,7 +233,7 @@ class LocalLauncherHook:
         net_fd = user_fd = None
         try:
             for index, name in enumerate(request.hosts):
-                host = _Host(name, launch_dir)
+                host = HostProcess(name, launch_dir)
                 for stale in (host.exit_path, host.status_path):
                     Path(stale).unlink(missing_ok=True)
                 status_fd = os.open(host.status_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600) \
@@ -323,112 +281,16 @@ class LocalLauncherHook:
         log.info("Started %d training process(es) for %s: pids %s", len(self._procs), request.job_name,
                  [p.pid for p in self._procs])
 
-    def _renew_lease(self, path: str, done: threading.Event) -> None:
-        """Touch the lease while we watch the training: `train` stops itself once nobody did for lease_seconds."""
-        every = max(0.5, min(10.0, self.lease_seconds / 10)) if self.lease_seconds else 10.0
-        while not done.wait(every):
-            try:
-                os.utime(path, follow_symlinks=False)  # in the state dir: never a link, and never followed
-            except OSError as err:
-                log.warning("Cannot renew the training's lease %s: %s", path, err)
-
     def _wait(self, request: LaunchRequest, lines: queue.Queue, on_line: LineCallback) -> LaunchResult:
-        deadline = (time.monotonic() + request.max_run_seconds + DEADLINE_SLACK_SECONDS
-                    if request.max_run_seconds else None)
-        open_streams = len(self._hosts)
-        first_failure_at: float | None = None
-        timed_out = False
-        while open_streams or any(h.running() for h in self._hosts):
-            try:
-                line = lines.get(timeout=0.2)
-                if line is None:
-                    open_streams -= 1
-                else:
-                    on_line(line)
-            except queue.Empty:
-                pass
-            now = time.monotonic()
-            if deadline is not None and now > deadline and not timed_out:
-                timed_out = True
-                log.error("Training %s exceeded max_run_seconds=%s: stopping it", request.job_name,
-                          request.max_run_seconds)
-                self._kill([h for h in self._hosts if h.running()])
-            failed = [h for h in self._hosts if h.returncode() not in (None, 0)]
-            if failed and first_failure_at is None:
-                first_failure_at = now
-            if first_failure_at is not None and now - first_failure_at > PEER_FAILURE_GRACE_SECONDS:
-                # A failed host leaves its peers waiting on collectives forever: stop them.
-                running = [h for h in self._hosts if h.running()]
-                if running:
-                    log.error("A host of %s failed; stopping the %d still running", request.job_name, len(running))
-                    self._kill(running)
-        while True:  # lines queued after the last poll
-            try:
-                line = lines.get_nowait()
-            except queue.Empty:
-                break
-            if line is not None:
-                on_line(line)
-        return self._result(request, [h.returncode() for h in self._hosts], timed_out, self._out_of_memory())
-
-    @staticmethod
-    def _kill(hosts: list[_Host]) -> None:
-        kill_trees([h.process for h in hosts if not h.proc and h.process is not None],
-                   children=[h.proc for h in hosts if h.proc])
+        codes, timed_out = wait_for_hosts(request, self._hosts, lines, on_line)
+        return job_result(request, codes, timed_out, self._out_of_memory())
 
     def _out_of_memory(self) -> str | None:
         """Why the kernel's OOM killer struck in the job's cgroups (the limit it hit), else None."""
         if not self._isolation.oom_killed():
             return None
         limit = self._isolation.limits
-        return (f"the training ran out of memory: the kernel's OOM killer ended it at its memory limit of "
-                f"{limit.memory_bytes / 2**20:.0f} MiB per host (resources.memory); give it more memory or make it use "
-                "less") if limit and limit.memory_bytes else "the training ran out of memory (the OOM killer ended it)"
-
-    @staticmethod
-    def _result(request: LaunchRequest, codes: list[int], timed_out: bool, out_of_memory: str | None = None
-                ) -> LaunchResult:
-        reason = read_failure_reason(request.job_root)
-        if timed_out:
-            return LaunchResult(False, None, f"training exceeded max_run_seconds={request.max_run_seconds} and was "
-                                f"stopped; raise max_run_seconds or make it faster", TIMEOUT)
-        bad = [c for c in codes if c != 0]
-        if not bad:
-            return LaunchResult(True, 0)
-        if out_of_memory:
-            code = next((c for c in bad if c > 0), bad[0])
-            return LaunchResult(False, code, reason if reason and "memory" in reason else out_of_memory, OOM)
-        code = next((c for c in bad if c > 0), bad[0])
-        failure_class = exit_failure_class(code)
-        if failure_class == USER_ERROR:
-            return LaunchResult(False, code, reason or f"training failed with exit code {code}", USER_ERROR)
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        return LaunchResult(False, code, reason or f"training process {how}", failure_class)
+        return out_of_memory_reason(limit.memory_bytes if limit else None)
 
     def _record_pids(self, request: LaunchRequest) -> None:
-        records = []
-        for host in self._hosts:  # in host order: a reattaching launcher maps them back to their hosts
-            try:
-                create_time = psutil.Process(host.pid).create_time()
-            except psutil.Error:
-                create_time = time.time()  # gone already: never matches a live process
-            records.append((host.pid, create_time))
-        write_records(state_path(request.workspace, request.job_name, LAUNCH_PIDS), records)
-        self._isolation.record_holders(request, records)
-
-    @staticmethod
-    def _recorded(request: LaunchRequest) -> list:
-        """The processes an earlier attempt recorded, in host order: each the live process it started for this job
-        root, or None (ended, recycled pid, not a launch of this job)."""
-        records = read_records(state_path(request.workspace, request.job_name, LAUNCH_PIDS))
-        return [ours(pid, ctime, request.job_root) for pid, ctime in records]
-
-    @staticmethod
-    def _forget_pids(request: LaunchRequest) -> None:
-        Path(state_path(request.workspace, request.job_name, LAUNCH_PIDS)).unlink(missing_ok=True)
-
-    def _remove_logs(self) -> None:
-        # The raw output may hold secrets the script printed: the task log has every line, masked; the platform
-        # keeps no copy once it was reported.
-        for host in self._hosts:
-            Path(host.log_path).unlink(missing_ok=True)
+        self._isolation.record_holders(request, record_hosts(request, self._hosts))

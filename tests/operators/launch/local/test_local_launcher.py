@@ -241,7 +241,7 @@ def test_a_retry_that_finds_half_a_training_kills_it_and_starts_again(tmp_path):
 
 
 def test_one_failed_host_stops_its_waiting_peer(tmp_path, monkeypatch):
-    monkeypatch.setattr("operators.launch.local.launcher.PEER_FAILURE_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr("operators.launch.local.supervision.PEER_FAILURE_GRACE_SECONDS", 1.0)
     request = make_job(tmp_path, """
         import os, sys, time
         if os.environ["TM_CURRENT_HOST"] == "algo-2":
