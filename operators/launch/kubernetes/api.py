@@ -1,11 +1,12 @@
-"""Calls on the Kubernetes API shared by the launcher (sync client) and the trigger (asyncio client): deleting a
-training Job with its pods and Service, making its Service, reading a Job's final state, and turning API errors into
-one line.
+"""Calls on the Kubernetes API shared by the launcher (sync client) and the trigger (asyncio client): reading a
+training Job (and waiting until one being deleted is gone), deleting it with its pods and Service, making its Service,
+reading a Job's final state, and turning API errors into one line.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Mapping
 
 from kubernetes.client import V1DeleteOptions
@@ -16,6 +17,9 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from operators.launch.kubernetes.manifests import service_manifest
 from operators.launch.kubernetes.names import secret_name
 from operators.launch.names import JOB_LABEL
+
+
+DELETE_WAIT_SECONDS = 180
 
 
 class KubernetesLaunchError(RuntimeError):
@@ -42,6 +46,28 @@ def api_error(action: str, namespace: str, err: Any) -> KubernetesLaunchError:
         422: "the manifest was refused; check the job's options and resources",
     }.get(status, "check the cluster and the Kubernetes connection")
     return KubernetesLaunchError(f"Kubernetes could not {action} in namespace {namespace} ({status} {message}); {hint}")
+
+
+def read_job(kube: Any, name: str, namespace: str) -> Any | None:
+    """The Job (through the provider's KubernetesHook `kube`, with its retry policy), or None if there is none."""
+    try:
+        return kube.get_job_status(job_name=name, namespace=namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise api_error(f"read Job {name}", namespace, err) from None
+
+
+def wait_deleted(kube: Any, name: str, namespace: str) -> None:
+    """Until the Job being deleted is gone (its pods' finalizers may hold it a while)."""
+    deadline = time.monotonic() + DELETE_WAIT_SECONDS
+    while read_job(kube, name, namespace) is not None:
+        if time.monotonic() > deadline:
+            raise KubernetesLaunchError(
+                f"Job {namespace}/{name} is still being deleted after {DELETE_WAIT_SECONDS} s; "
+                "check its pods' finalizers, then retry"
+            )
+        time.sleep(1)
 
 
 def finished_state(job: Any) -> str | None:

@@ -14,9 +14,9 @@ error judgement decides what fails fast. Written here, and why:
     or a restarted worker created;
   - the watch (operators/launch/kubernetes/watch.py) the trigger (operators/launch/kubernetes/trigger.py) runs:
     see its docstring;
-  - the end-of-job log catch-up: the provider's PodManager logs through its own logger and re-reads
-    by whole seconds (since_seconds), which can drop or repeat lines; we resume after the exact
-    (nanosecond timestamp, count) cursor the watch left.
+  - the end-of-job log catch-up (operators/launch/kubernetes/pod_logs.py): the provider's PodManager logs through
+    its own logger and re-reads by whole seconds (since_seconds), which can drop or repeat lines; we resume after
+    the exact (nanosecond timestamp, count) cursor the watch left.
 
 Lifecycle: names derive from job_name (resource_name), so a retried task computes the same Job name.
 start(): create -> 409 -> read the Job there: running or complete -> reattach (no second Job); failed ->
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -58,16 +57,18 @@ from operators.launch.kubernetes.api import (
     delete_job,
     ensure_service,
     finished_state,
+    read_job,
+    wait_deleted,
 )
 from operators.launch.kubernetes.checkpoint_sync import CheckpointSyncJob
 from operators.launch.kubernetes.data_plane import refuse_platform_identity, with_data_plane
 from operators.launch.kubernetes.manifests import (
-    CONTAINER_NAME,
     job_manifest,
     restricted_profile_violations,
 )
 from operators.launch.kubernetes.names import SPEC_HASH_ANNOTATION, host_names
 from operators.launch.kubernetes.options import KubernetesJobOptions, resolve_options
+from operators.launch.kubernetes.pod_logs import catch_up_logs
 from operators.launch.kubernetes.secrets import JobSecret, with_secret_env
 from operators.launch.kubernetes.steps import ClusterStep, succeeded_in_cluster
 from operators.launch.kubernetes.watch import JobWatch
@@ -77,7 +78,6 @@ from operators.launch.kubernetes.workspace import (
     workspace_group,
     write_launch_record,
 )
-from operators.launch.log_stream import LogCursor, deliver_line, since_seconds
 from operators.launch.names import JOB_LABEL, ORIGINAL_NAME_ANNOTATION, resource_name
 from operators.launch.outcome import clear_outcome_markers, read_failure_reason
 from operators.launch.kubernetes.settings import kubernetes_settings
@@ -85,9 +85,6 @@ from operators.settings import training_settings, training_settings_env
 from operators.state.job_state import state_dir
 
 __all__ = ["KubernetesLauncherHook", "KubernetesLaunchError"]
-
-DELETE_WAIT_SECONDS = 180
-CATCH_UP_MARGIN_SECONDS = 600
 
 
 def _check_hosts(request: LaunchRequest, expected: list[str]) -> None:
@@ -187,7 +184,7 @@ class KubernetesLauncherHook(BaseHook):
         name, namespace = manifest["metadata"]["name"], options.namespace
         on_volume = not options.in_cluster  # else the Job's init container does the job root's part
         # In the cluster the question costs a step's pod: asked by retries only (a first try has launched nothing).
-        if (on_volume or request.attempt > 1) and self._read_job(name, namespace) is None \
+        if (on_volume or request.attempt > 1) and read_job(self.kube, name, namespace) is None \
                 and self._succeeded_since_launch(request, options):
             self.log.info(
                 "Job %s/%s is gone (ttlSecondsAfterFinished) but the job root's success marker is newer than its "
@@ -204,7 +201,7 @@ class KubernetesLauncherHook(BaseHook):
         secret = JobSecret(self.kube.core_v1_client, name, namespace, options.labels) if request.secret_env else None
         sync = self._checkpoint_sync(request, options)  # in a pod of its own, ready before the training starts
         for _ in range(5):
-            if (secret, sync) != (None, None) and self._read_job(name, namespace) is None:
+            if (secret, sync) != (None, None) and read_job(self.kube, name, namespace) is None:
                 if secret is not None:
                     secret.put(request.secret_env)
                 if sync is not None:
@@ -234,20 +231,20 @@ class KubernetesLauncherHook(BaseHook):
                                   request.instance_count)
                 ensure_service(self.kube.core_v1_client, name, namespace, options.labels, created.metadata.uid)
                 return
-            existing = self._read_job(name, namespace)
+            existing = read_job(self.kube, name, namespace)
             if existing is None:
                 continue  # deleted in between: create it again
             self._check_ownership(existing, request, manifest)
             if existing.metadata.deletion_timestamp:
                 self.log.info("Job %s/%s from an earlier try is being deleted; waiting for it to go", namespace, name)
-                self._wait_deleted(name, namespace)
+                wait_deleted(self.kube, name, namespace)
                 continue
             state = finished_state(existing)
             if state == "Failed":
                 self.log.info("Job %s/%s from an earlier try failed; deleting it to start the training afresh",
                               namespace, name)
                 self._delete(name, namespace, "Foreground")
-                self._wait_deleted(name, namespace)
+                wait_deleted(self.kube, name, namespace)
                 continue
             self.log.info(
                 "Reattaching to Job %s/%s (created %s, %s): a retry or restarted worker does not start a second one",
@@ -332,7 +329,10 @@ class KubernetesLauncherHook(BaseHook):
             on_line(f"[kubernetes] Job {name} finished and was removed after ttlSecondsAfterFinished; "
                     "its success marker says it succeeded")
             return LaunchResult(succeeded=True, exit_code=0)
-        self._catch_up_logs(request, event, on_line)
+        # The lines each pod wrote after the watch's cursor (a follow stream can miss the last ones).
+        catch_up_logs(self.kube.core_v1_client, event.get("namespace") or options.namespace, event.get("name") or name,
+                      event.get("pods") or {}, event.get("log_cursors") or {}, request.instance_count, on_line,
+                      self.log.warning)
         if event.get("job_missing") and getattr(self, "_stopped", False):
             # stop() (on_kill, early stopping) deleted it while run() watched: say so, not "deleted outside Airflow".
             return LaunchResult(succeeded=False, failure_class=PLATFORM_ERROR,
@@ -383,14 +383,6 @@ class KubernetesLauncherHook(BaseHook):
         return succeeded_in_cluster(self.kube, options, request.job_name, request.job_root, state,
                                     on_line=lambda line: self.log.info("%s", line))
 
-    def _read_job(self, name: str, namespace: str) -> Any | None:
-        try:
-            return self.kube.get_job_status(job_name=name, namespace=namespace)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise api_error(f"read Job {name}", namespace, err) from None
-
     def _check_ownership(self, existing: Any, request: LaunchRequest, manifest: Mapping[str, Any]) -> None:
         name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
         labels = existing.metadata.labels or {}
@@ -410,50 +402,8 @@ class KubernetesLauncherHook(BaseHook):
                 name,
             )
 
-    def _wait_deleted(self, name: str, namespace: str) -> None:
-        deadline = time.monotonic() + DELETE_WAIT_SECONDS
-        while self._read_job(name, namespace) is not None:
-            if time.monotonic() > deadline:
-                raise KubernetesLaunchError(
-                    f"Job {namespace}/{name} is still being deleted after {DELETE_WAIT_SECONDS} s; "
-                    "check its pods' finalizers, then retry"
-                )
-            time.sleep(1)
-
     def _delete(self, name: str, namespace: str, propagation_policy: str) -> None:
         delete_job(self.kube.core_v1_client, self.kube.batch_v1_client, name, namespace, propagation_policy)
         self.log.info(
             "Deleted Job %s/%s (propagation %s), its pods, its Service and its Secret", namespace, name, propagation_policy
         )
-
-    def _catch_up_logs(self, request: LaunchRequest, event: Mapping[str, Any], on_line: LineCallback) -> None:
-        """The lines each pod wrote after the watch's cursor (a follow stream can miss the last ones)."""
-        namespace = event.get("namespace") or self.options(request).namespace
-        name = event.get("name") or resource_name(request.job_name)
-        pods: Mapping[str, int] = event.get("pods") or {}
-        cursors: Mapping[str, list[int]] = event.get("log_cursors") or {}
-        core = self.kube.core_v1_client
-        for pod, index in sorted(pods.items(), key=lambda item: (item[1], item[0])):
-            cursor_state = list(cursors.get(pod) or [0, 0])
-            # Only the recent part of a long log: from a while before the last line seen (the margin
-            # absorbs a clock difference with the node; the cursor drops what was passed on already).
-            since = since_seconds(cursor_state, CATCH_UP_MARGIN_SECONDS, time.time())
-            try:
-                response = core.read_namespaced_pod_log(
-                    name=pod,
-                    namespace=namespace,
-                    container=CONTAINER_NAME,
-                    timestamps=True,
-                    since_seconds=since,
-                    _preload_content=False,
-                )
-                data = response.data
-            except ApiException as err:
-                if err.status not in (400, 404):  # 400: never started; 404: gone
-                    self.log.warning("Could not read the log of pod %s (%s %s)", pod, err.status, err.reason)
-                continue
-            cursor = LogCursor(cursor_state)
-            host = f"{name}-{index}" if request.instance_count > 1 else None
-            for raw in data.split(b"\n"):
-                if raw:
-                    deliver_line(raw, cursor, on_line, host)

@@ -19,8 +19,8 @@ policy) and ``detect_pod_terminate_early_issues`` (which image-pull errors are p
 Pods are the Job's by its uid (label batch.kubernetes.io/controller-uid), never by name: the terminating pods of
 an earlier try's Job of the same name must not decide this one. Warning events: operators/launch/kubernetes/events.py.
 
-Logs: each running pod's log is followed (follow=true, timestamps=true, operators/launch/log_stream.py); the
-consumer of the event fetches each pod's log once more at the end and passes on only the lines after the cursor.
+Logs: each running pod's log is followed (operators/launch/kubernetes/pod_logs.py); the consumer of the event
+fetches each pod's log once more at the end and passes on only the lines after the cursor.
 ``keep_cursors`` (the trigger) keeps them on the Job: a restarted triggerer repeats no line (operators/launch/kubernetes/log_cursors.py).
 """
 
@@ -45,8 +45,8 @@ from operators.launch.kubernetes.elastic import ElasticHosts
 from operators.launch.kubernetes.events import list_warnings, read_warnings
 from operators.launch.kubernetes.job_failure import failure_event, job_failure
 from operators.launch.kubernetes.log_cursors import CursorKeeper
-from operators.launch.kubernetes.manifests import CONTAINER_NAME
 from operators.launch.kubernetes.names import CONTROLLER_UID_LABEL
+from operators.launch.kubernetes.pod_logs import PodLogFollowers
 from operators.launch.kubernetes.pods import (
     DEFINITE_PULL_ERROR,
     FATAL_WAITING_REASONS,
@@ -61,12 +61,9 @@ from operators.launch.kubernetes.pods import (
     train_status,
 )
 from operators.launch.kubernetes.workload import GROUP, QUEUE_LABEL, VERSION, QueueStatus, queue_status, workload_of
-from operators.launch.log_stream import Emit, LogCursor, deliver_line, since_seconds
+from operators.launch.log_stream import Emit
 
 
-# Reconnecting a follow stream asks for a little more than the time since the last line seen, so a clock
-# difference between this machine and the node loses nothing (the cursor drops what was seen already).
-SINCE_MARGIN_SECONDS = 120
 HEARTBEAT_SECONDS = 300
 NO_PODS_HINT_SECONDS = 60
 
@@ -96,11 +93,9 @@ class JobWatch:
         self.image_pull_grace_seconds = image_pull_grace_seconds
         self.startup_timeout_seconds = startup_timeout_seconds
         self.emit = emit
-        self.cursors: dict[str, list[int]] = {}
+        self.logs = PodLogFollowers(namespace, poll_interval, emit, self.say, self.host, prefixed=instance_count > 1)
         self.pods: dict[str, int] = {}
         self.phases: dict[str, str] = {}
-        self.done: set[str] = set()  # pods whose container has terminated
-        self.followers: dict[str, asyncio.Task] = {}
         self.disruptions: dict[str, str] = {}  # pod -> why
         self.throttled_since: dict[str, float] = {}
         self.starting_since: dict[str, float] = {}  # pod -> when first seen on a node, not started
@@ -124,76 +119,6 @@ class JobWatch:
             self.said.add(once_key)
         self.emit(f"[kubernetes] {message}")
 
-    # ---- logs -----------------------------------------------------------------------------------------
-    def deliver(self, pod_name: str, raw: bytes, cursor: LogCursor) -> None:
-        deliver_line(raw, cursor, self.emit, self.host(pod_name) if self.instance_count > 1 else None)
-
-    async def follow(self, core: Any, pod_name: str) -> None:
-        cursor_state = self.cursors.setdefault(pod_name, [0, 0])
-        while True:
-            since = since_seconds(cursor_state, SINCE_MARGIN_SECONDS, time.time())
-            try:
-                # _preload_content=False: an aiohttp response to read as it comes; errors are not raised.
-                response = await core.read_namespaced_pod_log(
-                    name=pod_name,
-                    namespace=self.namespace,
-                    container=CONTAINER_NAME,
-                    follow=True,
-                    timestamps=True,
-                    since_seconds=since,
-                    _preload_content=False,
-                    _request_timeout=(30, 600),
-                )
-                try:
-                    if response.status == 404:
-                        return
-                    if response.status == 200:
-                        cursor = LogCursor(cursor_state)
-                        buffer = b""
-                        async for chunk in response.content.iter_any():
-                            buffer += chunk
-                            *lines, buffer = buffer.split(b"\n")
-                            for raw in lines:
-                                self.deliver(pod_name, raw, cursor)
-                        # An unterminated last piece may be a line cut by a dropped connection: the next
-                        # read (or the final catch-up) passes it on whole.
-                finally:
-                    response.close()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # connection dropped, read timeout: resume from the cursor
-                self.say(f"log stream of {self.host(pod_name)} interrupted ({type(err).__name__}); resuming")
-            # The stream ended: the container exited (the next poll will tell) or the connection dropped.
-            if pod_name in self.done:
-                return
-            await asyncio.sleep(self.poll_interval)
-            if pod_name in self.done:
-                return
-
-    def start_followers(self, core: Any, pods: list[Any]) -> None:
-        for pod in pods:
-            name = pod.metadata.name
-            self.pods.setdefault(name, pod_index(pod))  # before its first line: the host prefix needs it
-            status = train_status(pod)
-            state = status.state if status else None
-            started = state is not None and (state.running is not None or state.terminated is not None)
-            if started and name not in self.followers:
-                self.followers[name] = asyncio.ensure_future(self.follow(core, name))
-
-    async def stop_followers(self, wait: float) -> None:
-        """Let the streams of exited containers end by themselves (briefly); cut the others."""
-        ending = [task for pod, task in self.followers.items() if pod in self.done and not task.done()]
-        if ending:
-            await asyncio.wait(ending, timeout=wait)
-        for task in self.followers.values():
-            if not task.done():
-                task.cancel()
-        for task in self.followers.values():
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-
     # ---- state ----------------------------------------------------------------------------------------
     def observe(self, pods: list[Any]) -> None:
         """Record what the pods tell and report changes (each once: the task log stays readable)."""
@@ -206,9 +131,6 @@ class JobWatch:
             if self.phases.get(name) != phase:
                 self.say(f"{host} (pod {name}): {phase}")
                 self.phases[name] = phase
-            status = train_status(pod)
-            if status is not None and status.state is not None and status.state.terminated is not None:
-                self.done.add(name)
             why = disruption(pod)
             if why and name not in self.disruptions:
                 self.disruptions[name] = why
@@ -414,15 +336,15 @@ class JobWatch:
                 try:
                     result = await self._watch(core, batch, CustomObjectsApi(api))
                 except asyncio.CancelledError:  # the triggerer stops: keep the log position for the next one
-                    await asyncio.wait_for(self.keeper.save(batch, self.cursors), 10)
+                    await asyncio.wait_for(self.keeper.save(batch, self.logs.cursors), 10)
                     raise
                 # Give the follow streams a moment to end on their own (containers have exited).
-                await self.stop_followers(wait=2.0)
+                await self.logs.stop(wait=2.0)
         finally:
-            for task in self.followers.values():
-                task.cancel()
+            self.logs.cancel()
         result.update(name=self.name, namespace=self.namespace, pods=dict(self.pods), log_cursors={
-            pod: list(cursor) for pod, cursor in self.cursors.items()}, restarts=self.elastic_hosts.restarts(self.name))
+            pod: list(cursor) for pod, cursor in self.logs.cursors.items()},
+            restarts=self.elastic_hosts.restarts(self.name))
         return result
 
     async def _watch(self, core: Any, batch: Any, objects: Any = None) -> dict[str, Any]:
@@ -432,7 +354,7 @@ class JobWatch:
             try:
                 job = await self.hook.get_job_status(name=self.name, namespace=self.namespace)
                 self.job_uid = job.metadata.uid
-                self.keeper.load(job, self.cursors)
+                self.keeper.load(job, self.logs.cursors)
                 pods = await self.list_pods(core)
                 events = await list_warnings(core, self.namespace)
                 queued = await self.read_queue(objects, job) if objects is not None else None
@@ -447,12 +369,14 @@ class JobWatch:
                 self.say(f"Kubernetes API error {err.status} while watching; retrying", f"api:{err.status}")
                 await asyncio.sleep(self.poll_interval)
                 continue
-            self.start_followers(core, pods)
+            for pod in pods:  # before a pod's first line: its host prefix needs the index
+                self.pods.setdefault(pod.metadata.name, pod_index(pod))
+            self.logs.update(core, pods)
             waiting = self.queue_verdict(job, queued)
             if isinstance(waiting, dict):
                 return waiting
             result = None if waiting else self.verdict(job, pods, events)
             if result is not None:
                 return result
-            await self.keeper.save(batch, self.cursors)
+            await self.keeper.save(batch, self.logs.cursors)
             await asyncio.sleep(self.poll_interval)
