@@ -59,13 +59,13 @@ def sdk(monkeypatch, tmp_path):
 
     from airflow.api_fastapi.core_api.security import get_user
 
-    import training_sdk_api
+    from training_console import sdk_code_api
 
     monkeypatch.setenv("AIRFLOW__TRAINING__WORKSPACE", str(tmp_path / "workspace"))
     monkeypatch.setenv("AIRFLOW__TRAINING__SDK_CODE_QUOTA_BYTES", str(QUOTA))
     monkeypatch.setenv("AIRFLOW__TRAINING__SDK_CODE_EXPIRY_DAYS", "30")
-    monkeypatch.setattr(training_sdk_api, "_dag_exists", lambda dag_id: dag_id == "training_job")
-    app = training_sdk_api.create_app.__wrapped__()
+    monkeypatch.setattr(sdk_code_api, "dag_exists", lambda dag_id: dag_id == "training_job")
+    app = sdk_code_api.create_app()
 
     def caller(request: Request) -> _User:
         if "x-test-user" not in request.headers:
@@ -123,10 +123,10 @@ def _racing_upload(app, body: bytes, sha: str, barrier: threading.Barrier):
                                                 ("one event loop", 1)],
                          ids=["one-loop", "two-loops-like-two-workers", "checked-after-every-chunk"])
 def test_two_concurrent_uploads_of_one_user_never_pass_the_quota(sdk, tmp_path, monkeypatch, loops, check_every):
-    import training_sdk_api
+    from training_console import sdk_code_api
 
     if check_every:
-        monkeypatch.setattr(training_sdk_api, "QUOTA_CHECK_BYTES", check_every)
+        monkeypatch.setattr(sdk_code_api, "QUOTA_CHECK_BYTES", check_every)
     (a, sha_a), (b, sha_b) = archive("a"), archive("b")
     barrier = threading.Barrier(2)
     if loops == "one event loop":
@@ -212,6 +212,16 @@ def test_a_user_deletes_their_own_code_and_never_another_users(sdk, tmp_path):
     assert not (_staging(tmp_path) / name).exists()
     assert call(sdk, "DELETE", f"/code/{name}").status_code == 404
     assert call(sdk, "GET", "/code").json()["used_bytes"] == 0
+
+
+def test_the_caller_is_known_before_what_they_ask_is_judged(sdk):
+    # The routes' dependencies in order: who calls (401), the archive's name (400), then whether the DAG exists (404).
+    body, sha = archive("a", 10)
+    assert call(sdk, "DELETE", "/code/not-an-archive.zip", user=None).status_code == 401
+    assert call(sdk, "PUT", "/code/not-an-archive.zip?dag_id=nope", user=None, content=body).status_code == 401
+    assert call(sdk, "PUT", "/code/not-an-archive.zip?dag_id=nope", content=body).status_code == 400
+    unknown = call(sdk, "PUT", f"/code/{sha}.tar.gz?dag_id=nope", content=body)
+    assert unknown.status_code == 404 and unknown.json()["detail"].startswith("DAG 'nope' does not exist")
 
 
 def test_state_changing_requests_pass_the_cross_site_guard(sdk, tmp_path):
