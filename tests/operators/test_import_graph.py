@@ -319,7 +319,8 @@ LAUNCH_LAYER = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "launch").
 @pytest.mark.parametrize("path", LAUNCH_LAYER)
 def test_launch_layer_modules_stay_small(path):
     # A guard against a module growing into a second concern, not a target to split for: the Kubernetes watch and
-    # launcher grew with Kueue's queue lines and suspended Jobs (issue 28); issue 29 moved them into launch/kubernetes/.
+    # launcher grew with Kueue's queue lines and suspended Jobs (issue 28); issue 29 moved them into launch/kubernetes/;
+    # issue 48 split them and the local launcher by concern (pod_logs; host_processes, supervision, job_result).
     assert len((PACKAGE / path).read_text().splitlines()) <= 460
 
 
