@@ -5,8 +5,9 @@ loopback, configured as airflow.cfg's [openlineage] transport), and what arrives
 RunEvent schema and the platform's facet schemas (operators/lineage/facets/).
 
 The RunEvent schema below states the spec's rules (spec 2-0-2: OpenLineage.json's RunEvent, Run, Job, datasets and
-BaseFacet) in our own words; the client ships no copy of the spec's files. With OPENLINEAGE_SPEC naming a copy of the
-spec's OpenLineage.json, the events are validated against it too.
+BaseFacet) in our own words; the client ships no copy of the spec's files. With OPENLINEAGE_SPEC naming a directory
+that holds the spec's files (the spec/ folder of OpenLineage's repository: OpenLineage.json, facets/*.json), each event
+is validated against OpenLineage.json too, and each standard facet against the schema its _schemaURL names.
 """
 
 from __future__ import annotations
@@ -60,10 +61,8 @@ FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 
 def validate_event(event: dict) -> None:
     jsonschema.Draft202012Validator(RUN_EVENT_SCHEMA, format_checker=FORMATS).validate(event)
-    official = os.environ.get("OPENLINEAGE_SPEC")
-    if official:
-        schema = json.loads(Path(official).read_text())
-        jsonschema.validators.validator_for(schema)(schema, format_checker=FORMATS).validate(event)
+    if os.environ.get("OPENLINEAGE_SPEC"):
+        _validate_against_the_spec(event, Path(os.environ["OPENLINEAGE_SPEC"]))
     for dataset in event.get("inputs", []):
         facet = (dataset.get("inputFacets") or {}).get(CHANNEL_FACET)
         if facet is not None:
@@ -72,6 +71,28 @@ def validate_event(event: dict) -> None:
         facet = (dataset.get("facets") or {}).get(LINEAGE_FACET)
         if facet is not None:
             _validate_facet(facet, "TrainingLineageDatasetFacet")
+
+
+def _validate_against_the_spec(event: dict, spec: Path) -> None:
+    from referencing import Registry, Resource
+
+    documents = [json.loads(p.read_text()) for p in [spec / "OpenLineage.json", *sorted(spec.glob("facets/*.json"))]]
+    registry = Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in documents if "$id" in d)
+    base = documents[0]
+    jsonschema.Draft202012Validator(base, registry=registry, format_checker=FORMATS).validate(event)
+    checked = 0
+    for facet in _facets(event):
+        if facet["_schemaURL"].split("#")[0] in registry:
+            jsonschema.Draft202012Validator({"$ref": facet["_schemaURL"]}, registry=registry,
+                                            format_checker=FORMATS).validate(facet)
+            checked += 1
+    assert checked, "no facet of the event has a schema in the spec directory"
+
+
+def _facets(event: dict):
+    for part in (event["run"], event["job"], *event.get("inputs", []), *event.get("outputs", [])):
+        for key in ("facets", "inputFacets", "outputFacets"):
+            yield from (part.get(key) or {}).values()
 
 
 def _validate_facet(facet: dict, name: str) -> None:
