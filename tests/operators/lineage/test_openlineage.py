@@ -237,3 +237,27 @@ def test_events_reach_an_http_receiver_configured_as_the_providers_transport(sam
     event = json.loads(body)
     validate_event(event)
     assert {i["name"] for i in event["outputs"][0]["facets"]["lineage"]["inputs"]} >= {"churn/v3", "churn/train"}
+
+
+def test_the_providers_extractor_takes_it_from_an_operators_on_complete_hook(sample):
+    """What a stage will do once wired: return operator_lineage(...) from get_openlineage_facets_on_complete; the
+    provider's ExtractorManager (what its listener calls when a task ends) accepts it as the task's lineage."""
+    from types import SimpleNamespace
+
+    from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    from airflow.sdk import BaseOperator
+    from airflow.utils.state import TaskInstanceState
+
+    record = sample.sample_record()
+
+    class PublishStage(BaseOperator):
+        def get_openlineage_facets_on_complete(self, task_instance):
+            return operator_lineage(record, "publish_model")
+
+    task = PublishStage(task_id="publish_model")
+    found = ExtractorManager().extract_metadata(dagrun=SimpleNamespace(run_id="manual__1"), task=task,
+                                                task_instance_state=TaskInstanceState.SUCCESS,
+                                                task_instance=SimpleNamespace())
+    assert [(d.namespace, d.name) for d in found.outputs] == [
+        ("s3://models", "churn/churn-20260202-010203-beef/output/model.tar.gz")]
+    assert len(found.inputs) == 4 and LINEAGE_FACET in found.outputs[0].facets
