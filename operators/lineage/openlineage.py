@@ -53,6 +53,7 @@ def facet_schema_url(name: str) -> str:
 @functools.cache
 def _facet_classes():
     """The platform's facet classes (attrs, as the client's own): built on first use, with the client imported."""
+    # lazy: the openlineage client (the optional extra `lineage`), only when a stage reports its lineage
     import attr
     from openlineage.client.facet_v2 import DatasetFacet, InputDatasetFacet
 
@@ -96,6 +97,7 @@ def _facet_classes():
 
 def code_input(record: LineageRecord):
     """The code as an input dataset, its digest as the dataset's version."""
+    # lazy: the openlineage client (the optional extra `lineage`), only when a stage reports its lineage
     from openlineage.client.event_v2 import InputDataset
     from openlineage.client.facet_v2 import dataset_version_dataset
 
@@ -107,6 +109,7 @@ def code_input(record: LineageRecord):
 
 def channel_inputs(record: LineageRecord) -> list:
     """Each channel as an input dataset: its data version, object count and bytes."""
+    # lazy: the openlineage client (the optional extra `lineage`), only when a stage reports its lineage
     from openlineage.client.event_v2 import InputDataset
     from openlineage.client.facet_v2 import dataset_version_dataset, input_statistics_input_dataset
 
@@ -127,6 +130,7 @@ def channel_inputs(record: LineageRecord) -> list:
 
 def parent_input(record: LineageRecord) -> list:
     """The parent model (resume_from, resolved) as an input dataset; none when the run resumed from nothing."""
+    # lazy: the openlineage client (the optional extra `lineage`), only when a stage reports its lineage
     from openlineage.client.event_v2 import InputDataset
 
     if record.parent is None or not record.parent.model_uri:
@@ -138,6 +142,7 @@ def parent_input(record: LineageRecord) -> list:
 def model_output(record: LineageRecord) -> list:
     """The published model as the output dataset, with the `lineage` facet (its inputs) and `trainingLineage`;
     none when the run published no model."""
+    # lazy: the openlineage client (the optional extra `lineage`), only when a stage reports its lineage
     from openlineage.client.event_v2 import OutputDataset
     from openlineage.client.facet_v2 import lineage
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 from datetime import datetime, timezone
 from importlib import metadata
@@ -210,7 +211,7 @@ def publish_record(storage, workspace: str, record: LineageRecord) -> str:
 def _checkout_version(project: Path) -> str | None:
     """A project run from the checkout (not installed): its pyproject's version, and the commit when .git says."""
     try:
-        import tomllib  # 3.11+; on 3.10 a run from the checkout names no version
+        import tomllib  # lazy: Python 3.11+ only; on 3.10 a run from the checkout names no version
     except ImportError:
         return None
     try:
@@ -246,8 +247,6 @@ def _checkout_commit(git: Path) -> str | None:
 def platform_versions(names: tuple[str, ...] = VERSIONED_DISTRIBUTIONS) -> dict[str, str]:
     """{distribution: version} of the installed distributions (importlib.metadata); the platform's own projects run
     from the checkout fall back to the checkout's version and commit; "python" too. Absent ones are left out."""
-    import platform
-
     versions = {"python": platform.python_version()}
     for name in names:
         try:

@@ -20,6 +20,7 @@ environment are the better place for them.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -322,8 +323,6 @@ def lineage_datasets(record: Mapping[str, Any]) -> list:
     """The record's channels as MLflow DatasetInputs: name = the channel, source = its URI, digest = its data version
     (cut to MLflow's 36 characters; the whole one is the input's tag training.data_version and in the profile),
     context (the input tag mlflow.data.context) = the channel."""
-    import json as _json
-
     # lazy: mlflow, only once tracking is on (never at DAG parse)
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
@@ -331,8 +330,8 @@ def lineage_datasets(record: Mapping[str, Any]) -> list:
     for channel, part in sorted((record.get("channels") or {}).items()):
         version = part.get("data_version") or ""
         dataset = Dataset(name=channel, digest=(version or "unknown")[:MAX_DATASET_DIGEST],
-                          source_type=_dataset_source_type(part["uri"]), source=_json.dumps({"uri": part["uri"]}),
-                          profile=_json.dumps({"data_version": version or None, "objects": part.get("objects"),
+                          source_type=_dataset_source_type(part["uri"]), source=json.dumps({"uri": part["uri"]}),
+                          profile=json.dumps({"data_version": version or None, "objects": part.get("objects"),
                                                "bytes": part.get("bytes")}))
         tags = [InputTag("mlflow.data.context", channel)]
         if version:
