@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Mapping
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -218,8 +220,31 @@ def _checkout_version(project: Path) -> str | None:
         version = tomllib.loads((project / "pyproject.toml").read_text())["project"]["version"]
     except (OSError, KeyError, ValueError):
         return None
-    commit = _checkout_commit(CHECKOUT / ".git")
-    return f"{version}+g{commit[:12]}" if commit else f"{version}+checkout"
+    return _with_commit(version, project)
+
+
+def _with_commit(version: str, project: Path) -> str:
+    """`version+g<commit>` of the git checkout `project` is in (`version+checkout` when none is found)."""
+    for folder in (project, *project.parents):
+        if (folder / ".git").exists():
+            commit = _checkout_commit(folder / ".git")
+            return f"{version}+g{commit[:12]}" if commit else f"{version}+checkout"
+    return f"{version}+checkout"
+
+
+def _in_git_checkout(folder: Path) -> bool:
+    return any((f / ".git").exists() for f in (folder, *folder.parents))
+
+
+def _editable_checkout(name: str) -> Path | None:
+    """The folder an editable install of `name` runs from (pip's direct_url.json), or None."""
+    try:
+        info = json.loads(metadata.distribution(name).read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    if not (info.get("dir_info") or {}).get("editable") or not str(info.get("url", "")).startswith("file://"):
+        return None
+    return Path(url2pathname(urlsplit(info["url"]).path))
 
 
 def _checkout_commit(git: Path) -> str | None:
@@ -245,12 +270,19 @@ def _checkout_commit(git: Path) -> str | None:
 
 
 def platform_versions(names: tuple[str, ...] = VERSIONED_DISTRIBUTIONS) -> dict[str, str]:
-    """{distribution: version} of the installed distributions (importlib.metadata); the platform's own projects run
-    from the checkout fall back to the checkout's version and commit; "python" too. Absent ones are left out."""
+    """{distribution: version} of the installed distributions (importlib.metadata); code run from a git checkout (the
+    platform's own projects when this module comes from one, another distribution's editable install) with that
+    checkout's commit (`0.1.0+g<commit>`); the platform's projects not installed fall back to the checkout's
+    pyproject version. "python" too. Absent ones are left out."""
     versions = {"python": platform.python_version()}
     for name in names:
         try:
             versions[name] = metadata.version(name)
+            # The version says nothing of the code a checkout runs: name its commit. The platform's own projects
+            # are the checkout this module was imported from (whatever pip says), others their editable folder.
+            project = _CHECKOUT_PROJECTS.get(name) if _in_git_checkout(CHECKOUT) else _editable_checkout(name)
+            if project is not None:
+                versions[name] = _with_commit(versions[name], project)
         except metadata.PackageNotFoundError:
             project = _CHECKOUT_PROJECTS.get(name)
             found = _checkout_version(project) if project is not None else None

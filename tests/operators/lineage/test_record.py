@@ -149,8 +149,16 @@ def test_publishing_uploads_the_kept_copy_beside_the_model(sample, tmp_path):
 def test_versions_name_the_installed_distributions():
     versions = platform_versions()
     assert versions["apache-airflow"] == metadata.version("apache-airflow")
+    assert versions["apache-airflow-providers-openlineage"] == metadata.version("apache-airflow-providers-openlineage")
     assert versions["python"] == sys.version.split()[0]
-    assert "airflow-training-jobs" in versions
+
+
+def test_the_platform_run_from_a_checkout_names_the_checkouts_commit():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    versions = platform_versions()
+    for name in ("airflow-training-jobs", "training-runtime"):
+        assert versions[name] == f"{metadata.version(name)}+g{head.stdout.strip()[:12]}"
+    assert versions["apache-airflow"] == metadata.version("apache-airflow")  # an installed wheel: its version alone
 
 
 def test_a_platform_run_from_the_checkout_names_the_checkouts_version_and_commit(monkeypatch):
