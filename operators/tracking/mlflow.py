@@ -20,6 +20,7 @@ environment are the better place for them.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -295,3 +296,88 @@ def register_model_version(uri: str, *, name: str, experiment: str, job_name: st
         logger.warning("MLflow tracking at %s failed while registering %s as a version of %r (%s); the model is "
                        "promoted all the same", shown_uri(uri), model_uri, name, _failure(err))
         return None
+
+
+# -- lineage (operators/lineage/record.py): the run's datasets and what made its model ---------------------------------
+
+CODE_DIGEST_TAG = "training.code_digest"
+CODE_URI_TAG = "training.code_uri"
+IMAGE_TAG = "training.image"
+IMAGE_DIGEST_TAG = "training.image_digest"
+PARENT_MODEL_TAG = "training.parent_model_uri"
+PARENT_LINEAGE_TAG = "training.parent_lineage_uri"
+LINEAGE_URI_TAG = "training.lineage_uri"
+REPRODUCES_TAG = "training.reproduces"
+DATA_VERSION_INPUT_TAG = "training.data_version"  # the whole data version (the dataset's digest holds 36 characters)
+MAX_DATASET_DIGEST = 36  # MLflow's limit on a dataset's digest (mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE)
+MAX_TAG_CHARS = 5000  # a run tag's value (the tracking server's limit is 8000; a URI stays far below either)
+
+
+def _dataset_source_type(uri: str) -> str:
+    """MLflow's source type for a channel URI: its scheme (s3, cos, oss, obs), "local" for a path or file://."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    return "local" if scheme in ("", "file") else scheme
+
+
+def lineage_datasets(record: Mapping[str, Any]) -> list:
+    """The record's channels as MLflow DatasetInputs: name = the channel, source = its URI, digest = its data version
+    (cut to MLflow's 36 characters; the whole one is the input's tag training.data_version and in the profile),
+    context (the input tag mlflow.data.context) = the channel."""
+    # lazy: mlflow, only once tracking is on (never at DAG parse)
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    inputs = []
+    for channel, part in sorted((record.get("channels") or {}).items()):
+        version = part.get("data_version") or ""
+        dataset = Dataset(name=channel, digest=(version or "unknown")[:MAX_DATASET_DIGEST],
+                          source_type=_dataset_source_type(part["uri"]), source=json.dumps({"uri": part["uri"]}),
+                          profile=json.dumps({"data_version": version or None, "objects": part.get("objects"),
+                                               "bytes": part.get("bytes")}))
+        tags = [InputTag("mlflow.data.context", channel)]
+        if version:
+            tags.append(InputTag(DATA_VERSION_INPUT_TAG, version))
+        inputs.append(DatasetInput(dataset=dataset, tags=tags))
+    return inputs
+
+
+def lineage_tags(record: Mapping[str, Any]) -> dict[str, str]:
+    """The record's code digest, image and its digest, parent model and where the record is, as run tags (the facts
+    the record has; none is made up)."""
+    code, image = record.get("code") or {}, record.get("image") or {}
+    parent, reproduces = record.get("parent") or {}, record.get("reproduces") or {}
+    tags = {CODE_URI_TAG: code.get("source_uri"), CODE_DIGEST_TAG: code.get("digest"), IMAGE_TAG: image.get("name"),
+            IMAGE_DIGEST_TAG: image.get("digest"), PARENT_MODEL_TAG: parent.get("model_uri"),
+            PARENT_LINEAGE_TAG: parent.get("lineage_uri"), LINEAGE_URI_TAG: record.get("published_uri"),
+            REPRODUCES_TAG: reproduces.get("job_name")}
+    return {key: str(value)[:MAX_TAG_CHARS] for key, value in tags.items() if value}
+
+
+def record_lineage(uri: str, *, experiment: str, job_name: str, record: Mapping[str, Any], run_id: str | None = None,
+                   logger: logging.Logger | None = None) -> bool:
+    """Log the lineage record `record` (LineageRecord's JSON dict) on the job's run: its channels through MLflow's
+    dataset tracking (log_inputs), the code digest, image digest and parent as tags. Best effort, like the rest: a
+    failing server is one warning, and False."""
+    logger = logger or log
+    try:
+        # lazy: mlflow, only once tracking is on (never at DAG parse)
+        from mlflow.entities import RunTag
+
+        client = _client(uri)
+        run = _find_run(client, experiment, job_name, run_id)
+        if run is None:
+            logger.warning("MLflow: no run of job %s in experiment %r at %s: its lineage is not recorded", job_name,
+                           experiment, shown_uri(uri))
+            return False
+        datasets = lineage_datasets(record)
+        if datasets:
+            client.log_inputs(run.info.run_id, datasets=datasets)
+        tags = lineage_tags(record)
+        if tags:
+            client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        logger.info("MLflow: run %s records the lineage of %s (%d dataset(s), %s)", run.info.run_id, job_name,
+                    len(datasets), ", ".join(sorted(tags)) or "no tags")
+        return True
+    except Exception as err:  # noqa: BLE001 - a tracking server must never fail a training
+        logger.warning("MLflow tracking at %s failed while recording the lineage of job %s (%s); the model is "
+                       "published all the same", shown_uri(uri), job_name, _failure(err))
+        return False

@@ -258,6 +258,7 @@ LAYERS = (
     ("pipelines", "local_api"),
     ("stages",),
     ("launch",),
+    ("lineage",),  # the run's lineage record: built from the spec, kept in the job's state (issue 50)
     ("state", "tuning"),
     ("cache", "staging", "tracking"),
     ("jobspec",),
