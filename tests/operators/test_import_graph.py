@@ -263,7 +263,7 @@ LAYERS = (
     ("jobspec",),
     ("storage",),
     ("settings",),
-    ("fs", "quantities", "console_urls", "stage_names"),
+    ("fs", "quantities", "console_urls", "stage_names", "log_masking", "step_process"),
     ("provider_info", "__init__"),
 )
 
