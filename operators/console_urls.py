@@ -1,13 +1,14 @@
 """The URLs of the training-jobs console (plugins/training_console) and of the object stores' own consoles: one home
 for every module that links to a job (the stages' extra links, MLflow's run tags, the approval step, the console).
-Nothing here imports Airflow at module level; the UI's base URL is read from [api] when a URL is built.
+Nothing here imports Airflow: the UI's base URL is read from [api] when a URL is built, through operators/settings.py's
+reader (Airflow's conf on a worker, the environment in a data-plane step: operators/step_process.py).
 """
 
 from __future__ import annotations
 
 from urllib.parse import quote
 
-from airflow.configuration import conf
+from operators.settings import get_str
 
 PLUGIN_PREFIX = "/training-jobs"
 RUN_VIEW_ROUTE = "training-jobs-run"  # the plugin's tab on a DAG run, inside Airflow's UI (training_jobs_plugin.py)
@@ -32,11 +33,11 @@ def console_url(uri: str) -> str | None:
 
 def base_url() -> str:
     """Where the UI is served ([api] base_url, else http://<[api] host>:<[api] port>), without a trailing slash."""
-    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    base = get_str("api", "base_url", "").rstrip("/")
     if base:
         return base
-    host = conf.get("api", "host", fallback="127.0.0.1") or "127.0.0.1"
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{conf.get('api', 'port', fallback='8080')}"
+    host = get_str("api", "host", "127.0.0.1") or "127.0.0.1"
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{get_str('api', 'port', '8080')}"
 
 
 def job_path(dag_id: str, run_id: str, map_index: int) -> str:

@@ -1,20 +1,79 @@
 """The [training] sections of airflow.cfg (overridable by AIRFLOW__TRAINING__<KEY> variables): the typed getters every
-reader of them uses, and the [training] section itself (TrainingSettings). Each backend reads its own section in its
+reader of them uses, and the [training] section itself (TrainingSettings). In a data-plane step (operators/
+step_process.py) they read the AIRFLOW__TRAINING*__<KEY> variables alone, without Airflow (EnvironmentConfig). Each backend reads its own section in its
 folder with these getters ([training.kubernetes]: operators/launch/kubernetes/settings.py, [training.docker]:
 operators/launch/docker/settings.py); everything else takes the settings objects they return."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from operators.quantities import is_quantity
+from operators.step_process import is_step_process
+
+
+class EnvironmentConfig:
+    """Airflow's conf as a data-plane step has it (operators/step_process.py): only its AIRFLOW__<SECTION>__<KEY>
+    variables (the worker passes every [training] setting so: training_settings_env), read as Airflow reads them
+    (the section's '.' as '_', the value's $VARIABLES and ~ expanded; getint, getfloat, getboolean and getjson's
+    rules), without importing Airflow (~2 s of a step's life). Errors are ValueError; the getters below word them."""
+
+    def __init__(self, environ=None) -> None:
+        self._environ = os.environ if environ is None else environ
+
+    @staticmethod
+    def env_name(section: str, key: str) -> str:
+        return f"AIRFLOW__{section.replace('.', '_').upper()}__{key.upper()}"
+
+    def get(self, section: str, key: str, fallback: Any = None) -> Any:
+        value = self._environ.get(self.env_name(section, key))
+        if value is None:
+            return fallback
+        while True:  # Airflow's expand_env_var: until nothing changes
+            expanded = os.path.expanduser(os.path.expandvars(value))
+            if expanded == value:
+                return value
+            value = expanded
+
+    def getint(self, section: str, key: str, fallback: Any = None) -> int:
+        value = self.get(section, key, fallback)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            number = float(value)  # "2.0" is 2, as Airflow has it; "2.5" is refused
+            if number != int(number):
+                raise ValueError(value) from None
+            return int(number)
+
+    def getfloat(self, section: str, key: str, fallback: Any = None) -> float:
+        return float(self.get(section, key, fallback))
+
+    def getboolean(self, section: str, key: str, fallback: Any = None) -> bool:
+        value = str(self.get(section, key, fallback)).lower().strip().split("#")[0].strip()
+        if value in ("t", "true", "1"):
+            return True
+        if value in ("f", "false", "0"):
+            return False
+        raise ValueError(value)
+
+    def getjson(self, section: str, key: str, fallback: Any = None) -> Any:
+        value = self.get(section, key, None)
+        return fallback if value in (None, "") else json.loads(value)
+
+    def getsection(self, section: str) -> dict[str, str]:
+        prefix = self.env_name(section, "")
+        return {name[len(prefix):].lower(): self.get(section, name[len(prefix):]) for name in self._environ
+                if name.startswith(prefix) and not name.endswith(("_CMD", "_SECRET"))}
 
 
 def _conf():
+    if is_step_process():
+        return EnvironmentConfig()
     # lazy: Airflow, which settings (below launch/) never imports at module level
     from airflow.configuration import conf
 

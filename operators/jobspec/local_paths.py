@@ -13,6 +13,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 from operators.jobspec.errors import SpecError
+from operators.settings import get_str
 from operators.storage.location import parse_uri
 
 URI_FIELDS = ("source_dir", "output_path", "checkpoint_path", "resume_from")
@@ -35,11 +36,8 @@ def in_platform_area(field: str, path: str, areas: Mapping[str, tuple[str, ...]]
 
 
 def _configured(section: str, key: str, fallback: str) -> str:
-    try:
-        # lazy: Airflow, which jobspec/ and launch/ never import at module level (the SDK's local mode)
-        from airflow.configuration import conf
-
-        return conf.get(section, key, fallback=fallback) or fallback
+    try:  # operators/settings.py's reader: Airflow's conf, or a data-plane step's environment without Airflow
+        return get_str(section, key, fallback) or fallback
     except Exception:  # noqa: BLE001 - no Airflow config here: its default place
         return fallback
 

@@ -8,17 +8,19 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-STEP_ENV = "TRAINING_STEP"  # the step's JSON payload (operators/stages/in_cluster.py reads it)
+# the step's JSON payload (operators/stages/in_cluster.py reads it), and the checkpoint sync's configuration (below):
+# their home is operators/step_process.py, which the layers below launch/ read too
+from operators.step_process import CHECKPOINT_SYNC_ENV as CHECKPOINT_SYNC_ENV
+from operators.step_process import STEP_ENV as STEP_ENV
+
 # What the step says back must fit a Kubernetes termination message (the kubelet keeps at most 4096 bytes).
 OUTCOME_BYTES = 4096
 TERMINATION_LOG = "/dev/termination-log"
 
 # The checkpoint sync's pod (operators/stages/checkpoint_sync_pod.py), which runs for the training's lifetime beside it:
-# its configuration {"dir", "uri", "job_root", "interval", "connections", "mark_existing"} ...
-CHECKPOINT_SYNC_ENV = "TRAINING_CHECKPOINT_SYNC"
-# ... the file it writes once the checkpoints already there (restored) are known: its readiness probe, which the
-# launcher waits for before it creates the training (else the training's first checkpoint could be taken for a
-# restored one and never uploaded) ...
+# its configuration is in CHECKPOINT_SYNC_ENV; the file it writes once the checkpoints already there (restored) are
+# known is its readiness probe, which the launcher waits for before it creates the training (else the training's first
+# checkpoint could be taken for a restored one and never uploaded) ...
 CHECKPOINT_SYNC_READY_FILE = "/tmp/checkpoint-sync-ready"
 # ... and the line it logs once its last pass, after the training ended, has uploaded everything.
 CHECKPOINT_SYNC_DONE = "checkpoint sync: the last pass is done"

@@ -3,7 +3,8 @@ needs (read from the connection, no botocore client), and a boto3 client built o
 
 Credentials and the boto3 session come from the amazon provider's AwsBaseHook, so everything Airflow supports
 for AWS connections works (login/password, profiles, assume-role, AIRFLOW_CONN_<ID> variables, secrets
-backends). The connection extra carries `endpoint_url`, `region_name` (or `region`) and `addressing_style`
+backends); in a data-plane step (operators/step_process.py) from the AIRFLOW_CONN_<ID> variable, read without Airflow
+(storage/env_connections.py), but for what only the hook supports. The connection extra carries `endpoint_url`, `region_name` (or `region`) and `addressing_style`
 ("path" / "virtual"); a `config_kwargs` dict in the extra is merged over our botocore defaults.
 """
 
@@ -28,8 +29,16 @@ from botocore.utils import (
 )
 from dateutil.tz import tzutc
 
+from operators import log_masking
+from operators.step_process import is_step_process
 from operators.storage import checksums
 from operators.storage.addressing import resolve_addressing
+from operators.storage.env_connections import (
+    ConnectionFormatError,
+    EnvAwsHook,
+    airflow_needed,
+    read_env_connection,
+)
 from operators.storage.errors import StorageError, display_endpoint
 from operators.storage.location import (
     DEFAULT_CONNECTIONS,
@@ -322,6 +331,17 @@ def forget_data_loader() -> None:
         _shared_loader = None
 
 
+def tune_session(session) -> None:
+    """Make a boto3 session parse timestamps with `fast_timestamp` and share this process's data loader."""
+    botocore_session = getattr(session, "_session", None)  # boto3 keeps its botocore session here
+    try:
+        factory = botocore_session.get_component("response_parser_factory")
+        factory.set_parser_defaults(timestamp_parser=fast_timestamp)
+        share_data_loader(botocore_session)
+    except Exception:  # noqa: BLE001 - optimisations only: botocore's parser and loader work as well
+        log.debug("could not install the fast timestamp parser or the shared data loader", exc_info=True)
+
+
 def _aws_hook_class():
     """AwsBaseHook whose sessions parse timestamps with `fast_timestamp` (everything else is the provider's)."""
     # lazy: Airflow's amazon provider; cache/ imports this module through the storage hook without Airflow
@@ -330,23 +350,48 @@ def _aws_hook_class():
     class StorageAwsHook(AwsBaseHook):
         def get_session(self, *args, **kwargs):
             session = super().get_session(*args, **kwargs)
-            botocore_session = getattr(session, "_session", None)  # boto3 keeps its botocore session here
-            try:
-                factory = botocore_session.get_component("response_parser_factory")
-                factory.set_parser_defaults(timestamp_parser=fast_timestamp)
-                share_data_loader(botocore_session)
-            except Exception:  # noqa: BLE001 - optimisations only: botocore's parser and loader work as well
-                log.debug("could not install the fast timestamp parser or the shared data loader", exc_info=True)
+            tune_session(session)
             return session
 
     return StorageAwsHook
 
 
+def _env_hook(loc: StorageLocation, conn_id: str) -> EnvAwsHook | None:
+    """In a data-plane step (operators/step_process.py): the connection from its AIRFLOW_CONN_<ID> variable, read
+    without Airflow; None where Airflow's hook must read it (said in one line)."""
+    if not is_step_process():
+        return None
+    try:
+        conn = read_env_connection(conn_id)
+    except ConnectionFormatError as err:
+        raise StorageError(f"cannot read connection '{conn_id}' for {loc.uri}: {err}; fix that key of the storage "
+                           "Secret", permanent=True) from None
+    why = airflow_needed(conn)
+    if why:
+        log.info("connection %r is read through Airflow's AWS hook: %s", conn_id, why)
+        return None
+    if conn is not None and (conn.conn_type or "aws") != "aws":  # AwsConnectionWrapper's warning; it reads it anyway
+        log.warning("connection %r is of type %r, not aws; it might not work correctly", conn_id, conn.conn_type)
+    return EnvAwsHook(conn_id, conn, tune_session)
+
+
+def _register_secrets(wrapper) -> None:
+    """A connection Airflow's hook read: its secrets for operators/log_masking.py too (a step's log may go through it
+    alone)."""
+    if wrapper:
+        log_masking.register(wrapper.password)
+        log_masking.register(wrapper.aws_secret_access_key)
+        log_masking.register(wrapper.aws_session_token)
+        log_masking.register(dict(wrapper.extra_config or {}), "extra")
+
+
 def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
     """Build the S3 client of connection `conn_id` (used for `loc`, which error messages name)."""
-    aws = _aws_hook_class()(aws_conn_id=conn_id, client_type="s3")
+    aws = _env_hook(loc, conn_id) or _aws_hook_class()(aws_conn_id=conn_id, client_type="s3")
     try:
         wrapper = aws.conn_config
+        if not isinstance(aws, EnvAwsHook):
+            _register_secrets(wrapper)
     except Exception as err:  # noqa: BLE001 - a malformed connection; its text may hold the secret
         log.debug("reading connection %r failed: %s", conn_id, type(err).__name__)
         raise StorageError(

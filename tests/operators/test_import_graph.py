@@ -262,9 +262,9 @@ LAYERS = (
     ("state", "tuning"),
     ("cache", "staging", "tracking"),
     ("jobspec",),
-    ("storage",),
+    ("storage", "console_urls"),
     ("settings",),
-    ("fs", "quantities", "console_urls", "stage_names"),
+    ("fs", "quantities", "stage_names", "log_masking", "step_process"),
     ("provider_info", "__init__"),
 )
 
