@@ -25,7 +25,7 @@ KUEUE_VERSION := v0.17.0
 export KUEUE_DIR ?= $(TOOLS_CACHE)/kueue-$(KUEUE_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: dist install lint sandbox-deps postgres redis db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers mlflow-server node-deps node-tools minio k8s-tools kueue cluster cluster-down
+.PHONY: dist airflow-oldest install lint sandbox-deps postgres redis db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers mlflow-server node-deps node-tools minio k8s-tools kueue cluster cluster-down
 
 # Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
 # fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
@@ -130,6 +130,12 @@ peers: install
 mlflow-server:
 	nice -n 10 python3 tests/mlflow_server.py build
 
+# The oldest Airflow the provider supports (pyproject.toml: apache-airflow>=3.1): Airflow 3.1.8 and everything under it,
+# pinned in tests/integration/oldest_airflow_requirements.txt, in its own venv under $(TOOLS_CACHE)/airflow-oldest-<hash>
+# from the wheelhouse (built once, then reused); tests/integration/test_provider_install.py runs training_job on it.
+airflow-oldest: install
+	nice -n 10 $(PY) tests/integration/oldest_airflow.py build
+
 # Browser tests (tests/integration/test_ui_browser.py): Debian's chromium driven by npm's playwright-core, which never
 # downloads a browser; the npm package lives in the tools cache, outside the repository.
 PLAYWRIGHT_VERSION := 1.65.1
@@ -156,7 +162,7 @@ TEST_WORKERS ?= 4
 INTEGRATION_WORKERS ?= 2
 # A hung run ends here, with pytest's summary, not at CI's own limit (each test also has a limit: pyproject.toml).
 INTEGRATION_LIMIT ?= 3600
-test: install lint peers mlflow-server images browser-deps node-tools minio k8s-tools kueue postgres redis
+test: install lint peers mlflow-server airflow-oldest images browser-deps node-tools minio k8s-tools kueue postgres redis
 	$(PY) -m pytest -q -rfEs -n $(TEST_WORKERS) --ignore=tests/integration tests
 	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rfEs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
 	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (about 38 min on 2 busy cores): interrupted; the tests it was running are named above"; exit $$rc; }
