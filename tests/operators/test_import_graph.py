@@ -263,9 +263,10 @@ LAYERS = (
     ("cache", "staging", "tracking"),
     ("jobspec",),
     ("storage",),
-    ("settings", "airflow_compat"),
+    ("settings",),
     ("fs", "quantities", "console_urls", "stage_names"),
     ("provider_info", "__init__"),
+    ("airflow_compat",),
 )
 
 
