@@ -25,7 +25,7 @@ KUEUE_VERSION := v0.17.0
 export KUEUE_DIR ?= $(TOOLS_CACHE)/kueue-$(KUEUE_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: install lint sandbox-deps postgres redis db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers mlflow-server node-deps node-tools minio k8s-tools kueue cluster cluster-down
+.PHONY: dist airflow-oldest install lint sandbox-deps postgres redis db demo airflow browser-deps test test-fast test-cluster test-docker engine images bench clean peers mlflow-server node-deps node-tools minio k8s-tools kueue cluster cluster-down
 
 # Every pinned wheel (torch and its CUDA packages: several GB) is kept in a wheelhouse outside the repository, so a
 # fresh clone installs offline in minutes; the index is asked only for what the wheelhouse lacks (pip's HTTP cache
@@ -42,10 +42,21 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml runtime
 		&& $(PIP_OFFLINE) $(REQUIREMENTS); }
 	rm -rf airflow_training_jobs.egg-info  # an older install's metadata in the checkout (setup.cfg moved it to build/) would shadow the entry points
 	mkdir -p build  # setup.cfg's egg_base: an editable build writes the metadata there and needs it to exist
+	$(PY) -m pip uninstall -q -y training-runtime training-sdk 2>/dev/null || true  # the runtime's and the SDK's names before 0.1.0 (taken on PyPI)
 	$(PIP_OFFLINE) --no-deps -e runtime -e . -e sdk
 	touch $@
 
 install: $(VENV)/.installed sandbox-deps
+
+# The three distributions as wheels in dist/ (names free on PyPI): airflow-training-jobs (the provider),
+# airflow-training-jobs-runtime (`train`, standard library only, Python >= 3.9: what a training image installs,
+# docs/docker.md) and airflow-training-jobs-sdk. setuptools comes from the project venv (no build isolation, no index);
+# its in-tree build directories are removed afterwards (the checkout's build/ holds the image builds' staging).
+dist: $(VENV)/.installed
+	rm -rf dist && mkdir -p build
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w dist . ./runtime ./sdk
+	rm -rf runtime/build sdk/build build/lib build/bdist.* runtime/*.egg-info sdk/*.egg-info
+	@ls dist
 
 # The local backend runs user code in a bubblewrap sandbox ([training] local_sandbox, docs/operations.md):
 # Debian's bubblewrap, installed as root when bwrap is missing; libseccomp2 for its seccomp filter; and slirp4netns for [training] local_network =
@@ -119,6 +130,12 @@ peers: install
 mlflow-server:
 	nice -n 10 python3 tests/mlflow_server.py build
 
+# The oldest Airflow the provider supports (pyproject.toml: apache-airflow>=3.1): Airflow 3.1.8 and everything under it,
+# pinned in tests/integration/oldest_airflow_requirements.txt, in its own venv under $(TOOLS_CACHE)/airflow-oldest-<hash>
+# from the wheelhouse (built once, then reused); tests/integration/test_provider_install.py runs training_job on it.
+airflow-oldest: install
+	nice -n 10 $(PY) tests/integration/oldest_airflow.py build
+
 # Browser tests (tests/integration/test_ui_browser.py): Debian's chromium driven by npm's playwright-core, which never
 # downloads a browser; the npm package lives in the tools cache, outside the repository.
 PLAYWRIGHT_VERSION := 1.65.1
@@ -145,7 +162,7 @@ TEST_WORKERS ?= 4
 INTEGRATION_WORKERS ?= 2
 # A hung run ends here, with pytest's summary, not at CI's own limit (each test also has a limit: pyproject.toml).
 INTEGRATION_LIMIT ?= 3600
-test: install lint peers mlflow-server images browser-deps node-tools minio k8s-tools kueue postgres redis
+test: install lint peers mlflow-server airflow-oldest images browser-deps node-tools minio k8s-tools kueue postgres redis
 	$(PY) -m pytest -q -rfEs -n $(TEST_WORKERS) --ignore=tests/integration tests
 	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rfEs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
 	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (about 38 min on 2 busy cores): interrupted; the tests it was running are named above"; exit $$rc; }

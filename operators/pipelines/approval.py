@@ -29,7 +29,7 @@ from urllib.parse import urlencode
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamsDict
-from airflow.sdk.exceptions import AirflowFailException
+from operators.airflow_compat import AirflowFailException
 
 from operators.console_urls import PLUGIN_PREFIX, base_url, job_path
 from operators.settings import approver_role

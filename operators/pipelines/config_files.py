@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
-from airflow.sdk.definitions.timetables._cron import CRON_PRESETS
 from croniter import croniter
 
 from operators.jobspec.model import SpecError, base_name_from
+from operators.airflow_compat import CRON_PRESETS
 from operators.launch.spec import validate_spec
 from operators.settings import training_settings
 

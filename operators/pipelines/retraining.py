@@ -33,9 +33,14 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping
 
-from airflow.sdk import DAG, Asset, AssetAll, AssetAny, AssetOrTimeSchedule, BaseOperator, CronTriggerTimetable, Param
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 
+from operators.airflow_compat import (
+    AirflowFailException,
+    AirflowSkipException,
+    AssetOrTimeSchedule,
+    CronTriggerTimetable,
+)
 from operators.jobspec.errors import SpecError
 from operators.jobspec.model import JobSpec
 from operators.jobspec.ownership import OWNER_KEY, dag_owner

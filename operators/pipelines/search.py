@@ -29,7 +29,7 @@ import shutil
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow.sdk import BaseOperator, Param, task_group
-from airflow.sdk.exceptions import AirflowFailException
+from operators.airflow_compat import AirflowFailException
 
 from operators.jobspec.model import SpecError, base_name_from, job_name_from
 from operators.launch.spec import validate_spec

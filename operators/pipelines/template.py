@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from airflow.sdk import Asset
 
+from operators.airflow_compat import RETRY_BACKOFF_DOUBLING
 from operators.stages import (
     LaunchTrainingOperator,
     PrefetchDataOperator,
@@ -80,7 +81,7 @@ def training_job_tasks(
     `dag_owned`: every run is its DAG's, whoever triggered it (a retraining DAG's lineage: operators/jobspec/ownership.py).
     """
     p = task_id_prefix
-    transfers = {"retries": transfer_retries, "retry_delay": TRANSFER_RETRY_DELAY, "retry_exponential_backoff": 2.0,
+    transfers = {"retries": transfer_retries, "retry_delay": TRANSFER_RETRY_DELAY, "retry_exponential_backoff": RETRY_BACKOFF_DOUBLING,
                  "max_retry_delay": timedelta(minutes=5)}
     validate = ValidateSpecOperator(task_id=f"{p}validate_spec", spec=spec, spec_defaults=spec_defaults,
                                     dag_owned=dag_owned)

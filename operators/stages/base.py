@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from operators.airflow_compat import AirflowFailException
 from training_runtime.layouts import layout_for
 
 from operators.fs.safe_tar import BadArchiveError

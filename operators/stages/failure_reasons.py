@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
+from operators.airflow_compat import AirflowSkipException, TaskDeferred
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import functools
 import os
 from typing import Any
 
-from airflow.sdk.exceptions import (
+from operators.airflow_compat import (
     AirflowException,
     AirflowFailException,
     AirflowSkipException,

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from airflow.sdk import get_current_context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from operators.airflow_compat import AirflowException, AirflowFailException, AirflowSkipException
 from training_runtime.contract import METRICS_ECHO_ENV, METRICS_FILE_ENV, METRICS_STREAM
 
 from operators.fs.job_root import JobRoot

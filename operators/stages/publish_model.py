@@ -7,7 +7,7 @@ from operators.tracking.mlflow import configured_uri, experiment_name, record_mo
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from operators.airflow_compat import AirflowFailException
 
 
 class PublishModelOperator(BaseOperator):

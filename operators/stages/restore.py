@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from airflow.sdk.exceptions import AirflowFailException
+from operators.airflow_compat import AirflowFailException
 
 from operators.fs.job_root import JobRoot
 from operators.fs.safe_tar import safe_extract

@@ -13,7 +13,7 @@ import sys
 from airflow.sdk import DAG
 # Airflow's own triggerer command turns masking on through this module too (the Task SDK has no public accessor).
 from airflow.sdk._shared.secrets_masker import SecretsMasker, _secrets_masker
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from operators.airflow_compat import AirflowFailException, AirflowSkipException
 
 from operators.launch.steps import STEP_ENV, report_outcome
 

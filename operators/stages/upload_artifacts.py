@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from operators.airflow_compat import AirflowFailException, AirflowSkipException
 
 from operators.fs.job_root import JobRoot
 from operators.fs.safe_tar import PackTooLargeError

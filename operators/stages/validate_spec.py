@@ -4,7 +4,7 @@ import hashlib
 from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from operators.airflow_compat import AirflowFailException
 
 from operators.jobspec.entry_point import check_entry_point
 from operators.jobspec.local_paths import airflow_private_paths, check_private_paths

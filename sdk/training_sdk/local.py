@@ -9,7 +9,7 @@ every Airflow-free piece of the platform, so a job behaves as it does in the DAG
     from the environment
   - the same metrics.json and model.tar.gz
 all through one module, operators/local_api.py (its `__all__` is the whole API local mode may use). It comes from
-the platform's own distributions (`pip install training-sdk[local]`: training-runtime and airflow-training-jobs
+the platform's own distributions (`pip install airflow-training-jobs-sdk[local]`: airflow-training-jobs-runtime and airflow-training-jobs
 installed without their Airflow requirements). What differs from the DAG: the code is copied
 (with the same exclude rules as an upload) instead of staged from object storage, local input paths are linked into
 input/data/<channel> (object storage inputs are downloaded with boto3), and the artifacts go to a local output_path
@@ -40,7 +40,7 @@ def _platform():
         from operators import local_api
     except ImportError as err:
         raise TrainingSdkError(f"local mode needs the platform's runtime and launcher ({err}); install them with "
-                               f"`pip install -e runtime -e . --no-deps` from the repository (or training-sdk[local])") \
+                               f"`pip install -e runtime -e . --no-deps` from the repository (or airflow-training-jobs-sdk[local])") \
             from None
     return local_api
 

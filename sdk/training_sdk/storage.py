@@ -10,7 +10,7 @@ s3transfer.
 
 # A copy of operators/storage/retries.py's figures, operators/storage/remote_retries.py's quota fix (and
 # operators/storage/remote.py's checksum setting for stores that are not AWS), not an import: the SDK installs
-# on its own (training-sdk[s3] is boto3 without the platform), so it must not import `operators`. Keep the two in step.
+# on its own (airflow-training-jobs-sdk[s3] is boto3 without the platform), so it must not import `operators`. Keep the two in step.
 
 from __future__ import annotations
 

@@ -4,11 +4,14 @@ command, in a child process) and through dag.test(), the function that command r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,8 @@ from dag_runner import (
     run_dag,
 )
 from docker_support import TORCH_IMAGE, TRAINING_IMAGE, engine, require_image
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]  # `dags test` may take 600 s
 
@@ -152,3 +157,112 @@ def test_links_a_container_leaves_in_the_job_root_leak_nothing_and_overwrite_not
     blobs = {key: object_store.get(bucket, key) for key in object_store.keys(bucket)}
     assert_nothing_leaked(world, {**blobs, "xcom": json.dumps(values).encode(), "log": log.encode()})
     assert job_leftovers(docker_engine, "docker-hostile") == []
+
+
+# ---- a team's own training image (docs/docker.md, "Your own training image") ---------------------------------------
+# The base is not the project's: no registry is reachable here, so a stand-in for python:3.9-slim is built locally, a
+# Debian root file system with its Python 3.11 removed and CPython 3.9 (pyenv's, on this machine) in /usr/local.
+FOREIGN_BASE = "training-foreign-python:3.9"
+_FOREIGN_LABEL = "org.training-jobs.inputs"
+_FOREIGN_DOCKERFILE = """\
+FROM {rootfs}
+RUN rm -rf /usr/bin/python* /usr/bin/pip* /usr/lib/python3* /usr/local/lib/python3* /usr/local/bin/*
+ADD python.tar /usr/local/
+RUN ldconfig && ln -sf python3.9 /usr/local/bin/python3 && ln -sf python3.9 /usr/local/bin/python \\
+ && python3 --version && python3 -m pip --version && ! test -e /usr/bin/python3
+"""
+
+
+def _python39_prefix() -> Path | None:
+    for python in sorted(Path.home().glob(".pyenv/versions/3.9*/bin/python3.9")):
+        if subprocess.run([str(python), "-c", "import ssl, venv, ensurepip"], capture_output=True).returncode == 0:
+            return python.parents[1]
+    return None
+
+
+def _build(tag: str, context: Path, dockerfile: str, key: str = "") -> None:
+    (context / "Dockerfile").write_text(dockerfile)
+    labels = ["--label", f"{_FOREIGN_LABEL}={key}"] if key else []
+    result = subprocess.run(["docker", "build", "-q", "--force-rm", *labels, "-t", tag, str(context)],
+                            capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    assert result.returncode == 0, f"docker build {tag}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+
+
+def _foreign_base(client, tmp_path: Path) -> str:
+    import docker.errors
+
+    prefix = _python39_prefix()
+    if prefix is None:
+        pytest.skip("no CPython 3.9 on this machine (~/.pyenv/versions/3.9*) for the python:3.9-slim stand-in")
+    rootfs = None
+    for candidate in ("training-debian:bookworm", "python:3.11-slim"):  # whichever `make images` based its images on
+        try:
+            rootfs = client.inspect_image(candidate)["Id"]
+            break
+        except docker.errors.ImageNotFound:
+            continue
+    if rootfs is None:
+        pytest.fail("neither training-debian:bookworm nor python:3.11-slim is on the engine; run `make images`")
+    dockerfile = _FOREIGN_DOCKERFILE.format(rootfs=rootfs)
+    key = hashlib.sha256(f"{dockerfile}{prefix}".encode()).hexdigest()[:16]
+    try:
+        if client.inspect_image(FOREIGN_BASE)["Config"]["Labels"].get(_FOREIGN_LABEL) == key:
+            return FOREIGN_BASE
+    except docker.errors.ImageNotFound:
+        pass
+    context = tmp_path / "foreign-base"
+    context.mkdir()
+    # Not pyenv's site-packages .pth files of this machine, nor its test suite: a python:3.9-slim has neither.
+    subprocess.run(["tar", "-C", str(prefix), "--sort=name", "--mtime=@0", "--owner=0", "--group=0",
+                    "--numeric-owner", "--exclude=lib/python3.9/test", "--exclude=__pycache__",
+                    "--exclude=lib/python3.9/site-packages/*.pth", "-cf", str(context / "python.tar"),
+                    "bin", "include", "lib"], check=True, timeout=300)
+    _build(FOREIGN_BASE, context, dockerfile, key)
+    return FOREIGN_BASE
+
+
+def _documented_lines() -> str:
+    """The Dockerfile lines docs/docker.md tells a team to add (its one ```dockerfile block after the marker)."""
+    text = (REPO / "docs" / "docker.md").read_text()
+    after = text.split("builds an image with exactly the lines of this block -->\n```dockerfile\n", 1)[1]
+    return after.split("```", 1)[0]
+
+
+def test_a_teams_own_image_with_the_documented_lines_runs_a_job(
+        docker_engine, training_dag, storage_connections, object_store, tmp_path):
+    """Issue 49: the runtime in any image. The team's image is its base (Python 3.9, root, nothing of the project)
+    plus the lines of docs/docker.md and the wheel `make dist` builds; a training job runs on it to a published
+    model."""
+    base = _foreign_base(docker_engine, tmp_path)
+    context = tmp_path / "team-image"
+    context.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-w", str(context), str(_runtime_copy(tmp_path))],
+                   check=True, timeout=300)
+    assert [w.name.split("-")[0] for w in context.glob("*.whl")] == ["airflow_training_jobs_runtime"]
+    image = "training-team-image:py39"
+    _build(image, context, f"FROM {base}\n{_documented_lines()}")
+    put_code(object_store, bucket := object_store.bucket(), {"train.py": TEAM_SCRIPT})
+    conf = {"job_name": "team-image", "backend": "docker", "image_uri": image, "source_dir": f"s3://{bucket}/code/",
+            "entry_point": "train.py", "output_path": f"s3://{bucket}/models", "resources": {"cpu": 1}}
+    state, states, _ = run_dag(training_dag, conf)
+    assert state == "success", states
+    model = model_json(object_store, bucket, "models/team-image/output/model.tar.gz")
+    assert model["python"].startswith("3.9.") and model["executable"].startswith("/usr/local/bin/")
+    assert model["uid"] == 1000 and model["host"] == "team-image-0"
+    assert job_leftovers(docker_engine, "team-image") == []
+
+
+TEAM_SCRIPT = textwrap.dedent('''
+    import json, os, platform, sys
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.json"), "w") as f:
+        json.dump({"python": platform.python_version(), "executable": sys.executable, "uid": os.getuid(),
+                   "host": os.environ["TM_CURRENT_HOST"]}, f)
+''')
+
+
+def _runtime_copy(tmp_path: Path) -> Path:
+    """runtime/ copied, so the wheel build writes its build/ and metadata outside the checkout."""
+    copy = tmp_path / "runtime-source"
+    shutil.copytree(REPO / "runtime", copy, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    return copy

@@ -11,29 +11,42 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import site
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
 import pytest
+
+import oldest_airflow
 
 REPO = Path(__file__).resolve().parents[2]
 
 # Run inside the fresh venv: what Airflow's plugins manager and DagBag see there, as JSON on the last line.
 _PROBE = textwrap.dedent("""
     import json, sys
+    OURS = ("training_jobs", "training_sdk_api")
     from importlib.metadata import entry_points
     from airflow import plugins_manager
-    from airflow.dag_processing.dagbag import DagBag
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag
     import operators, training_jobs_plugin
-    plugins, errors = plugins_manager._get_plugins()
+    if hasattr(plugins_manager, "_get_plugins"):
+        plugins, errors = plugins_manager._get_plugins()
+    else:  # Airflow 3.1
+        plugins_manager.ensure_plugins_loaded()
+        plugins, errors = plugins_manager.plugins, plugins_manager.import_errors
     bag = DagBag(dag_folder=sys.argv[1])
     print(json.dumps({
-        "entry_points": sorted(ep.name for ep in entry_points(group="airflow.plugins")),
-        "plugins": sorted(p.name for p in plugins),
+        # Ours only: other providers of the environment (openlineage's, with the lineage extra) register plugins too.
+        "entry_points": sorted(ep.name for ep in entry_points(group="airflow.plugins") if ep.name.startswith(OURS)),
+        "plugins": sorted(p.name for p in plugins if p.name.startswith(OURS)),
         "plugin_errors": {k: str(v) for k, v in errors.items()},
         "operators": operators.__file__,
         "plugin_module": training_jobs_plugin.__file__,
@@ -68,8 +81,9 @@ def installed(tmp_path_factory):
     return _venv_with(root / "venv", *map(str, wheels.glob("*.whl"))), root
 
 
-def _venv_with(venv: Path, *install: str) -> Path:
-    """The python of a fresh venv at `venv` with `install` (pip arguments) installed without dependencies."""
+def _venv_with(venv: Path, *install: str, deps_from: list[Path] | None = None) -> Path:
+    """The python of a fresh venv at `venv` with `install` (pip arguments) installed without dependencies; the
+    dependencies are the packages of `deps_from` (site-packages folders; default: the project venv's)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     own_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -79,7 +93,7 @@ def _venv_with(venv: Path, *install: str) -> Path:
     deps = venv / "project-deps"
     deps.mkdir()
     ours = ("airflow_training_jobs", "training_runtime", "training_sdk", "__editable__")
-    for packages in map(Path, site.getsitepackages()):
+    for packages in deps_from or map(Path, site.getsitepackages()):
         for entry in packages.iterdir():
             if not entry.name.startswith(ours) and not entry.name.endswith(".pth") and not (deps / entry.name).exists():
                 (deps / entry.name).symlink_to(entry)
@@ -92,13 +106,19 @@ def _venv_with(venv: Path, *install: str) -> Path:
     return python
 
 
-def _probe(python: Path, home: Path, *, pythonpath: str = "", plugins: Path | None = None) -> subprocess.CompletedProcess:
+def _team_env(home: Path, plugins: Path | None = None) -> dict[str, str]:
+    """A team's Airflow home: its own dags/ with the three-line DAG file, no setting of the checkout's."""
     (home / "dags").mkdir(parents=True, exist_ok=True)
     (home / "dags" / "training_job.py").write_text(THREE_LINE_DAG)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHON"))}
     env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
                AIRFLOW__CORE__PLUGINS_FOLDER=str(plugins or home / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
                AIRFLOW__CORE__LAZY_LOAD_PLUGINS="True")
+    return env
+
+
+def _probe(python: Path, home: Path, *, pythonpath: str = "", plugins: Path | None = None) -> subprocess.CompletedProcess:
+    env = _team_env(home, plugins)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     (home / "plugins").mkdir(exist_ok=True)
@@ -152,3 +172,45 @@ def test_a_deployments_own_operators_package_is_named_in_one_line(installed):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: the package 'operators' found at ") and str(theirs) in last, result.stderr
     assert "is not the training-jobs platform's" in last and "rename that package" in last
+
+
+TRAIN_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    print("epoch=0 loss=0.5", flush=True)
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.json"), "w") as f:
+        json.dump({"python": sys.version.split()[0], "epochs": int(os.environ["SM_HP_EPOCHS"])}, f)
+""")
+
+
+@pytest.mark.slow
+def test_oldest_supported_airflow_runs_the_training_job_to_a_published_model(installed):
+    """pyproject.toml declares Airflow 3.1 as the oldest supported: on Airflow 3.1.8 (its own venv, `make
+    airflow-oldest`), the provider's and the runtime's wheels load both plugins, and one `airflow dags test
+    training_job` on the local backend publishes the model."""
+    _, root = installed
+    python = _venv_with(root / "venv-airflow-oldest", *map(str, (root / "wheels").glob("*.whl")),
+                        deps_from=[oldest_airflow.site_packages()])
+    home = root / "oldest-home"
+    report = _report(_probe(python, home))
+    assert report["plugins"] == ["training_jobs", "training_sdk_api"], report["plugin_errors"]
+    assert report["dag_errors"] == {} and report["dags"] == ["training_job"]
+
+    env = _team_env(home)
+    env["AIRFLOW__TRAINING__WORKSPACE"] = str(home / "workspace")
+    airflow = [str(python), "-m", "airflow"]
+    version = subprocess.run([*airflow, "version"], env=env, cwd=home, capture_output=True, text=True, timeout=300)
+    assert version.stdout.strip() == oldest_airflow.AIRFLOW_VERSION, version.stderr[-2000:]
+    migrate = subprocess.run([*airflow, "db", "migrate"], env=env, cwd=home, capture_output=True, text=True,
+                             timeout=600)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    code = home / "code"
+    code.mkdir()
+    (code / "train.py").write_text(TRAIN_SCRIPT)
+    conf = {"job_name": "oldest-airflow", "backend": "local", "source_dir": str(code), "entry_point": "train.py",
+            "hyperparameters": {"epochs": 1}, "output_path": str(home / "models")}
+    run = subprocess.run([*airflow, "dags", "test", "training_job", "--conf", json.dumps(conf)], env=env, cwd=home,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    model = home / "models" / "oldest-airflow" / "output" / "model.tar.gz"
+    with tarfile.open(model) as tar:
+        assert json.load(tar.extractfile("model.json")) == {"python": platform.python_version(), "epochs": 1}

@@ -253,7 +253,8 @@ def test_the_trigger_holds_only_the_waiting_loop_and_no_launcher_imports_it():
 
 
 # The layers of operators/, top to bottom: a package imports only itself and the packages of the layers below its
-# own (not its neighbours in the same layer). A top-level module (settings.py) is a package of its own.
+# own (not its neighbours in the same layer). A top-level module (settings.py) is a package of its own; airflow_compat.py
+# (what moved between Airflow minors) imports only Airflow.
 LAYERS = (
     ("pipelines", "local_api"),
     ("stages",),
@@ -266,6 +267,7 @@ LAYERS = (
     ("settings",),
     ("fs", "quantities", "stage_names", "log_masking", "step_process"),
     ("provider_info", "__init__"),
+    ("airflow_compat",),
 )
 
 
