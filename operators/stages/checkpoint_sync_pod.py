@@ -22,7 +22,7 @@ import threading
 
 from operators.launch.steps import CHECKPOINT_SYNC_DONE, CHECKPOINT_SYNC_ENV, CHECKPOINT_SYNC_READY_FILE
 from operators.settings import training_settings
-from operators.stages.step_pod import exit_now, masked_log_output
+from operators.engine.step import exit_now, masked_log_output
 from operators.staging.checkpoints import CheckpointSync
 from operators.storage.errors import StorageError
 from operators.storage.hook import ObjectStorageHook

@@ -28,7 +28,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -41,12 +40,12 @@ from operators.launch.base import (
     PLATFORM_ERROR,
     TIMEOUT,
     USER_ERROR,
-    Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
     exit_failure_class,
 )
+from operators.launch.local.declaration import DECLARATION
 from operators.launch.local.isolation import JobIsolation
 from operators.launch.local.job_variables import job_variables, job_variables_fd
 from operators.launch.local.limits import LimitError
@@ -122,7 +121,7 @@ class _Host:
 class LocalLauncherHook:
     backend = "local"
     # Blocking only (the processes are the worker's); input/data/<channel> is a link into the cache.
-    capabilities = Capabilities(deferrable=False, mounts_channels=False, caps_file_size=True)  # RLIMIT_FSIZE
+    capabilities = DECLARATION.capabilities  # operators/launch/local/declaration.py
 
     def __init__(self, python: str | None = None, sandbox: str | None = None,
                  environment_names: tuple[str, ...] | None = None, lease_seconds: float | None = None,
@@ -149,16 +148,13 @@ class LocalLauncherHook:
 
     # -- the launcher protocol -------------------------------------------------------------------------
     def hosts(self, job_name: str, instance_count: int) -> list[str]:
-        return [f"algo-{i + 1}" for i in range(instance_count)]
+        return DECLARATION.host_plan.hosts(job_name, instance_count)  # operators/launch/local/declaration.py
 
     def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str]:
-        return {host: "127.0.0.1" for host in self.hosts(job_name, instance_count)}
+        return DECLARATION.host_plan.host_addresses(job_name, instance_count)
 
     def master_port(self) -> int:
-        """A free port, so concurrent local jobs don't collide on 29500."""
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
+        return DECLARATION.host_plan.master_port()
 
     def queue_of(self, request: LaunchRequest) -> dict[str, str] | None:
         """A job asking for GPUs may wait for this worker's (operators/launch/worker_slots.py): the console shows it

@@ -41,7 +41,7 @@ def _spec(**fields):
 def test_a_step_is_a_restricted_one_pod_job_of_the_platform_image_with_the_storage_secret():
     options = resolve_options({}, replace(CLUSTER, data_plane_service_account="storage-reader"))
     manifest = step_manifest("plane-stage-code", "plane", "stage_code", options, workspace="/opt/airflow/training",
-                             command=["python3", "-m", "operators.stages.step_pod"], payload={"task_id": "stage_code"},
+                             command=["python3", "-m", "operators.engine.step"], payload={"task_id": "stage_code"},
                              settings_env={"AIRFLOW__TRAINING__WORKSPACE": "/opt/airflow/training"})
     pod = manifest["spec"]["template"]["spec"]
     container = pod["containers"][0]
