@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_cluster_staging.py --quick    # 100 x 1 MiB, 1,000 x 16 KiB, 1 x 64 MiB
 
 With [training.kubernetes] data_plane = cluster the prefetch_data stage runs as a step: a one-pod Job of the platform
-image (`python3 -m operators.stages.step_pod`) fills the content-keyed cache on the cluster's workspace volume, while
+image (`python3 -m operators.engine.step`) fills the content-keyed cache on the cluster's workspace volume, while
 the Airflow task submits it, streams its log and reads its result from the container's termination message
 (operators/launch/kubernetes/steps.py). Ours is exactly that: `PrefetchDataOperator.execute` on a validated spec, in
 this process, with the settings an admin gives Airflow (tests/integration/test_kubernetes_cluster_data_plane.py), so

@@ -6,3 +6,6 @@ STAGE_LABELS = {"validate_spec": "validate", "stage_code": "stage code", "prefet
                 "write_configs": "write configs", "restore": "restore", "launch_training": "training",
                 "upload_artifacts": "upload", "publish_model": "publish"}
 STAGES = tuple(STAGE_LABELS)
+
+# Each stage's task id, for the readers that pick one stage out (the console: its XComs, its state).
+VALIDATE_SPEC, STAGE_CODE, PREFETCH_DATA, WRITE_CONFIGS, RESTORE, LAUNCH_TRAINING, UPLOAD_ARTIFACTS, PUBLISH_MODEL = STAGES

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 STEP_ENV = "TRAINING_STEP"  # the step's JSON payload (operators/stages/in_cluster.py reads it)
-# The checkpoint sync's pod (operators/stages/checkpoint_sync_pod.py), which runs for the training's lifetime beside it:
+# The checkpoint sync's pod (operators/engine/checkpoint_sync.py), which runs for the training's lifetime beside it:
 # its configuration {"dir", "uri", "job_root", "interval", "connections", "mark_existing"}.
 CHECKPOINT_SYNC_ENV = "TRAINING_CHECKPOINT_SYNC"
 

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, Validati
 from training_runtime.config import DISTRIBUTIONS as RUNTIME_DISTRIBUTIONS
 from training_runtime.layouts import CONTAINER_ROOTS
 
+from operators.job_outputs import job_output_uri
 from operators.jobspec.errors import SpecError, detail_lines, first_error, problem_of
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
@@ -370,7 +371,7 @@ class JobSpec(Strict):
     @property
     def job_output_uri(self) -> str:
         """`<output_path>/<job_name>/output/`: where model.tar.gz, output.tar.gz, failure, metrics.json go."""
-        return f"{self.output_path.rstrip('/')}/{self.job_name}/output/"
+        return job_output_uri(self.output_path, self.job_name)
 
     def ignored_sections(self) -> list[str]:
         """Backend option sections the job sets but its backend does not read (valid: one spec may serve several

@@ -9,6 +9,7 @@ import importlib
 from typing import Any
 
 from operators.launch.base import DeferrableLauncher, LaunchRequest, Launcher
+from operators.launch.declaration import BackendDeclaration
 from operators.jobspec.model import BACKENDS
 
 # One entry per name in BACKENDS (tests/operators/launch/test_registry.py): a name the spec accepts has a backend.
@@ -21,6 +22,10 @@ _BACKENDS = {
 
 # Each backend's checks of a spec (check_options, check_reachable): operators/launch/checks.py runs them.
 _CHECKS = {name: path.partition(".launcher:")[0] + ".checks" for name, path in _BACKENDS.items()}
+
+
+# Each backend's declaration of what it can do (operators/launch/declaration.py), readable without its launcher.
+_DECLARATIONS = {name: path.partition(".launcher:")[0] + ".declaration:DECLARATION" for name, path in _BACKENDS.items()}
 
 
 # Each container backend's per-job options model: the spec's section of the backend's name (operators/jobspec/model.py
@@ -40,6 +45,11 @@ def _known(backend: str) -> str:
 def backend_checks(backend: str) -> Any:
     """The checks module of a backend (loaded on first use, as the backend itself)."""
     return importlib.import_module(_CHECKS[_known(backend)])
+
+
+def declaration_for(backend: str) -> BackendDeclaration:
+    """What a backend can do (its capabilities, queues, steps, cluster workspace), without importing its launcher."""
+    return _load(_DECLARATIONS[_known(backend)])
 
 
 def _load(path: str) -> Any:

@@ -17,7 +17,7 @@ from operators.step_process import STEP_ENV as STEP_ENV
 OUTCOME_BYTES = 4096
 TERMINATION_LOG = "/dev/termination-log"
 
-# The checkpoint sync's pod (operators/stages/checkpoint_sync_pod.py), which runs for the training's lifetime beside it:
+# The checkpoint sync's pod (operators/engine/checkpoint_sync.py), which runs for the training's lifetime beside it:
 # its configuration is in CHECKPOINT_SYNC_ENV; the file it writes once the checkpoints already there (restored) are
 # known is its readiness probe, which the launcher waits for before it creates the training (else the training's first
 # checkpoint could be taken for a restored one and never uploaded) ...

@@ -42,6 +42,7 @@ from operators.airflow_compat import (
     CronTriggerTimetable,
 )
 from operators.jobspec.errors import SpecError
+from operators.job_outputs import LATEST_POINTER, MODEL_IN_JOB_AREA, is_model_uri, latest_pointer_uri
 from operators.jobspec.model import JobSpec
 from operators.jobspec.ownership import OWNER_KEY, dag_owner
 from operators.pipelines.approval import PromotionApprovalOperator
@@ -52,11 +53,11 @@ from operators.tracking.mlflow import configured_uri, experiment_name, register_
 if TYPE_CHECKING:
     from operators.pipelines.config_files import GateRule, RetrainingConfig
 
-POINTER_NAME = "latest.json"
+POINTER_NAME = LATEST_POINTER
 
 
 def pointer_uri(output_path: str, base_job_name: str) -> str:
-    return f"{output_path.rstrip('/')}/{base_job_name}/{POINTER_NAME}"
+    return latest_pointer_uri(output_path, base_job_name)
 
 
 class GateError(ValueError):
@@ -150,8 +151,8 @@ class CurrentModelOperator(BaseOperator):
         if not storage.exists(model_uri):
             raise AirflowFailException(f"the promoted model {model_uri} named by {uri} is gone; restore it, or delete "
                                        "the pointer to start fresh")
-        suffix = "/output/model.tar.gz"
-        record = read_record(storage, model_uri[:-len(suffix)]) if model_uri.endswith(suffix) else None
+        suffix = "/" + MODEL_IN_JOB_AREA
+        record = read_record(storage, model_uri[:-len(suffix)]) if is_model_uri(model_uri) else None
         if pointer.get("dag_id") != self.dag_id or pointer.get(OWNER_KEY) != owner or record is None \
                 or (record.owner, record.kind, record.lineage) != (owner, "job", self.base_job_name):
             raise AirflowFailException(f"the latest-model pointer {uri} names {model_uri}, which the platform did not "

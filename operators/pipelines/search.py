@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from airflow.sdk import BaseOperator, Param, task_group
 from operators.airflow_compat import AirflowFailException
 
+from operators.job_outputs import search_summary_uri
 from operators.jobspec.model import SpecError, base_name_from, job_name_from
 from operators.launch.spec import validate_spec
 from operators.pipelines.params import training_job_params
@@ -279,7 +280,7 @@ class SearchSummaryOperator(BaseOperator):
         # lazy: storage client (botocore, awscrt, obstore), not at DAG parse
         from operators.storage.hook import ObjectStorageHook
 
-        uri = f"{plan['output_path'].rstrip('/')}/{plan['search_job']}/search_summary.json"
+        uri = search_summary_uri(plan["output_path"], plan["search_job"])
         ObjectStorageHook(connections=plan.get("connections") or {}).write_bytes(
             uri, json.dumps(summary, indent=2).encode())
         self.log.info("Summary written to %s", uri)

@@ -1,49 +1,47 @@
-"""What every stage after validation shares: the validated spec (from XCom), its job root and its hooks."""
+"""What every stage after validation shares: the validated spec (from XCom), its job root and its hooks; and the
+adapter's half of the job engine (operators/engine/): the JobContext a stage's engine function is given, and its
+StageSkipped / StageFailed turned into Airflow's skip and fail."""
 
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import replace
 from functools import cached_property
 from typing import Any, Mapping
 
 from airflow.sdk import BaseOperator
-from operators.airflow_compat import AirflowFailException
+from operators.airflow_compat import AirflowFailException, AirflowSkipException
 from training_runtime.layouts import layout_for
 
-from operators.fs.safe_tar import BadArchiveError
-from operators.jobspec.errors import SpecError
+from operators.engine.context import JobContext
+from operators.engine.errors import StageFailed, StageSkipped, failing_fast
 from operators.jobspec.model import JobSpec
-from operators.jobspec.ownership import OWNER_KEY, dag_owner, load_ownership
-from operators.launch.registry import launcher_for
+from operators.jobspec.ownership import OWNER_KEY, dag_owner
+from operators.launch.registry import declaration_for
 from operators.settings import training_settings
 from operators.stages.failure_reasons import records_failure_reason
-from operators.stages.in_cluster import in_step_pod
-from operators.state.job_state import ensure_state_dir
-from operators.state.lease import JobNameTaken, claim
-from operators.state.owner_records import OwnerRecord, check_spec_locations
-from operators.storage.errors import StorageError
 
 
-def storage_failures_fail_fast(execute):
-    """Decorates a transfer stage's execute: storage errors no retry can fix (access denied, no such bucket or
-    object, a connection without an endpoint; StorageError.permanent) and refused archives fail the task at once,
-    without its retries; everything else (interrupted connections, throttling, a transfer cut short) is raised as
-    it is, for the task's retries (operators/pipelines/template.py)."""
+def engine_errors(execute):
+    """Decorates an adapter's execute: the engine's StageSkipped skips the task, StageFailed fails it at once, without
+    its retries (as do storage errors no retry can fix and refused archives: operators/engine/errors.py
+    failing_fast); everything else is raised as it is, for the task's retries (operators/pipelines/template.py)."""
 
     @functools.wraps(execute)
     def wrapper(self, context):
         try:
-            return execute(self, context)
-        except StorageError as err:
-            if err.permanent:
-                raise AirflowFailException(str(err)) from None
-            raise
-        except BadArchiveError as err:
-            raise AirflowFailException(str(err)) from None
+            with failing_fast():
+                return execute(self, context)
+        except StageSkipped as err:
+            raise AirflowSkipException(err.reason) from None
+        except StageFailed as err:
+            raise AirflowFailException(err.reason) from None
 
     return wrapper
+
+
+# The name the transfer stages used before the engine: the same decorator.
+storage_failures_fail_fast = engine_errors
 
 
 class JobStageOperator(BaseOperator):
@@ -73,16 +71,13 @@ class JobStageOperator(BaseOperator):
         were recorded is its DAG's."""
         return (self.job or {}).get(OWNER_KEY) or dag_owner(self.dag_id)
 
-    def check_owner_records(self, context) -> None:
-        """validate_spec's check of the spec's locations against the platform's owner records, where validate_spec
-        could not make it: in a data-plane step in the cluster, which holds the storage identity."""
-        spec = self.spec
-        record = OwnerRecord(self.job_owner, self.dag_id, spec.base_job_name or "", "job", spec.job_name,
-                             context.get("run_id", ""))
-        try:
-            check_spec_locations(self.storage, load_ownership(), self.job, self.job_owner, record, self.log)
-        except (SpecError, ValueError) as err:
-            raise AirflowFailException(f"invalid job spec: {err}") from None
+    # The stage's engine function's name in the cluster's step (operators/engine/step.py STAGES); None: no step.
+    engine_stage: str | None = None
+
+    def engine_context(self, context) -> JobContext:
+        """The engine's view of this task: the job, its run, its settings, layout and log."""
+        return JobContext(self.job, dag_id=self.dag_id, run_id=context.get("run_id", ""), settings=self.settings,
+                          log=self.log, owner=self.job_owner, spec=self.spec, layout=self.layout)
 
     @cached_property
     def settings(self):
@@ -95,10 +90,9 @@ class JobStageOperator(BaseOperator):
     def cluster_workspace(self) -> str | None:
         """Where the job's files are when its backend keeps them in the cluster (seen from this worker, which has no
         such directory); None: in this worker's [training] workspace."""
-        if not self.job or in_step_pod():  # a step's pod has that workspace in its own settings already
+        if not self.job:
             return None
-        where = getattr(launcher_for(self.spec.backend), "cluster_workspace", None)
-        return where(self.spec.backend_options()) if where is not None else None
+        return declaration_for(self.spec.backend).cluster_workspace(self.spec.backend_options())
 
     @cached_property
     def layout(self):
@@ -106,18 +100,15 @@ class JobStageOperator(BaseOperator):
 
     def claim_job(self, context) -> None:
         """Fail fast unless this DAG run owns the job's root (one run per job_name; see operators/state/lease.py)."""
-        os.makedirs(self.layout.root, exist_ok=True)
         try:
-            state = ensure_state_dir(self.settings.workspace, self.spec.job_name)
-            if claim(state, self.spec.job_name, self.dag_id, context["run_id"]):
-                self.log.info("Job %s is run %s's", self.spec.job_name, context["run_id"])
-        except JobNameTaken as err:
-            raise AirflowFailException(str(err)) from None  # retrying cannot help while the other run holds it
+            self.engine_context(context).claim_job()
+        except StageFailed as err:
+            raise AirflowFailException(err.reason) from None
 
-    def step_fields(self, context) -> dict[str, Any]:
-        """The constructor arguments its step in the cluster rebuilds this stage from (operators/stages/in_cluster.py):
-        the rendered template fields, plus what a stage adds that only the worker has."""
-        return {name: getattr(self, name) for name in self.template_fields}
+    def step_inputs(self, context) -> dict[str, Any]:
+        """The keyword arguments of the stage's engine function beside the job (primitives: they travel as JSON to the
+        step in the cluster, operators/stages/in_cluster.py): the rendered fields, plus what only the worker has."""
+        return {}
 
     def on_kill(self) -> None:
         """A stage whose work runs in the cluster (operators/stages/in_cluster.py) stops it there."""

@@ -9,15 +9,16 @@ from typing import Any, Mapping
 
 from airflow.sdk import get_current_context
 from operators.airflow_compat import AirflowException, AirflowFailException, AirflowSkipException
-from training_runtime.contract import METRICS_ECHO_ENV, METRICS_FILE_ENV, METRICS_STREAM
+from training_runtime.contract import METRICS_STREAM
 
 from operators.fs.job_root import JobRoot
 from operators.jobspec.errors import SpecError
+from operators.engine.launch import launch_request, launch_summary
 from operators.jobspec.secret_refs import redactor, resolve_references
 from operators.launch.base import DISK_LIMIT, LaunchRequest, LaunchResult
-from operators.launch.disk_cap import CHECK_SECONDS, DiskCapWatch, job_disk_cap, measure
+from operators.launch.disk_cap import CHECK_SECONDS, DiskCapWatch, measure
 from operators.launch.outcome import record_failure
-from operators.launch.registry import launcher_for, trigger_for
+from operators.launch.registry import declaration_for, launcher_for, trigger_for
 from operators.stages.base import JobStageOperator
 from operators.stages.links import stage_links
 from operators.storage.disk_space import human
@@ -61,48 +62,21 @@ class LaunchTrainingOperator(JobStageOperator):
 
     # -- building the request --------------------------------------------------------------------------
     @property
+    def declaration(self):
+        """What the job's backend can do (operators/launch/declaration.py)."""
+        return declaration_for(self.spec.backend)
+
+    @property
     def launcher(self):
         if self._launcher is None:
             self._launcher = launcher_for(self.spec.backend)
         return self._launcher
 
     def launch_request(self, with_secrets: bool = False):
-        spec = self.spec
-        options = spec.backend_options()  # the section of the job's backend
-        env = spec.literal_environment()  # secrets by reference: resolved in execute only (with_secrets)
-        env[METRICS_FILE_ENV] = os.path.join(self.layout.root, METRICS_STREAM)
-        # This worker cannot read the metrics stream where the job root is the cluster's: `train` echoes it into the
-        # log (runtime/training_runtime/metrics_echo.py). The platform's variable: never a spec's.
-        env.pop(METRICS_ECHO_ENV, None)
-        if not self.volume_here:
-            env[METRICS_ECHO_ENV] = "1"
-        return LaunchRequest(
-            job_name=spec.job_name,
-            job_root=self.layout.root,
-            workspace=self.settings.workspace,
-            layout=spec.layout,
-            instance_count=spec.instance_count,
-            hosts=tuple(self.launcher.hosts(spec.job_name, spec.instance_count)),
-            channel_entries={name: info["entry"] for name, info in (self.channels or {}).items()},
-            image_uri=spec.image_uri or self.settings.default_image,
-            resources=spec.resources.model_dump(exclude_none=True, exclude={"disk"}),  # per host; disk is per job
-            max_run_seconds=spec.max_run_seconds,
-            env=env,
-            options=options,
-            metric_definitions=tuple(m.model_dump() for m in spec.metric_definitions),
-            elastic=spec.elastic_settings(),
-            checkpoints=self._cluster_checkpoints(),
-            secret_env=self._secret_values() if with_secrets else {},
-            disk_limit=job_disk_cap(spec.resources.disk, self.settings.job_disk_limit),
-        )
-
-    def _cluster_checkpoints(self) -> dict:
-        """What the backend's own pods need to sync checkpoint_path while training runs, when the worker cannot (the
-        cluster's data plane); else {} (the worker syncs: _checkpoint_sync)."""
-        if not self.spec.checkpoint_path or self.volume_here:
-            return {}
-        return {"dir": self.layout.checkpoint_dir, "uri": self.spec.checkpoint_path, "job_root": self.layout.root,
-                "interval": self.settings.checkpoint_sync_seconds, "connections": dict(self.spec.connections)}
+        """The request the backend runs (operators/engine/launch.py, shared with the SDK's local mode)."""
+        return launch_request(self.spec, self.layout, self.settings, self.launcher, channels=self.channels,
+                              volume_here=self.volume_here,
+                              secret_env=self._secret_values() if with_secrets else None)
 
     def _secret_values(self) -> dict[str, str]:
         try:
@@ -143,7 +117,7 @@ class LaunchTrainingOperator(JobStageOperator):
             self._say_disk_cap(request, watched=False)
             self.launcher.start(request)
             # The queue is recorded now, the view reads its place from the task log.
-            queue = self.launcher.queue_of(request) if hasattr(self.launcher, "queue_of") else None
+            queue = self.launcher.queue_of(request) if self.declaration.queues else None
             ti = context["ti"]
             ti.xcom_push(key=QUEUE_KEY, value=queue)
             # No metrics.json on this side: the trigger records the series so far as this task's XCom.
@@ -166,7 +140,7 @@ class LaunchTrainingOperator(JobStageOperator):
             if monitor is not None:
                 self._stop_early(monitor.observe_collector(metrics), request, stop_lock)
 
-        if hasattr(self.launcher, "queue_of"):  # a blocking launch that may wait its turn (the worker's GPUs)
+        if self.declaration.queues:  # a blocking launch that may wait its turn (the worker's GPUs)
             context["ti"].xcom_push(key=QUEUE_KEY, value=self.launcher.queue_of(request))
         if sync:
             sync.start()
@@ -268,10 +242,8 @@ class LaunchTrainingOperator(JobStageOperator):
                             "KILLED" if self._stop_reason is not None else "FAILED")
         if sync:
             sync.sync_final()
-        summary = {"succeeded": result.succeeded, "exit_code": result.exit_code, "metrics": metrics.final(),
-                   "failure_class": result.failure_class}
-        if result.restarts:  # an elastic job's hosts that were started again (the training-jobs view shows them)
-            summary["restarts"] = dict(result.restarts)
+        # restarts: an elastic job's hosts that were started again (the training-jobs view shows them)
+        summary = launch_summary(result, metrics.final()).to_dict()
         if self._stop_reason is not None and not result.succeeded:
             self._end_stopped_early()
         if result.succeeded:

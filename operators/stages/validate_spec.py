@@ -20,7 +20,7 @@ from operators.jobspec.ownership import (
 )
 from operators.jobspec.secret_policy import load_policy, references
 from operators.launch.checks import check_world
-from operators.launch.registry import launcher_for
+from operators.launch.registry import declaration_for
 from operators.launch.spec import validate_spec
 from operators.settings import training_settings
 from operators.state.owner_records import OwnerRecord, check_spec_locations
@@ -113,8 +113,7 @@ class ValidateSpecOperator(BaseOperator):
     @staticmethod
     def _data_plane_in_cluster(spec) -> bool:
         """Whether the job's backend moves its bytes in the cluster, where the storage identity is (not here)."""
-        where = getattr(launcher_for(spec.backend), "cluster_workspace", None)
-        return where is not None and where(spec.backend_options()) is not None
+        return declaration_for(spec.backend).cluster_workspace(spec.backend_options()) is not None
 
     def _check_owner_records(self, spec, validated, owner, ownership, context) -> None:
         # lazy: storage client (botocore, obstore), not at DAG parse

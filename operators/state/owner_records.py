@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
+from operators.job_outputs import MODEL_IN_JOB_AREA
 from operators.jobspec.errors import SpecError
 from operators.jobspec.ownership import (
     AREA_OWNERS_DIR,
@@ -39,7 +40,6 @@ from operators.storage.location import parse_uri
 
 KINDS = {"job": "run", "checkpoints": "checkpoint_path", "lineage": "retraining lineage"}
 # the model of a run, relative to its job area (`<output_path>/<job_name>/`)
-MODEL_IN_JOB_AREA = "output/model.tar.gz"
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from airflow.models.xcom import XComModel
 from sqlalchemy import select
 
-from operators.stage_names import STAGE_LABELS, STAGES
+from operators.stage_names import LAUNCH_TRAINING, STAGES, STAGE_LABELS, UPLOAD_ARTIFACTS, VALIDATE_SPEC
 from operators.tracking.metrics import METRIC_SERIES_KEY, is_system_metric
 from training_console import artifacts, compare, output_files, vendor
 from training_console.docs_behind_login import add_docs_behind_login
@@ -153,8 +153,8 @@ def _read_queue_lines(session, jobs: list[Job]) -> None:
     only these logs are read, so the list of finished jobs costs nothing more."""
     for job in jobs:
         if job.waits_in_queue():
-            job.queue_line = read_queue_line(session, job.dag_id, job.run_id, job.prefix + "launch_training",
-                                             job.map_index, job.tis["launch_training"][3])
+            job.queue_line = read_queue_line(session, job.dag_id, job.run_id, job.prefix + LAUNCH_TRAINING,
+                                             job.map_index, job.tis[LAUNCH_TRAINING][3])
 
 
 def _job(session, dag_id: str, run_id: str, map_index: int) -> Job:
@@ -177,9 +177,9 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
         check_served_paths(spec)
     owner = files_owner(job)
     summary = job.summary(_now())
-    upload = job.xcoms.get("upload_artifacts") if isinstance(job.xcoms.get("upload_artifacts"), dict) else {}
+    upload = job.xcoms.get(UPLOAD_ARTIFACTS) if isinstance(job.xcoms.get(UPLOAD_ARTIFACTS), dict) else {}
     output = artifacts.output_uri(spec)
-    listed = artifacts.describe(spec, upload, job.state("launch_training"))
+    listed = artifacts.describe(spec, upload, job.state(LAUNCH_TRAINING))
     stages = [{"stage": s, "label": STAGE_LABELS[s], "task_id": job.prefix + s, "state": job.state(s),
                "start": _iso(job.tis.get(s, (None, None))[1]), "end": _iso(job.tis.get(s, (None, None, None))[2]),
                "try_number": job.tis.get(s, (None, None, None, None))[3]} for s in STAGES]
@@ -187,7 +187,7 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
         **summary,
         "spec": spec,
         "conf": job.conf,
-        "validated": isinstance(job.xcoms.get("validate_spec"), dict),
+        "validated": isinstance(job.xcoms.get(VALIDATE_SPEC), dict),
         "stages": stages,
         "task_prefix": job.prefix,
         "output_uri": output,
@@ -207,7 +207,7 @@ def _why_it_ended(job: Job, spec: dict, upload: dict, status: str) -> str | None
         return job.stop_note
     if status not in ("failed", "stopped"):
         return None
-    return artifacts.failure_reason(spec, upload, job.state("launch_training")) or job.stage_reason()
+    return artifacts.failure_reason(spec, upload, job.state(LAUNCH_TRAINING)) or job.stage_reason()
 
 
 @app.post("/api/jobs/{dag_id}/{run_id}/{map_index}/stop", dependencies=[CAN_READ_RUN, CAN_CHANGE_TASKS])
@@ -243,7 +243,7 @@ def _metric_series(session, job: Job) -> Any:
     one job's page only, never for the list."""
     value = session.scalar(select(XComModel.value).where(
         XComModel.dag_id == job.dag_id, XComModel.run_id == job.run_id,
-        XComModel.task_id == job.prefix + "launch_training", XComModel.map_index == job.map_index,
+        XComModel.task_id == job.prefix + LAUNCH_TRAINING, XComModel.map_index == job.map_index,
         XComModel.key == METRIC_SERIES_KEY))
     return decode_xcom(value) if value is not None else None
 

@@ -20,6 +20,7 @@ from training_runtime.contract import METRICS_STREAM
 
 from operators.console_urls import console_url
 from operators.fs.job_root import JobRoot
+from operators.job_outputs import FAILURE, METRICS, MODEL, OUTPUT_ARCHIVE, OUTPUT_DIR, job_of_model_uri, job_output_uri
 from operators.launch.outcome import read_failure_reason
 from operators.settings import training_settings
 from operators.storage.hook import ObjectStorageHook
@@ -27,14 +28,14 @@ from operators.tracking.metrics import MetricCollector
 from training_console.jobs import load_jobs_cached
 
 log = logging.getLogger(__name__)
-MEDIA = {"model.tar.gz": "application/gzip", "output.tar.gz": "application/gzip", "metrics.json": "application/json",
-         "failure": "text/plain; charset=utf-8"}
+MEDIA = {MODEL: "application/gzip", OUTPUT_ARCHIVE: "application/gzip", METRICS: "application/json",
+         FAILURE: "text/plain; charset=utf-8"}
 
 
 def output_uri(spec: Mapping[str, Any]) -> str | None:
     if not spec.get("output_path") or not spec.get("job_name"):
         return None
-    return f"{str(spec['output_path']).rstrip('/')}/{spec['job_name']}/output/"
+    return job_output_uri(spec["output_path"], spec["job_name"])
 
 
 def storage_of(spec: Mapping[str, Any]):
@@ -55,7 +56,7 @@ def describe(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_state: s
     uploaded = dict((upload or {}).get("artifacts") or {})
     rows = [{"name": name, "uri": uri, "available": True} for name, uri in uploaded.items()]
     if out and not uploaded:  # not uploaded yet (running) or the upload never ran: say where they will be
-        rows = [{"name": name, "uri": out + name, "available": False} for name in ("model.tar.gz", "metrics.json")]
+        rows = [{"name": name, "uri": out + name, "available": False} for name in (MODEL, METRICS)]
     if spec.get("checkpoint_path"):
         rows.append({"name": "checkpoints", "uri": spec["checkpoint_path"], "available": None})
     return rows
@@ -79,9 +80,9 @@ def hosts(spec: Mapping[str, Any]) -> list[str]:
 def parent_of(session, resume_from: str | None, dag_ids=None) -> dict[str, Any] | None:
     """The job whose model a resumed job started from, named by the URI: <output_path>/<job>/output/model.tar.gz;
     looked for only in `dag_ids` (the DAGs the caller may read), when given."""
-    if not resume_from or resume_from == "latest" or not resume_from.endswith("/output/model.tar.gz"):
+    parent_name = None if resume_from == "latest" else job_of_model_uri(resume_from)
+    if parent_name is None:
         return {"job_name": None, "uri": resume_from} if resume_from else None
-    parent_name = resume_from.rstrip("/").split("/")[-3]
     for job in load_jobs_cached(session, dag_ids=dag_ids):
         if job.spec.get("job_name") == parent_name:
             return {"job_name": parent_name, "uri": resume_from, **job.key}
@@ -96,12 +97,12 @@ def metrics(spec: Mapping[str, Any], *, live: bool, recorded: Any = None) -> dic
     data: Any = None
     if root:
         try:  # the job root's: read without following a link; every point is checked below
-            data = JobRoot(root).read_json("output/metrics.json")
+            data = JobRoot(root).read_json(f"{OUTPUT_DIR}/{METRICS}")
         except (OSError, ValueError):
             data = None
     if data is None and not live and output_uri(spec):
         try:
-            data = json.loads(storage_of(spec).read_bytes(output_uri(spec) + "metrics.json"))
+            data = json.loads(storage_of(spec).read_bytes(output_uri(spec) + METRICS))
         except Exception as err:  # noqa: BLE001 - no metrics is a normal state (failed early, no definitions)
             log.debug("no metrics.json for %s: %s", spec.get("job_name"), err)
     if data is None:
@@ -142,18 +143,18 @@ def respond(spec: Mapping[str, Any], name: str) -> Response:
     if not out:
         raise HTTPException(404, "the job has no output path (its spec was not validated)")
     uri = out + name
-    if name == "metrics.json":  # metrics of a running job live in the job root
+    if name == METRICS:  # metrics of a running job live in the job root
         root = _job_root(spec)
         if root and storage_of(spec).local_path(uri) is None:
-            response = stream_file(root, "output/metrics.json", MEDIA[name], None)
+            response = stream_file(root, f"{OUTPUT_DIR}/{METRICS}", MEDIA[name], None)
             if response is not None:
                 return response
     local = storage_of(spec).local_path(uri)  # the local store's file is streamed; a remote object is linked
     if local is not None:
         response = stream_file(os.path.dirname(local), name, MEDIA.get(name),
-                                None if name in ("failure", "metrics.json") else f"{spec['job_name']}-{name}")
+                                None if name in (FAILURE, METRICS) else f"{spec['job_name']}-{name}")
         if response is None:
-            if name == "failure":
+            if name == FAILURE:
                 return PlainTextResponse("no failure recorded for this job\n", status_code=404)
             raise HTTPException(404, f"{uri} does not exist (yet)")
         return response

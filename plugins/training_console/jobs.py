@@ -21,15 +21,18 @@ from airflow.models.taskinstance import TaskInstance as TI, TaskInstanceNote
 from airflow.models.xcom import XComModel
 from sqlalchemy import and_, func, or_, select
 
-from operators.stage_names import STAGE_LABELS, STAGES
+from operators.stage_names import (
+    LAUNCH_TRAINING, PREFETCH_DATA, PUBLISH_MODEL, RESTORE, STAGE_CODE, STAGE_LABELS, STAGES, UPLOAD_ARTIFACTS,
+    VALIDATE_SPEC, WRITE_CONFIGS,
+)
 from training_console.list_filters import ListFilters
 from training_console.queue_line import still_queued
 from training_console.stop import is_stop_note
 
-STAGING = ("stage_code", "prefetch_data", "write_configs", "restore")
-UPLOAD = ("upload_artifacts", "publish_model")
+STAGING = (STAGE_CODE, PREFETCH_DATA, WRITE_CONFIGS, RESTORE)
+UPLOAD = (UPLOAD_ARTIFACTS, PUBLISH_MODEL)
 ACTIVE = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
-RESULT_STAGES = ("validate_spec", "launch_training", "upload_artifacts")  # whose return values the view reads
+RESULT_STAGES = (VALIDATE_SPEC, LAUNCH_TRAINING, UPLOAD_ARTIFACTS)  # whose return values the view reads
 XCOM_STAGES = STAGES  # every stage: the "failure_reason" it recorded when it failed
 FAILURE_REASON_KEY = "failure_reason"  # operators/stages/failure_reasons.py
 QUEUE_KEY = "queue"  # operators/stages/launch_training.py: {queue, priority} of a Job waiting in Kueue
@@ -82,7 +85,7 @@ class Job:
     @property
     def spec(self) -> dict[str, Any]:
         """The spec validate_spec pushed, or {}: the raw conf of a refused spec never names files or connections."""
-        validated = self.xcoms.get("validate_spec")
+        validated = self.xcoms.get(VALIDATE_SPEC)
         return validated if isinstance(validated, dict) else {}
 
     @property
@@ -100,7 +103,7 @@ class Job:
     def waits_in_queue(self) -> bool:
         """launch_training is deferred with its Job in a Kueue queue, or runs waiting for the worker's GPUs: read its
         place from the task log."""
-        return self.state("launch_training") in ("deferred", "running") and bool(self.queue)
+        return self.state(LAUNCH_TRAINING) in ("deferred", "running") and bool(self.queue)
 
     def queued_in(self) -> str | None:
         """The Kueue queue the job waits in, while it waits (not once Kueue admitted it)."""
@@ -120,14 +123,14 @@ class Job:
                 return "failed", stage
         if self.queued_in():
             return "queued", None
-        if self.state("launch_training") == "skipped":
-            return "stopped", "launch_training"
+        if self.state(LAUNCH_TRAINING) == "skipped":
+            return "stopped", LAUNCH_TRAINING
         if any(self.state(s) in ACTIVE for s in STAGES):
             started = any(self.state(s) not in (None, "scheduled", "queued") for s in STAGES)
             return ("running" if started else "queued"), None
-        if self.state("publish_model") == "success":
+        if self.state(PUBLISH_MODEL) == "success":
             return "succeeded", None
-        if self.state("upload_artifacts") == "upstream_failed" or self.state("publish_model") == "upstream_failed":
+        if self.state(UPLOAD_ARTIFACTS) == "upstream_failed" or self.state(PUBLISH_MODEL) == "upstream_failed":
             return "failed", _first(self, ("upstream_failed",)) or None
         if self.run_state == "success":
             return "succeeded", None  # the run ended well with publish_model skipped (nothing to publish)
@@ -136,18 +139,18 @@ class Job:
         return ("queued" if self.run_state in ("queued", "running", None) else (self.run_state or "queued")), None
 
     def durations(self, now: datetime) -> dict[str, float | None]:
-        return {"staging": _span(self, STAGING, now), "training": _span(self, ("launch_training",), now),
+        return {"staging": _span(self, STAGING, now), "training": _span(self, (LAUNCH_TRAINING,), now),
                 "upload": _span(self, UPLOAD, now)}
 
     def created(self) -> datetime | None:
-        start = self.tis.get("validate_spec")
+        start = self.tis.get(VALIDATE_SPEC)
         return self.run_after or (start[1] if start else None)
 
     def summary(self, now: datetime) -> dict[str, Any]:
         spec = self.spec
         status, failed_stage = self.status()
-        launch = self.xcoms.get("launch_training") if isinstance(self.xcoms.get("launch_training"), dict) else {}
-        upload = self.xcoms.get("upload_artifacts") if isinstance(self.xcoms.get("upload_artifacts"), dict) else {}
+        launch = self.xcoms.get(LAUNCH_TRAINING) if isinstance(self.xcoms.get(LAUNCH_TRAINING), dict) else {}
+        upload = self.xcoms.get(UPLOAD_ARTIFACTS) if isinstance(self.xcoms.get(UPLOAD_ARTIFACTS), dict) else {}
         created = self.created()
         approval = self.approval_decision()
         return {
@@ -229,7 +232,7 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
         if split is None:
             continue
         prefix, stage = split
-        if stage == "validate_spec":
+        if stage == VALIDATE_SPEC:
             job = jobs.setdefault((dag_id, rid, prefix, map_index), Job(dag_id, rid, map_index, prefix))
             job.tis[stage] = (state, start, end, try_number)
         else:
@@ -238,7 +241,7 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
         job = jobs.get((dag_id, rid, prefix, map_index))
         if job is not None:
             job.tis[stage] = ti
-            if stage == "launch_training":
+            if stage == LAUNCH_TRAINING:
                 job.launch_note = note
     if not jobs:
         return []

@@ -17,10 +17,10 @@ from airflow.models.taskinstance import TaskInstance as TI
 from airflow.utils.state import TaskInstanceState
 from sqlalchemy import select
 
-from operators.stage_names import STAGES
+from operators.stage_names import LAUNCH_TRAINING, STAGES
 
 STOP_NOTE_PREFIX = "Stopped by "  # the SDK's training_sdk.job.STOP_NOTE_PREFIX says the same
-STOPPABLE = STAGES[:STAGES.index("launch_training") + 1]  # the upload stages run on: they keep what it wrote
+STOPPABLE = STAGES[:STAGES.index(LAUNCH_TRAINING) + 1]  # the upload stages run on: they keep what it wrote
 UNDER_WAY = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting", None}
 
 
@@ -39,7 +39,7 @@ def stop_job(session, job, user_name: str, user_id: str, when: datetime) -> list
     if not job.prefix:
         _set_note(run, "dag_run_note", note, user_id)
     launch = session.scalar(select(TI).where(TI.dag_id == job.dag_id, TI.run_id == job.run_id,
-                                             TI.task_id == job.prefix + "launch_training",
+                                             TI.task_id == job.prefix + LAUNCH_TRAINING,
                                              TI.map_index == job.map_index))
     if launch is not None:
         _set_note(launch, "task_instance_note", note, user_id)

@@ -67,12 +67,12 @@ class LocalJob:
                 "output": self.output_uri, "failure": self.reason}
 
     def model_data(self) -> str | None:
-        path = os.path.join(self.output_uri, "model.tar.gz")
+        path = os.path.join(self.output_uri, _platform().job_outputs.MODEL)
         return path if os.path.isfile(path) else None
 
     def metrics(self) -> dict[str, list[dict[str, Any]]]:
         try:
-            return json.loads(Path(self.output_uri, "metrics.json").read_text()).get("series", {})
+            return json.loads(Path(self.output_uri, _platform().job_outputs.METRICS).read_text()).get("series", {})
         except OSError:
             return {}
 
@@ -196,19 +196,19 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     # Python process died stops after a minute. The network is the user's own machine's (no worker ports to hide).
     launcher = platform.LocalLauncherHook(sandbox=os.environ.get("TRAINING_LOCAL_SANDBOX", "none"),
                                           environment_names=(), lease_seconds=60.0, network="host")
-    hosts = platform.write_job_configs(spec, layout, launcher, channels)
+    # The same engine functions as the DAG's write_configs and launch stages (operators/engine/): the same files, the
+    # same LaunchRequest (no Airflow config here: the settings are the local workspace's, the rest their defaults).
+    settings = platform.TrainingSettings(workspace=str(workspace))
+    ctx = platform.JobContext(spec.to_dict(), dag_id="local", run_id=spec.job_name, settings=settings, spec=spec,
+                              layout=layout)
+    hosts = platform.write_configs(ctx, channels, hosts=launcher).hosts
     print(f"[training_sdk] local job {spec.job_name}: {files} code files, {len(channels)} channel(s), "
           f"{len(hosts)} host(s), job root {layout.root}", file=sys.stderr, flush=True)
 
     artifacts = Path(layout.root, ".artifacts")
     artifacts.mkdir(exist_ok=True)
-    metric_definitions = [m.model_dump() for m in spec.metric_definitions]
-    metrics = platform.MetricCollector(metric_definitions)
-    env = {**spec.literal_environment(), "TRAINING_METRICS_FILE": os.path.join(layout.root, platform.METRICS_STREAM)}
-    request = platform.LaunchRequest(
-        job_name=spec.job_name, job_root=layout.root, workspace=str(workspace), layout=spec.layout,
-        instance_count=spec.instance_count, hosts=tuple(hosts), max_run_seconds=spec.max_run_seconds, env=env,
-        resources=spec.resources.model_dump(exclude_none=True), metric_definitions=tuple(metric_definitions))
+    metrics = platform.MetricCollector([m.model_dump() for m in spec.metric_definitions])
+    request = platform.launch_request(spec, layout, settings, launcher, volume_here=True)
     with (artifacts / "training.log").open("w") as log:
         def on_line(line: str) -> None:
             log.write(line + "\n")
@@ -220,17 +220,18 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     metrics.read_file(os.path.join(layout.root, platform.METRICS_STREAM))
     out = Path(spec.job_output_uri)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("model.tar.gz", "output.tar.gz", "failure", "metrics.json"):
+    outputs = platform.job_outputs
+    for stale in outputs.STALE_AFTER_A_RUN:
         (out / stale).unlink(missing_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
+    (out / outputs.METRICS).write_text(json.dumps(metrics.to_json(), indent=2))
     succeeded = result.succeeded and os.path.isfile(layout.success_file)
     if succeeded:
-        platform.pack_directory(layout.model_dir, str(out / "model.tar.gz"))
+        platform.pack_directory(layout.model_dir, str(out / outputs.MODEL))
         if os.path.isdir(layout.output_data_dir) and any(Path(layout.output_data_dir).iterdir()):
-            platform.pack_directory(layout.output_data_dir, str(out / "output.tar.gz"))
-        print(f"[training_sdk] local job {spec.job_name} completed: model {out / 'model.tar.gz'}", file=sys.stderr,
+            platform.pack_directory(layout.output_data_dir, str(out / outputs.OUTPUT_ARCHIVE))
+        print(f"[training_sdk] local job {spec.job_name} completed: model {out / outputs.MODEL}", file=sys.stderr,
               flush=True)
         return LocalJob(spec.job_name, layout.root, str(out), True, None)
     reason = result.failure_reason or f"training failed with exit code {result.exit_code}"
-    (out / "failure").write_text(reason + "\n")
+    (out / outputs.FAILURE).write_text(reason + "\n")
     return LocalJob(spec.job_name, layout.root, str(out), False, reason)

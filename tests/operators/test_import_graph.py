@@ -170,7 +170,7 @@ AIRFLOW_HOOK_MODULES = {"operators.launch.docker.launcher", "operators.launch.ku
                         "operators.launch.kubernetes.trigger"}
 
 
-@pytest.mark.parametrize("package", ["jobspec", "launch", "cache"])
+@pytest.mark.parametrize("package", ["jobspec", "launch", "cache", "engine"])
 def test_jobspec_launch_and_cache_import_no_airflow_at_module_level(package):
     graph = import_graph(module_level=True)
     modules = sorted(m for m in graph if _in_package(m, package) and m not in AIRFLOW_HOOK_MODULES)
@@ -184,12 +184,36 @@ def test_jobspec_launch_and_cache_import_no_airflow_at_module_level(package):
     assert offenders == {}, f"importing these imports Airflow (through the modules listed): {offenders}"
 
 
-@pytest.mark.parametrize("package", ["jobspec", "launch", "cache"])
+@pytest.mark.parametrize("package", ["jobspec", "launch", "cache", "engine"])
 def test_jobspec_launch_and_cache_import_nothing_from_pipelines_or_stages(package):
     graph = import_graph()
     for module in (m for m in graph if _in_package(m, package)):
         upper = sorted(m for m in _reachable(graph, module) if any(_in_package(m, u) for u in UPPER_PACKAGES))
         assert upper == [], f"{module} imports {upper}"
+
+
+def _airflow_imports(path: Path) -> list[int]:
+    """The lines of every import of an Airflow package in `path`, at module level or inside a function."""
+    tree = ast.parse(path.read_text(), str(path))
+    return sorted(node.lineno for node in ast.walk(tree)
+                  if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "airflow" for a in node.names))
+                  or (isinstance(node, ast.ImportFrom) and not node.level
+                      and (node.module or "").split(".")[0] == "airflow"))
+
+
+def test_the_engine_imports_no_airflow_even_lazily():
+    """The job engine (operators/engine/) is plain Python: the cluster's step and the SDK's local mode run it without
+    Airflow; only its adapters (operators/stages/) know Airflow."""
+    found = {str(p.relative_to(ROOT)): _airflow_imports(p) for p in sorted((PACKAGE / "engine").rglob("*.py"))}
+    assert found, "operators/engine/ has no modules"
+    offenders = {path: lines for path, lines in found.items() if lines}
+    assert offenders == {}
+
+
+def test_the_airflow_import_finder_finds_one(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import os\ndef f():\n    from airflow.sdk import DAG\n    import airflow\n")
+    assert _airflow_imports(source) == [3, 4]
 
 
 BACKEND_PACKAGES = ("launch.local", "launch.docker", "launch.kubernetes")
@@ -258,6 +282,7 @@ def test_the_trigger_holds_only_the_waiting_loop_and_no_launcher_imports_it():
 LAYERS = (
     ("pipelines", "local_api"),
     ("stages",),
+    ("engine",),
     ("launch",),
     ("lineage",),  # the run's lineage record: built from the spec, kept in the job's state (issue 50)
     ("state", "tuning"),
@@ -265,7 +290,7 @@ LAYERS = (
     ("jobspec",),
     ("storage", "console_urls"),
     ("settings",),
-    ("fs", "quantities", "stage_names", "log_masking", "step_process"),
+    ("fs", "quantities", "stage_names", "log_masking", "step_process", "job_outputs"),
     ("provider_info", "__init__"),
     ("airflow_compat",),
 )

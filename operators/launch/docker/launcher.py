@@ -36,13 +36,13 @@ from airflow.providers.common.compat.sdk import BaseHook
 from airflow.providers.docker.hooks.docker import DockerHook
 from docker.errors import APIError, ImageNotFound, NotFound
 
+from operators.launch.docker.declaration import DECLARATION
 from operators.launch.docker.options import OPTION_KEYS
 from operators.launch.docker.users import root_part
 from operators.launch import worker_slots
 from operators.launch.base import (
     DEFAULT_MASTER_PORT,
     USER_ERROR,
-    Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
@@ -71,7 +71,7 @@ class DockerLauncherHook(BaseHook):
     backend = "docker"
     # Blocking only: the engine is local to the worker, there is nothing to hand to a triggerer. Cache entries
     # are bind-mounted read-only at input/data/<channel>.
-    capabilities = Capabilities(deferrable=False, mounts_channels=True, caps_file_size=True)  # ulimit fsize
+    capabilities = DECLARATION.capabilities  # operators/launch/docker/declaration.py
 
     def __init__(
         self, docker_url: str | None = None, docker_conn_id: str | None = None, default_image: str | None = None,

@@ -1,6 +1,6 @@
 """The checkpoint sync of a training Job whose data plane is the cluster's, in a one-pod Job of its own (the manifest:
 operators/launch/kubernetes/data_plane.py's checkpoint_sync_manifest; what runs in it:
-operators/stages/checkpoint_sync_pod.py), driven by the launcher:
+operators/engine/checkpoint_sync.py), driven by the launcher:
 
 - start(): before a new training Job, a fresh sync (one an earlier try left is ended first); it returns once the
   sync's pod is ready, i.e. knows which checkpoints were restored, so the training's first checkpoint is never taken

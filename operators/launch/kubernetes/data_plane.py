@@ -14,7 +14,7 @@ that submits and follows a step is operators/launch/kubernetes/steps.py).
   and creates the read-only channels' mount points (what the worker does on a shared volume:
   operators/launch/kubernetes/workspace.py), clears an earlier try's outcome markers and records the launch in the
   job's state directory (so a retry after ttlSecondsAfterFinished asks a step whether that launch succeeded).
-- With a checkpoint_path, the checkpoint sync runs in a one-pod Job of its own (operators/stages/checkpoint_sync_pod.py),
+- With a checkpoint_path, the checkpoint sync runs in a one-pod Job of its own (operators/engine/checkpoint_sync.py),
   created before the training Job and ended by the launcher after it: it syncs the checkpoint directory while the
   training runs and once more at the end. Never a container of the training pod: a pod shares its network namespace,
   its volumes and (EKS, GKE) its service account's identity among its containers, and the sync holds the platform's
@@ -48,7 +48,7 @@ STEP_CONTAINER = "step"
 PREPARE_CONTAINER = "prepare-job-root"
 CHECKPOINT_CONTAINER = "checkpoint-sync"
 CHECKPOINT_SYNC_STEP = "checkpoint_sync"
-CHECKPOINT_SYNC_COMMAND = ["python3", "-m", "operators.stages.checkpoint_sync_pod"]
+CHECKPOINT_SYNC_COMMAND = ["python3", "-m", "operators.engine.checkpoint_sync"]
 # The sync's last pass after the training ended: its pod's grace period must cover it.
 FINAL_SYNC_SECONDS = 300
 STEP_COMPONENT = "data-plane"

@@ -45,7 +45,6 @@ from kubernetes.client.rest import ApiException
 from operators.launch.base import (
     DEFAULT_MASTER_PORT,
     PLATFORM_ERROR,
-    Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
@@ -61,6 +60,7 @@ from operators.launch.kubernetes.api import (
     wait_deleted,
 )
 from operators.launch.kubernetes.checkpoint_sync import CheckpointSyncJob
+from operators.launch.kubernetes.declaration import DECLARATION, cluster_workspace
 from operators.launch.kubernetes.data_plane import refuse_platform_identity, with_data_plane
 from operators.launch.kubernetes.manifests import (
     job_manifest,
@@ -101,7 +101,7 @@ class KubernetesLauncherHook(BaseHook):
 
     backend = "kubernetes"
     # Cache entries are sub-path mounts, read-only, at input/data/<channel>.
-    capabilities = Capabilities(deferrable=True, mounts_channels=True)
+    capabilities = DECLARATION.capabilities  # operators/launch/kubernetes/declaration.py
 
     def __init__(self, settings: Any | None = None, default_image: str | None = None) -> None:
         super().__init__()
@@ -156,8 +156,7 @@ class KubernetesLauncherHook(BaseHook):
     def cluster_workspace(self, options: Mapping[str, Any]) -> str | None:
         """Where the job's files are when its profile keeps its bytes in the cluster (data_plane = cluster): where the
         platform pods mount the volume, whatever this worker's [training] workspace; None: this worker's."""
-        resolved = resolve_options(options, self.settings)
-        return resolved.data_plane_workspace if resolved.in_cluster else None
+        return cluster_workspace(options, self.settings)
 
     def cluster_step(self, job_name: str, options: Mapping[str, Any], step: str,
                      on_line: LineCallback) -> ClusterStep | None:

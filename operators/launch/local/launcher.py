@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -38,7 +37,6 @@ from pathlib import Path
 from operators.launch.base import (
     PLATFORM_ERROR,
     USER_ERROR,
-    Capabilities,
     LaunchRequest,
     LaunchResult,
     LineCallback,
@@ -50,6 +48,7 @@ from operators.launch.local.host_processes import (
     recorded_processes,
     remove_logs,
 )
+from operators.launch.local.declaration import DECLARATION
 from operators.launch.local.isolation import JobIsolation
 from operators.launch.local.job_result import job_result, out_of_memory_reason
 from operators.launch.local.job_variables import job_variables, job_variables_fd
@@ -79,7 +78,7 @@ LEASE_IN_SANDBOX = "/run/training/lease"  # where `train` finds the lease inside
 class LocalLauncherHook:
     backend = "local"
     # Blocking only (the processes are the worker's); input/data/<channel> is a link into the cache.
-    capabilities = Capabilities(deferrable=False, mounts_channels=False, caps_file_size=True)  # RLIMIT_FSIZE
+    capabilities = DECLARATION.capabilities  # operators/launch/local/declaration.py
 
     def __init__(self, python: str | None = None, sandbox: str | None = None,
                  environment_names: tuple[str, ...] | None = None, lease_seconds: float | None = None,
@@ -106,16 +105,13 @@ class LocalLauncherHook:
 
     # -- the launcher protocol -------------------------------------------------------------------------
     def hosts(self, job_name: str, instance_count: int) -> list[str]:
-        return [f"algo-{i + 1}" for i in range(instance_count)]
+        return DECLARATION.host_plan.hosts(job_name, instance_count)  # operators/launch/local/declaration.py
 
     def host_addresses(self, job_name: str, instance_count: int) -> dict[str, str]:
-        return {host: "127.0.0.1" for host in self.hosts(job_name, instance_count)}
+        return DECLARATION.host_plan.host_addresses(job_name, instance_count)
 
     def master_port(self) -> int:
-        """A free port, so concurrent local jobs don't collide on 29500."""
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
+        return DECLARATION.host_plan.master_port()
 
     def queue_of(self, request: LaunchRequest) -> dict[str, str] | None:
         """A job asking for GPUs may wait for this worker's (operators/launch/worker_slots.py): the console shows it

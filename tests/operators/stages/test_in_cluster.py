@@ -1,6 +1,6 @@
 """A stage's work as a step of the cluster's data plane: which backend hands it to the cluster, how the step's outcome
-becomes the task's, and the step pod's entry point running the real stage code on a workspace and reporting through
-its termination message. (The steps in real pods: tests/integration/test_kubernetes_cluster_data_plane.py.)"""
+becomes the task's, and the step pod's entry point (operators/engine/step.py) running the stage's engine function on a
+workspace and reporting through its termination message. (The steps in real pods: tests/integration/test_kubernetes_cluster_data_plane.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from operators.launch.spec import validate_spec
 from operators.launch.steps import STEP_ENV, StepError, StepOutcome
-from operators.stages import in_cluster, step_pod
+from operators.engine import step as step_pod
+from operators.stages import in_cluster
 from operators.stages.stage_code import StageCodeOperator
 from operators.stages.upload_artifacts import UploadArtifactsOperator
 
@@ -75,10 +76,11 @@ def test_a_result_becomes_the_xcom_and_the_step_gets_the_rendered_fields(workspa
     step = RecordingStep(StepOutcome(result={"files": 3}))
     monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: step)
     job = _job("kubernetes", "s3://code/a.tar.gz", "s3://out")
-    assert StageCodeOperator(task_id="stage_code", job=job).execute({"run_id": "r1"}) == {"files": 3}
+    op = StageCodeOperator(task_id="stage_code", job=job)
+    assert op.execute({"run_id": "r1"}) == {"files": 3}
     payload = step.sent["payload"]
-    assert payload["operator"] == "operators.stages.stage_code:StageCodeOperator"
-    assert payload["fields"] == {"job": job} and payload["run_id"] == "r1"
+    assert payload["stage"] == "stage_code" and payload["owner"] == op.job_owner
+    assert payload["job"] == job and payload["inputs"] == {} and payload["run_id"] == "r1"
     assert step.sent["workspace"] == str(workspace)
     assert step.sent["settings_env"]["AIRFLOW__TRAINING__WORKSPACE"] == str(workspace)
 
@@ -123,8 +125,8 @@ def test_the_upload_step_gets_the_metrics_the_launch_task_recorded(workspace, mo
     ti = RecordedXCom({("launch_training", "metric_series"): {"final": {"accuracy": 0.9}, "series": series}})
     op = UploadArtifactsOperator(task_id="upload_artifacts", job=job, metrics_from="launch_training")
     op.execute({"run_id": "r1", "ti": ti})
-    sent = step.sent["payload"]["fields"]
-    assert sent["job"] == job
+    assert step.sent["payload"]["job"] == job
+    sent = step.sent["payload"]["inputs"]
     assert sent["metrics"] == {"final": {"accuracy": 0.9}, "series": {"accuracy": [  # the invalid point is dropped
         {"value": 0.5, "step": 0, "timestamp": 1.0}, {"value": 0.9, "step": 2, "timestamp": 3.0}]}}
 
@@ -132,20 +134,21 @@ def test_the_upload_step_gets_the_metrics_the_launch_task_recorded(workspace, mo
     ti = RecordedXCom({("launch_training", "metric_series"): {"series": long}})
     UploadArtifactsOperator(task_id="upload_artifacts", job=job, metrics_from="launch_training").execute(
         {"run_id": "r1", "ti": ti})
-    sent = step.sent["payload"]["fields"]["metrics"]
+    sent = step.sent["payload"]["inputs"]["metrics"]
     assert len(json.dumps(sent)) <= 64 * 1024 < len(json.dumps(long))  # fits the step's environment
     assert sent["series"]["loss"][-1]["step"] == 19_999 and sent["final"] == {"loss": 19_999 / 7}
 
     nothing = UploadArtifactsOperator(task_id="upload_artifacts", job=job, metrics_from="launch_training")
     nothing.execute({"run_id": "r1", "ti": RecordedXCom({})})  # the launch never recorded any: none sent
-    assert "metrics" not in step.sent["payload"]["fields"]
+    assert "metrics" not in step.sent["payload"]["inputs"]
 
 
-def _run_pod(monkeypatch, tmp_path, operator: str, task_id: str, job: dict, **fields) -> tuple[int, dict]:
+def _run_pod(monkeypatch, tmp_path, stage: str, task_id: str, job: dict, **inputs) -> tuple[int, dict]:
     message = tmp_path / "termination-log"
     monkeypatch.setenv("TRAINING_TERMINATION_LOG", str(message))
-    monkeypatch.setenv(STEP_ENV, json.dumps({"operator": operator, "task_id": task_id, "dag_id": "training_job",
-                                             "run_id": "r1", "try_number": 1, "fields": {"job": job, **fields}}))
+    monkeypatch.setenv(STEP_ENV, json.dumps({"stage": stage, "task_id": task_id, "dag_id": "training_job",
+                                             "run_id": "r1", "try_number": 1, "owner": job.get("owner"), "job": job,
+                                             "inputs": inputs}))
     code = step_pod.main()
     return code, json.loads(message.read_text())
 
@@ -155,14 +158,14 @@ def test_the_pod_runs_the_stage_here_and_reports_its_result(workspace, tmp_path,
     code.mkdir()
     (code / "train.py").write_text("print(1)\n")
     job = _job("kubernetes", str(code), str(tmp_path / "out"))  # in the pod, the stage works where it is
-    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code", job)
+    status, said = _run_pod(monkeypatch, tmp_path, "stage_code", "stage_code", job)
     assert status == 0 and said == {"result": {"code_dir": str(workspace / "jobs" / "plane" / "code"), "files": 1,
                                                "bytes": 9}}
     assert (workspace / "jobs" / "plane" / "code" / "train.py").read_text() == "print(1)\n"
 
 
 def test_the_pod_process_ends_with_the_outcome_and_its_whole_log(workspace, tmp_path, monkeypatch):
-    """`python -m operators.stages.step_pod` as the pod runs it: it leaves without the interpreter's teardown, so what
+    """`python -m operators.engine.step` as the pod runs it: it leaves without the interpreter's teardown, so what
     must outlive it is checked here: the exit status, the termination message and the stage's last log line."""
     code = tmp_path / "code"
     code.mkdir()
@@ -170,39 +173,40 @@ def test_the_pod_process_ends_with_the_outcome_and_its_whole_log(workspace, tmp_
     job = _job("kubernetes", str(code), str(tmp_path / "out"))
     message = tmp_path / "termination-log"
 
-    def run_pod(operator: str) -> subprocess.CompletedProcess:
+    def run_pod(stage: str) -> subprocess.CompletedProcess:
         env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}  # stdout: a pipe's buffer
         env.update({"TRAINING_TERMINATION_LOG": str(message), STEP_ENV: json.dumps(
-            {"operator": operator, "task_id": "stage_code", "dag_id": "training_job", "run_id": "r1",
-             "try_number": 1, "fields": {"job": job}})})
-        return subprocess.run([sys.executable, "-m", "operators.stages.step_pod"], env=env, capture_output=True,
+            {"stage": stage, "task_id": "stage_code", "dag_id": "training_job", "run_id": "r1",
+             "try_number": 1, "owner": job.get("owner"), "job": job, "inputs": {}})})
+        return subprocess.run([sys.executable, "-m", "operators.engine.step"], env=env, capture_output=True,
                               text=True, timeout=120)
 
-    done = run_pod("operators.stages.stage_code:StageCodeOperator")
+    done = run_pod("stage_code")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(message.read_text())["result"]["files"] == 1
     assert f"Code from {code} staged into" in done.stdout
 
-    broken = run_pod("operators.stages.stage_code:NoSuchOperator")  # an error: its traceback is printed, not logged
+    broken = run_pod("no_such_stage")  # an error: its traceback is printed, not logged
     assert broken.returncode == 1 and list(json.loads(message.read_text())) == ["error"]
-    assert "AttributeError" in broken.stdout and broken.stdout.rstrip().endswith("NoSuchOperator'")
+    assert "ValueError: no stage 'no_such_stage' runs as a step" in broken.stdout
 
 
 def test_the_pod_masks_its_connections_secrets_in_its_log_and_its_outcome(workspace, tmp_path, monkeypatch, capsys):
     """The storage Secret's connections reach a step as AIRFLOW_CONN_* variables, and its log and outcome reach the
-    task's log and XComs, which whoever triggers the DAG reads: once a hook has read a connection, its password
-    appears in neither."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk._shared.secrets_masker import SecretsMasker
+    task's log and XComs, which whoever triggers the DAG reads: once the step has read a connection (without Airflow:
+    operators/storage/env_connections.py), its password appears in neither."""
+    from operators import log_masking
+    from operators.storage.env_connections import read_env_connection
 
-    monkeypatch.setattr(SecretsMasker, "mask_secrets_in_logs", False)  # as a fresh process has it; restored after
+    monkeypatch.setattr(log_masking, "_secrets", set())  # as a fresh process has it; restored after
+    monkeypatch.setattr(log_masking, "_pattern", None)
     secret = "pod-storage-secret-1234"
     monkeypatch.setenv("AIRFLOW_CONN_POD_STORAGE", json.dumps({"conn_type": "aws", "login": "AKIAPOD",
                                                                "password": secret}))
-    assert BaseHook.get_connection("pod_storage").password == secret  # what the stage's storage hook does first
+    assert read_env_connection("pod_storage").password == secret  # what the stage's storage hook does first
     missing = _job("kubernetes", str(tmp_path / f"code-{secret}"), str(tmp_path / "out"))
 
-    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code",
+    status, said = _run_pod(monkeypatch, tmp_path, "stage_code", "stage_code",
                             missing)
     logging.getLogger("operators.storage.hook").info("a line that names %s", secret)
 
@@ -218,7 +222,7 @@ def test_the_pod_masks_its_connections_secrets_in_its_log_and_its_outcome(worksp
                          "entry_point": "train.py", "output_path": str(tmp_path / "out"),
                          "inputs": {"tokenizer": str(data)}}, default_job_name="x", default_base_job_name="x",
                         default_backend="local", default_layout="ti").to_dict()
-    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.prefetch_data:PrefetchDataOperator",
+    status, said = _run_pod(monkeypatch, tmp_path, "prefetch_data",
                             "prefetch_data", job)
     assert status == 0, said
     assert said["result"]["tokenizer"]["uri"] == str(data) and "***" not in json.dumps(said)
@@ -226,20 +230,29 @@ def test_the_pod_masks_its_connections_secrets_in_its_log_and_its_outcome(worksp
 
 def test_the_pod_reports_a_skip_and_a_failure(workspace, tmp_path, monkeypatch):
     job = _job("kubernetes", "s3://code/a.tar.gz", str(tmp_path / "out"))
-    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.upload_artifacts:UploadArtifactsOperator",
+    status, said = _run_pod(monkeypatch, tmp_path, "upload_artifacts",
                             "upload_artifacts", job)
     assert status == 0 and said == {"skip": "the job root was never created (an earlier stage failed): nothing to "
                                             "upload"}
     missing = _job("kubernetes", str(tmp_path / "nothing-here"), str(tmp_path / "out"))
-    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code",
+    status, said = _run_pod(monkeypatch, tmp_path, "stage_code", "stage_code",
                             missing)
     assert status == 1 and list(said) == ["fail"] and "nothing-here" in said["fail"]
 
 
-def test_only_a_decorated_stage_can_be_a_step():
-    assert UploadArtifactsOperator.execute.step_entry is not UploadArtifactsOperator.execute
-    with pytest.raises(TypeError, match="not decorated with runs_in_cluster"):
-        step_pod._step_entry(type("Plain", (), {"execute": lambda self, context: None}))
+def test_every_stage_that_can_be_a_step_names_an_engine_function_and_no_other_goes_to_the_cluster(workspace,
+                                                                                               monkeypatch):
+    from operators.stages import (
+        LaunchTrainingOperator, PrefetchDataOperator, RestoreOperator, StageCodeOperator, WriteConfigsOperator,
+    )
+
+    steps = [StageCodeOperator, PrefetchDataOperator, WriteConfigsOperator, RestoreOperator, UploadArtifactsOperator]
+    assert sorted(op.engine_stage for op in steps) == sorted(step_pod.STAGES)
+    assert LaunchTrainingOperator.engine_stage is None
+    monkeypatch.setenv("AIRFLOW__TRAINING_KUBERNETES__DATA_PLANE", "cluster")
+    plain = StageCodeOperator(task_id="stage_code", job=_job("kubernetes", "s3://code/a.tar.gz", "s3://out"))
+    plain.engine_stage = None
+    assert in_cluster._cluster_step(plain) is None
 
 
 def test_the_upload_step_writes_the_metrics_it_was_given_and_uploads_them(workspace, tmp_path, monkeypatch):
@@ -247,7 +260,7 @@ def test_the_upload_step_writes_the_metrics_it_was_given_and_uploads_them(worksp
     code.mkdir()
     (code / "train.py").write_text("print(1)\n")
     job = _job("kubernetes", str(code), str(tmp_path / "out"))
-    _run_pod(monkeypatch, tmp_path, "operators.stages.stage_code:StageCodeOperator", "stage_code", job)
+    _run_pod(monkeypatch, tmp_path, "stage_code", "stage_code", job)
     root = workspace / "jobs" / "plane"
     (root / "model").mkdir(exist_ok=True)
     (root / "model" / "weights.bin").write_text("w")
@@ -255,7 +268,7 @@ def test_the_upload_step_writes_the_metrics_it_was_given_and_uploads_them(worksp
     (root / "output" / "success").write_text("")
     (root / "output" / "metrics.json").symlink_to(tmp_path / "elsewhere.json")  # the job's: replaced, not followed
     metrics = {"final": {"accuracy": 0.9}, "series": {"accuracy": [{"value": 0.9, "step": 0, "timestamp": 1.0}]}}
-    status, said = _run_pod(monkeypatch, tmp_path, "operators.stages.upload_artifacts:UploadArtifactsOperator",
+    status, said = _run_pod(monkeypatch, tmp_path, "upload_artifacts",
                             "upload_artifacts", job, metrics=metrics)
     assert status == 0 and said["result"]["status"] == "succeeded", said
     uploaded = tmp_path / "out" / "plane" / "output" / "metrics.json"

@@ -41,7 +41,7 @@ def _spec(**fields):
 def test_a_step_is_a_restricted_one_pod_job_of_the_platform_image_with_the_storage_secret():
     options = resolve_options({}, replace(CLUSTER, data_plane_service_account="storage-reader"))
     manifest = step_manifest("plane-stage-code", "plane", "stage_code", options, workspace="/opt/airflow/training",
-                             command=["python3", "-m", "operators.stages.step_pod"], payload={"task_id": "stage_code"},
+                             command=["python3", "-m", "operators.engine.step"], payload={"task_id": "stage_code"},
                              settings_env={"AIRFLOW__TRAINING__WORKSPACE": "/opt/airflow/training"})
     pod = manifest["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -140,7 +140,7 @@ def test_checkpoints_sync_from_a_one_pod_job_of_the_platform_under_the_data_plan
     pod = manifest["spec"]["template"]["spec"]
     (sync,) = pod["containers"]
     assert sync["name"] == "checkpoint-sync" and sync["image"] == CLUSTER.data_plane_image
-    assert sync["command"][-1] == "operators.stages.checkpoint_sync_pod"
+    assert sync["command"][-1] == "operators.engine.checkpoint_sync"
     assert pod["serviceAccountName"] == "storage-writer" and pod["automountServiceAccountToken"] is True
     assert sync["envFrom"] == [{"secretRef": {"name": "training-storage"}}]
     assert pod["securityContext"]["runAsUser"] == 50000  # the data plane's uid, not the training's

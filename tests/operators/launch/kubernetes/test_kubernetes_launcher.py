@@ -782,7 +782,7 @@ def test_checkpoints_sync_from_a_pod_of_their_own_ready_before_the_training_and_
 
     def kubelet_ends_the_pod(self) -> None:
         deleted.append(self.name)
-        kube.log(pod, "INFO operators.stages.checkpoint_sync_pod: checkpoint sync: the last pass is done")
+        kube.log(pod, "INFO operators.engine.checkpoint_sync: checkpoint sync: the last pass is done")
         kube.terminate(pod, 0)
 
     original_delete = CheckpointSyncJob.delete

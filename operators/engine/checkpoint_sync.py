@@ -1,4 +1,4 @@
-"""Checkpoint sync in the cluster, from a pod of its own: `python -m operators.stages.checkpoint_sync_pod`, the one-pod
+"""Checkpoint sync in the cluster, from a pod of its own: `python -m operators.engine.checkpoint_sync`, the one-pod
 Job the Kubernetes backend starts before a training Job with a checkpoint_path when the cluster keeps the data plane
 (operators/launch/kubernetes/data_plane.py). It does on the cluster's volume what the Airflow worker does on a shared
 one (operators/staging/checkpoints.py): a pass every `interval` seconds while the training runs, and the last one when
@@ -8,8 +8,8 @@ Why a pod of its own: it holds the platform's storage identity (the storage Secr
 `data_plane_service_account`), and a pod shares its network namespace, its volumes and (EKS, GKE) its service
 account's identity among all its containers: beside the tenant's training it would have handed them to the tenant.
 It mounts the job root only, read-only (it reads checkpoints, never writes), and walks it without following a link.
-Its log reaches the launch task's log (the launcher streams it when it ends the sync), so it goes through Airflow's
-secrets masker like a step's.
+Its log reaches the launch task's log (the launcher streams it when it ends the sync), so it masks the connections'
+secrets like a step's (operators/log_masking.py); like a step it imports no Airflow (operators/step_process.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 
 from operators.launch.steps import CHECKPOINT_SYNC_DONE, CHECKPOINT_SYNC_ENV, CHECKPOINT_SYNC_READY_FILE
 from operators.settings import training_settings
-from operators.stages.step_pod import exit_now, masked_log_output
+from operators.engine.step import exit_now, masked_log_output
 from operators.staging.checkpoints import CheckpointSync
 from operators.storage.errors import StorageError
 from operators.storage.hook import ObjectStorageHook

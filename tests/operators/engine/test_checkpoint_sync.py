@@ -1,4 +1,4 @@
-"""`python -m operators.stages.checkpoint_sync_pod` as its pod runs it (operators/launch/kubernetes/data_plane.py's
+"""`python -m operators.engine.checkpoint_sync` as its pod runs it (operators/launch/kubernetes/data_plane.py's
 checkpoint_sync_manifest), on local directories: what was restored is not uploaded back, a checkpoint reaches
 checkpoint_path while the training runs, SIGTERM (the deletion of its Job) makes the last pass and says so, and a link
 in the checkpoint directory is never followed. (Its lifecycle beside a training: tests/operators/launch/kubernetes/
@@ -37,7 +37,7 @@ def test_the_sync_pod_uploads_what_the_training_writes_and_makes_its_last_pass_o
     env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
     env[CHECKPOINT_SYNC_ENV] = json.dumps(config)
     # the pod's readiness file, here in the test's directory
-    entry = ("import operators.stages.checkpoint_sync_pod as pod; "
+    entry = ("import operators.engine.checkpoint_sync as pod; "
              f"pod.CHECKPOINT_SYNC_READY_FILE = {str(ready)!r}; pod.exit_now(pod.main())")
     process = subprocess.Popen([sys.executable, "-c", entry], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)

@@ -1,0 +1,128 @@
+"""Each stage's typed result. to_dict() is exactly the XCom dict the stage has always returned (the pipelines, the
+console, the SDK and the data-plane step's outcome read those keys); from_dict() reads one back, so a result
+round-trips through JSON: from_dict(json.loads(json.dumps(r.to_dict()))) == r."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class StagedCode:
+    code_dir: str
+    files: int
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code_dir": self.code_dir, "files": self.files, "bytes": self.bytes}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StagedCode:
+        return cls(str(data["code_dir"]), int(data["files"]), int(data["bytes"]))
+
+
+@dataclass(frozen=True)
+class StagedChannel:
+    """One input channel: its cache entry (a path in the workspace), whether it is one file (and its name), its URI."""
+
+    entry: str
+    is_file: bool
+    uri: str
+    file_name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entry": self.entry, "is_file": self.is_file, "uri": self.uri, "file_name": self.file_name}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StagedChannel:
+        return cls(str(data["entry"]), bool(data["is_file"]), str(data["uri"]), data.get("file_name"))
+
+
+@dataclass(frozen=True)
+class StagedChannels:
+    """channel name -> StagedChannel; the XCom is the plain mapping of channel name to its dict."""
+
+    channels: Mapping[str, StagedChannel] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: channel.to_dict() for name, channel in self.channels.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> StagedChannels:
+        return cls({name: StagedChannel.from_dict(info) for name, info in (data or {}).items()})
+
+
+@dataclass(frozen=True)
+class WrittenConfigs:
+    hosts: tuple[str, ...]
+    config_dir: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hosts": list(self.hosts), "config_dir": self.config_dir}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WrittenConfigs:
+        return cls(tuple(data["hosts"]), str(data["config_dir"]))
+
+
+@dataclass(frozen=True)
+class Restored:
+    checkpoint_files: int = 0
+    resumed_from: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint_files": self.checkpoint_files, "resumed_from": self.resumed_from}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Restored:
+        return cls(int(data.get("checkpoint_files") or 0), data.get("resumed_from"))
+
+
+@dataclass(frozen=True)
+class UploadedArtifacts:
+    """status "succeeded" (model_uri set) or "failed" (failure: the end of the job's reason); artifacts: name -> URI
+    of what is in the job's output (operators/job_outputs.py)."""
+
+    status: str
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    model_uri: str | None = None
+    failure: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "succeeded"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"status": self.status, "model_uri": self.model_uri, "artifacts": dict(self.artifacts)}
+        if not self.succeeded:
+            data["failure"] = self.failure
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UploadedArtifacts:
+        return cls(str(data["status"]), dict(data.get("artifacts") or {}), data.get("model_uri"), data.get("failure"))
+
+
+@dataclass(frozen=True)
+class LaunchSummary:
+    """The training's outcome as the launch stage returns it (and records as "outcome" when it fails): restarts only
+    for an elastic job whose hosts were started again."""
+
+    succeeded: bool
+    exit_code: int | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    failure_class: str | None = None
+    restarts: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"succeeded": self.succeeded, "exit_code": self.exit_code, "metrics": dict(self.metrics),
+                "failure_class": self.failure_class}
+        if self.restarts:
+            data["restarts"] = dict(self.restarts)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LaunchSummary:
+        return cls(bool(data["succeeded"]), data.get("exit_code"), dict(data.get("metrics") or {}),
+                   data.get("failure_class"), dict(data.get("restarts") or {}))

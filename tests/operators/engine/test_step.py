@@ -1,0 +1,71 @@
+"""The data-plane step's engine side (operators/engine/step.py): a payload of primitives runs the stage's engine
+function; the outcome is a result, a skip, a failure or an error; and none of it imports Airflow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from operators.engine.step import STAGES, run_stage
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _payload(ctx, stage: str, **inputs) -> dict:
+    return {"stage": stage, "job": ctx.job, "owner": ctx.owner, "dag_id": ctx.dag_id, "run_id": ctx.run_id,
+            "inputs": inputs}
+
+
+def test_the_five_transfer_stages_run_as_steps():
+    assert sorted(STAGES) == ["prefetch_data", "restore", "stage_code", "upload_artifacts", "write_configs"]
+
+
+def test_a_payload_runs_its_stage_and_says_its_outcome(make_context, monkeypatch):
+    monkeypatch.setattr("operators.engine.transfers.JobContext.check_owner_records", lambda self: None)
+    ctx = make_context()
+    said = run_stage(_payload(ctx, "stage_code"), settings=ctx.settings)
+    assert said == {"result": {"code_dir": ctx.layout.code_dir, "files": 1, "bytes": len("print('training')\n")}}
+    said = run_stage(_payload(ctx, "write_configs", channels={}), settings=ctx.settings)
+    assert said["result"]["hosts"] == ["algo-1"]
+    assert run_stage(_payload(ctx, "upload_artifacts"), settings=ctx.settings) == {
+        "skip": "training did not run (an earlier stage failed): nothing to upload"}
+    assert list(run_stage(_payload(ctx, "no_such_stage"), settings=ctx.settings)) == ["error"]
+
+
+def test_a_stage_run_from_the_engine_imports_no_airflow(tmp_path):
+    """What the step's pod and the SDK's local mode run: the engine, a stage on a local store, no Airflow."""
+    code = textwrap.dedent(f"""
+        import json, os, sys
+        root = {str(tmp_path)!r}
+        os.makedirs(root + "/code")
+        open(root + "/code/train.py", "w").write("print(1)\\n")
+        os.makedirs(root + "/data")
+        open(root + "/data/rows.csv", "w").write("1\\n")
+        from operators.engine.step import run_stage
+        from operators.jobspec.model import JobSpec
+        from operators.settings import TrainingSettings
+        job = JobSpec.model_validate({{"job_name": "plain", "source_dir": root + "/code", "entry_point": "train.py",
+                                       "output_path": root + "/out", "backend": "local", "layout": "ti",
+                                       "inputs": {{"train": root + "/data"}}}}).to_dict()
+        settings = TrainingSettings(workspace=root + "/workspace")
+        from operators.engine.context import JobContext
+        from operators.engine.transfers import stage_code
+        stage_code(JobContext(job, dag_id="d", run_id="r", settings=settings))
+        said = {{}}
+        for stage in ("prefetch_data", "write_configs", "restore", "upload_artifacts"):
+            said[stage] = run_stage({{"stage": stage, "job": job, "dag_id": "d", "run_id": "r", "inputs": {{}}}},
+                                    settings=settings)
+        print(json.dumps({{"said": said, "airflow": sorted(m for m in sys.modules if m.split(".")[0] == "airflow")}}))
+    """)
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'runtime'}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["airflow"] == []
+    assert report["said"]["prefetch_data"]["result"]["train"]["uri"].endswith("/data")
+    assert report["said"]["write_configs"]["result"]["hosts"] == ["algo-1"]
+    assert report["said"]["restore"] == {"result": {"checkpoint_files": 0, "resumed_from": None}}
+    assert "skip" in report["said"]["upload_artifacts"]

@@ -1,0 +1,74 @@
+"""The upload stage's engine function on a local store: what goes to the job's output after success and after
+failure, what a retry sends again (nothing), and the skips and failures it reports."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from operators.engine import transfers
+from operators.engine.errors import StageFailed, StageSkipped
+from operators.engine.results import UploadedArtifacts
+from operators.engine.upload import upload_artifacts
+from operators.job_outputs import job_output_uri
+
+
+def _trained(ctx, *, succeeded: bool) -> None:
+    transfers.stage_code(ctx)
+    os.makedirs(ctx.layout.model_dir, exist_ok=True)
+    with open(os.path.join(ctx.layout.model_dir, "weights.bin"), "w") as handle:
+        handle.write("w")
+    os.makedirs(ctx.layout.output_dir, exist_ok=True)
+    with open(os.path.join(ctx.layout.output_dir, "success" if succeeded else "failure"), "w") as handle:
+        handle.write("" if succeeded else "the script raised ValueError\n")
+
+
+def test_a_successful_job_s_model_and_metrics_go_to_its_output(make_context):
+    ctx = make_context()
+    _trained(ctx, succeeded=True)
+    metrics = {"final": {"loss": 0.1}, "series": {"loss": [{"value": 0.1, "step": 0, "timestamp": 1.0}]}}
+    done = upload_artifacts(ctx, metrics=metrics)
+    out = job_output_uri(ctx.spec.output_path, ctx.spec.job_name)
+    assert done == UploadedArtifacts("succeeded", {"model.tar.gz": out + "model.tar.gz",
+                                                   "metrics.json": out + "metrics.json"}, model_uri=out + "model.tar.gz")
+    assert os.path.isfile(out + "model.tar.gz")
+    assert json.loads(open(out + "metrics.json").read()) == metrics
+    assert UploadedArtifacts.from_dict(json.loads(json.dumps(done.to_dict()))) == done
+    assert "failure" not in done.to_dict()
+
+    mtime = os.stat(out + "model.tar.gz").st_mtime_ns
+    assert upload_artifacts(ctx) == done  # a retry: the same result, nothing sent again
+    assert os.stat(out + "model.tar.gz").st_mtime_ns == mtime
+
+
+def test_a_failed_job_s_reason_goes_up_and_never_a_model(make_context):
+    ctx = make_context()
+    _trained(ctx, succeeded=False)
+    done = upload_artifacts(ctx)
+    out = job_output_uri(ctx.spec.output_path, ctx.spec.job_name)
+    assert done.status == "failed" and done.model_uri is None and done.failure.strip() == "the script raised ValueError"
+    assert done.to_dict()["artifacts"] == {"failure": out + "failure"}
+    assert not os.path.exists(out + "model.tar.gz")
+
+
+def test_nothing_to_upload_is_a_skip(make_context):
+    ctx = make_context()
+    with pytest.raises(StageSkipped, match="never created"):
+        upload_artifacts(ctx)
+    transfers.stage_code(ctx)
+    with pytest.raises(StageSkipped, match="training did not run"):
+        upload_artifacts(ctx)
+
+
+def test_a_model_another_run_published_is_never_overwritten(make_context):
+    ctx = make_context()
+    _trained(ctx, succeeded=True)
+    out = job_output_uri(ctx.spec.output_path, ctx.spec.job_name)
+    os.makedirs(out)
+    with open(out + "model.tar.gz", "w") as handle:
+        handle.write("someone else's")
+    with pytest.raises(StageFailed, match="never overwritten"):
+        upload_artifacts(ctx)
+    assert open(out + "model.tar.gz").read() == "someone else's"
