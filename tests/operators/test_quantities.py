@@ -21,3 +21,16 @@ def test_what_the_api_server_refuses_is_no_quantity(text):
     assert not is_quantity(text)
     with pytest.raises(ValueError, match="is not a quantity"):
         parse_quantity(text)
+
+
+def test_parsing_a_quantity_imports_no_kubernetes_client():
+    # A DAG file's parse reads [training]'s quantity settings: importing the kubernetes package (its API client,
+    # ~0.6 s) there made every parse slow (issue 48). Its parser's own module is loaded without the package.
+    import subprocess
+    import sys
+
+    code = ("import sys; from operators.quantities import parse_quantity; "
+            "assert parse_quantity('8Gi') == 8 * 2**30; print(sorted(m for m in sys.modules if m.startswith('kubernetes')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
