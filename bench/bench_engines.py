@@ -223,13 +223,15 @@ def main() -> None:
                     ObjectStorageHook(settings=settings).download(uri, paths["ours-botocore"])
 
             def ours_unverified() -> None:
-                # Diagnostic, not a mode of the platform: the same download without the MD5 of each body (the
-                # check of a corrupted transfer that s5cmd and aws do not make), to show what that check costs.
+                # Diagnostic, not a mode of the platform: the same download without the check of each body (its
+                # MD5, or the stored CRC where the object carries one: the check of a corrupted transfer that s5cmd
+                # and aws do not make), to show what that check costs.
                 from unittest import mock
 
                 forget_data_loader()
-                # (obstore.downloads checks each small body's MD5; transfers.verify_file each large file's.)
-                with mock.patch("operators.storage.obstore.downloads.is_md5_etag", return_value=False), \
+                # (obstore.downloads checks each body with transfers.body_check; transfers.verify_file a large
+                # file's MD5.)
+                with mock.patch("operators.storage.obstore.downloads.body_check", return_value=None), \
                         mock.patch("operators.storage.transfers.is_md5_etag", return_value=False):
                     ObjectStorageHook(settings=settings).download(uri, paths["ours-no-md5"])
 

@@ -124,6 +124,7 @@ def main() -> None:
 
     if not tool("pigz"):
         print("note: pigz is not installed (apt-get install -y pigz): the pigz rows are skipped", flush=True)
+    failed = []  # a failed benchmark is reported, and the others still run (one broken script hid five)
     for name, script in BENCHMARKS:
         if args.only and name not in args.only:
             continue
@@ -135,11 +136,20 @@ def main() -> None:
         if name != "search":
             cmd += ["--repeats", str(args.repeats)]
         started = time.monotonic()
-        if subprocess.run(cmd).returncode != 0:
-            sys.exit(f"{script} failed")
-        print(f"##### {script}: {time.monotonic() - started:.0f} s", flush=True)
+        returncode = subprocess.run(cmd).returncode
+        if returncode != 0:
+            failed.append(script)
+            # Its results file of an earlier run would pass for this run's in latest.md.
+            for ext in ("json", "md"):
+                stale = os.path.join(RESULTS_DIR, f"{name}.{ext}")
+                if os.path.isfile(stale):
+                    os.unlink(stale)
+        print(f"##### {script}: {time.monotonic() - started:.0f} s{f', FAILED (exit {returncode})' if returncode else ''}",
+              flush=True)
 
     parts = [f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}{', --quick sizes' if args.quick else ''})", goals()]
+    if failed:
+        parts.insert(1, "**Failed** (no figures; see the output above): " + ", ".join(f"`{s}`" for s in failed))
     for name, _ in BENCHMARKS:
         path = os.path.join(RESULTS_DIR, f"{name}.md")
         if os.path.isfile(path):
@@ -149,6 +159,8 @@ def main() -> None:
     with open(os.path.join(RESULTS_DIR, "latest.md"), "w") as fh:
         fh.write(report)
     print("\n" + report)
+    if failed:
+        sys.exit(f"{len(failed)} benchmark(s) failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
