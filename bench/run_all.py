@@ -156,6 +156,7 @@ def main() -> None:
             with open(path) as fh:
                 parts.append(fh.read().strip())
     report = "\n\n".join(parts) + "\n"
+    os.makedirs(RESULTS_DIR, exist_ok=True)  # absent where every benchmark failed before writing its results
     with open(os.path.join(RESULTS_DIR, "latest.md"), "w") as fh:
         fh.write(report)
     print("\n" + report)

@@ -27,6 +27,7 @@ def check_operators_package() -> None:
     if spec is None:
         raise ImportError("the training-jobs platform's package 'operators' is not installed: "
                           "pip install airflow-training-jobs (docs/deploying.md)")
+    # lazy: only once find_spec found a package of that name (else the line above)
     import operators
 
     if getattr(operators, _MARKER, None) is not True:

@@ -57,6 +57,7 @@ def holds_role(user: Any, role: str) -> bool | None:
         return role.lower() in {str(getattr(r, "name", r)).lower() for r in roles}
     if not hasattr(user, "role"):
         return None
+    # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
     # The simple auth manager: one role per user, each holding the rights of the ones below it (Admin has Op's).
     from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManagerRole
 
@@ -70,6 +71,7 @@ def holds_role(user: Any, role: str) -> bool | None:
 def refusal(user: Any, triggered_by: str | None, assignees: list | None, role: str) -> str | None:
     """One line when `user` may not answer the approval of a run `triggered_by` started, else None (see the
     module's docstring)."""
+    # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
     from operators.pipelines.approval import self_approval_refusal
 
     name = user.get_name()
@@ -93,6 +95,7 @@ def refusal(user: Any, triggered_by: str | None, assignees: list | None, role: s
 
 def _lookup(dag_id: str, run_id: str, task_id: str, map_index: int) -> tuple[str | None, list | None] | None:
     """(triggering user, assigned users) of the run's task when it is a PromotionApprovalOperator, else None."""
+    # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
     from sqlalchemy import select
 
     from airflow.models import DagRun, TaskInstance
@@ -114,6 +117,7 @@ def _lookup(dag_id: str, run_id: str, task_id: str, map_index: int) -> tuple[str
 
 def check(user: Any, dag_id: str, run_id: str, task_id: str, map_index: int) -> str | None:
     """The refusal of this answer, or None (also when Airflow refuses it itself: no right to answer for the DAG)."""
+    # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
     from airflow.configuration import conf
@@ -143,11 +147,13 @@ class ApprovalCheck:
         if line is None:
             await self.app(scope, receive, send)
             return
+        # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
         from starlette.responses import JSONResponse
 
         await JSONResponse({"detail": line}, status_code=403)(scope, receive, send)
 
     async def _check(self, scope: dict, target: tuple[str, str, str, int]) -> str | None:
+        # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
         from starlette.concurrency import run_in_threadpool
 
         from secret_reference_check import request_user

@@ -49,6 +49,7 @@ def _created_runs(scope: dict) -> tuple[str, str, str] | None:
 
 def _asset_dag(asset_id: str) -> str | None:
     """The one DAG that materializes the asset (what the route runs); None when none or several (Airflow refuses)."""
+    # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
     from pydantic import TypeAdapter, ValidationError
     from sqlalchemy import select
 
@@ -90,6 +91,7 @@ async def _read_body(receive) -> tuple[bytes, Any]:
 async def request_user(scope: dict) -> Any | None:
     """The request's user, resolved exactly as Airflow's routes resolve it (bearer token, else the session cookie);
     None when it is not authenticated (Airflow then answers 401 itself)."""
+    # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
     from fastapi import HTTPException, Request
     from fastapi.security import HTTPAuthorizationCredentials
 
@@ -111,6 +113,7 @@ def _team(model: Any, name: str, multi_team: bool) -> str | None:
 def refusal(user: Any, dag_id: str | None, refs: list, asset_id: str | None = None) -> tuple[int, str] | None:
     """(status, one line) for the first reference this user may not make in a run of `dag_id` (or of the DAG that
     materializes `asset_id`), or None."""
+    # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import (
         ConnectionDetails,
@@ -176,12 +179,14 @@ class SecretReferenceCheck:
         if answer is None:
             await self.app(scope, receive, send)
             return
+        # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
         from starlette.responses import JSONResponse
 
         status, line = answer
         await JSONResponse({"detail": line}, status_code=status)(scope, receive, send)
 
     async def _check(self, scope: dict, body: bytes, named: str, value: str, conf_key: str) -> tuple[int, str] | None:
+        # lazy: API-server code, only when the API server runs it (every Airflow process loads the plugins)
         from starlette.concurrency import run_in_threadpool
 
         from operators.jobspec.secret_policy import references

@@ -17,6 +17,7 @@ class _FastAPIApps:
     importing FastAPI and Airflow's API security module there would cost each task seconds."""
 
     def __get__(self, instance, owner):
+        # lazy: FastAPI and the console, only in the API server (see the docstring)
         from training_console.app import app
 
         return [{"app": app, "url_prefix": PLUGIN_PREFIX, "name": "Training jobs"}]

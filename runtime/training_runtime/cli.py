@@ -113,6 +113,7 @@ def main(argv=None):
             logging.getLogger("training_runtime").error("cannot read the job's environment (--environment-fd %d): %s",
                                                         args.environment_fd, error)
             return PLATFORM_ERROR
+    # lazy: the trainer only for the train command (the others start light)
     from training_runtime.trainer import train
 
     code = train(

@@ -37,6 +37,7 @@ def build(job, layout, python, plan, script):
     args = platform_args(job, layout, plan) + hps.args_for(layout.name, job.hyperparameters)
     if plan.torchrun_args:
         if plan.elastic and script.endswith(".py"):
+            # lazy: only for an elastic torchrun job
             # torchrun runs `python <shim> <script> <args>`: the shim tells the script's errors from a lost peer.
             from training_runtime.distributed import ELASTIC_SHIM
 

@@ -20,6 +20,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 
 from training_runtime.errors import InvalidJobError
 
@@ -60,8 +62,6 @@ def watch_lease(path, seconds, check_every=None):
     """A daemon thread: SIGTERM to us once ``path`` was not touched for ``seconds`` (a missing file counts from now).
 
     Returns the thread (None when there is no lease)."""
-    import threading
-    import time
 
     if not path or not seconds:
         return None

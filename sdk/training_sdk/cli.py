@@ -90,12 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _session(args):
+    # lazy: each command imports only what it runs (the CLI starts on every call)
     from training_sdk.session import Session
 
     return Session(api_url=args.api_url)
 
 
 def _submit(args) -> int:
+    # lazy: each command imports only what it runs (the CLI starts on every call)
     from training_sdk.estimator import Estimator
 
     est = Estimator(entry_point=args.entry_point, command=args.run_command, source_dir=args.source_dir,
@@ -120,6 +122,7 @@ VIEW_WORDS = {"Pending": "queued", "InProgress": "running", "Completed": "succee
 
 
 def _list(session, args) -> int:
+    # lazy: each command imports only what it runs (the CLI starts on every call)
     from training_sdk.session import ApiError
 
     try:
@@ -164,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "submit":
             return _submit(args)
+        # lazy: each command imports only what it runs (the CLI starts on every call)
         from training_sdk.job import TrainingJob
 
         session = _session(args)

@@ -161,6 +161,7 @@ class Estimator:
         work too: fit("s3://bucket/train/") is channel 'training', logs="None" streams nothing."""
         logs = fit_logs(logs)
         if self.is_local:
+            # lazy: local mode (the platform) and boto3 only where this path runs
             from training_sdk.local import run_local
 
             self.latest_job = run_local(self, inputs or {}, job_name=job_name, logs=logs)
@@ -253,6 +254,7 @@ def _upload_to_storage(packed, code_location: str) -> str:
     name = f"{packed.sha256[:16]}/sourcedir.tar.gz"
     if _is_remote(code_location):
         try:
+            # lazy: local mode (the platform) and boto3 only where this path runs
             from training_sdk.storage import s3_client
 
             client = s3_client()

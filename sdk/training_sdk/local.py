@@ -37,6 +37,7 @@ def local_workspace() -> Path:
 def _platform():
     """The platform's local-mode API (operators/local_api.py): one module with a fixed set of names."""
     try:
+        # lazy: the platform and boto3, only in local mode / for a remote input
         from operators import local_api
     except ImportError as err:
         raise TrainingSdkError(f"local mode needs the platform's runtime and launcher ({err}); install them with "
@@ -121,6 +122,7 @@ def _stage_inputs(layout, inputs: Mapping[str, str], cache: Path) -> dict[str, d
 def _download(uri: str, cache: Path) -> Path:
     """An object storage input (a prefix ending in / or one object) downloaded with boto3 (AWS_* variables, including
     AWS_ENDPOINT_URL for S3-compatible stores), into a directory keyed by the URI."""
+    # lazy: the platform and boto3, only in local mode / for a remote input
     import hashlib
 
     try:

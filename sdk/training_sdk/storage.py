@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 log = logging.getLogger("training_sdk.storage")
 
@@ -35,6 +36,7 @@ REMOTE_SCHEMES = ("s3", "cos", "oss", "obs")
 def s3_client():
     """A boto3 S3 client (credentials, region and endpoint from boto3's usual AWS_* variables and files) that
     retries like the platform's."""
+    # lazy: boto3 (~0.3 s), only where the SDK moves bytes itself
     import boto3
     from botocore.config import Config
 
@@ -53,14 +55,13 @@ def s3_client():
 
 
 def _is_aws(endpoint_url: str | None) -> bool:
-    from urllib.parse import urlsplit
-
     host = (urlsplit(endpoint_url or "").hostname or "").lower()
     return not host or host.endswith(_AWS_HOST_SUFFIXES)
 
 
 def transfer_config():
     """s3transfer's settings for download_file/upload_file: a body that breaks off is fetched again."""
+    # lazy: boto3 (~0.3 s), only where the SDK moves bytes itself
     from boto3.s3.transfer import TransferConfig
 
     return TransferConfig(num_download_attempts=BODY_ATTEMPTS)
@@ -72,6 +73,7 @@ def _widen_retry_quota(client: Any) -> None:
         # after-call handler that refills it.
         handler = client.meta.events._emitter._unique_id_handlers["retry-config-s3"]["handler"]
         checker = handler.__self__._retry_quota
+        # lazy: boto3 (~0.3 s), only where the SDK moves bytes itself
         from botocore.retries.quota import RetryQuota
 
         checker._quota = RetryQuota(initial_capacity=_QUOTA_CAPACITY)

@@ -14,10 +14,12 @@ accepted too. The search DAG's trials run at most [training] max_concurrent_tria
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from training_sdk.errors import TrainingSdkError
+from training_sdk.errors import TrainingJobError, TrainingSdkError
 from training_sdk.estimator import Estimator, default_job_name
 from training_sdk.job import TrainingJob
 
@@ -115,8 +117,6 @@ class HyperparameterTuner:
         return self.latest_tuning_job
 
     def wait(self, logs: bool = True) -> None:
-        import sys
-        import time
 
         job = self._job()
         reported: dict[tuple[str, int], str] = {}
@@ -134,8 +134,6 @@ class HyperparameterTuner:
                 break
             time.sleep(job.poll_seconds)
         if run.get("state") != "success":
-            from training_sdk.errors import TrainingJobError
-
             raise TrainingJobError(job.job_name, job._status_of(run), job.failure_reason())
 
     def _job(self) -> TrainingJob:

@@ -27,6 +27,7 @@ def _allows_null(schema: Mapping[str, Any]) -> bool:
 def validate_against_params(spec: Mapping[str, Any], params: Mapping[str, Mapping[str, Any]], dag_id: str) -> None:
     """Raise SpecValidationError naming the first bad field: unknown to the DAG, required and missing, or not
     matching its schema (type, enum, pattern, bounds, ...) the way Airflow's Param.resolve would judge it."""
+    # lazy: jsonschema, only where a spec is checked against the DAG's params
     from jsonschema import Draft202012Validator, FormatChecker
 
     for name in spec:
