@@ -41,11 +41,13 @@ from _common import (  # noqa: E402
 from _s3server import S3Server  # noqa: E402
 
 BUCKET = "bench-pipeline"
+PARSE_GOAL_S = 0.2  # issue 48: every DAG file parses in < 0.2 s beyond `import airflow.sdk`
+JOB_GOAL_S = 1.0  # issue 48: a no-op job adds <= 1.0 s to as many no-op tasks (dag.test wall)
 PARSE_SNIPPET = (
     "import runpy, sys, time\n"
-    "t0 = time.perf_counter(); import airflow.sdk; t1 = time.perf_counter()\n"
+    "t0 = time.perf_counter(); import airflow.sdk; t1 = time.perf_counter(); c1 = time.process_time()\n"
     "runpy.run_path(sys.argv[1]); t2 = time.perf_counter()\n"
-    "print('PARSE', t1 - t0, t2 - t1)\n"
+    "print('PARSE', t1 - t0, t2 - t1, time.process_time() - c1)\n"
 )
 FIRST_USE_SNIPPET = (
     "import sys, time\n"
@@ -83,7 +85,11 @@ def ensure_db(env: dict) -> None:
 def parse_times(env: dict, repeats: int) -> list[dict]:
     rows = []
     for path in sorted(glob.glob(os.path.join(REPO, "dags", "*.py"))):
-        sdk, parse = [], []
+        sdk, parse, cpu = [], [], []
+        # One untimed parse first: it writes the bytecode cache (what an installed package has) where the
+        # environment allows it, so the timed ones do not measure compiling the modules.
+        subprocess.run([sys.executable, path], env={k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                       cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(repeats):
             proc = subprocess.run([sys.executable, "-c", PARSE_SNIPPET, path], env=env, cwd=REPO,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -91,12 +97,13 @@ def parse_times(env: dict, repeats: int) -> list[dict]:
             if proc.returncode != 0 or line is None:
                 rows.append({"file": os.path.relpath(path, REPO), "error": proc.stdout.strip().splitlines()[-1:]})
                 break
-            _, a, b = line.split()
+            _, a, b, c = line.split()
             sdk.append(float(a))
             parse.append(float(b))
+            cpu.append(float(c))
         else:
             rows.append({"file": os.path.relpath(path, REPO), "import_sdk": statistics.median(sdk),
-                         "parse": statistics.median(parse), "parses": parse})
+                         "parse": statistics.median(parse), "parses": parse, "parse_cpu": statistics.median(cpu)})
     return rows
 
 
@@ -196,10 +203,11 @@ def main() -> None:
         rows.append([stage, d, noop_task, d - noop_task, "yes" if d - noop_task < 1.0 else "NO"])
     ours_wall = statistics.median(r["wall"] for r in measured_ours)
     noop_wall = statistics.median(r["wall"] for r in measured_noop)
-    rows.append(["whole run (dag.test wall)", ours_wall, noop_wall, ours_wall - noop_wall, ""])
+    rows.append(["whole run (dag.test wall)", ours_wall, noop_wall, ours_wall - noop_wall,
+                 f"{'yes' if ours_wall - noop_wall <= JOB_GOAL_S else 'NO'} (goal <= {JOB_GOAL_S} s)"])
     parse_rows = [
-        [p["file"], p.get("parse", float("nan")), p.get("import_sdk", float("nan")),
-         ("yes" if p["parse"] < 0.3 else "NO") if "parse" in p else f"error: {p.get('error')}"]
+        [p["file"], p.get("parse", float("nan")), p.get("parse_cpu", float("nan")), p.get("import_sdk", float("nan")),
+         ("yes" if p["parse"] < PARSE_GOAL_S else "NO") if "parse" in p else f"error: {p.get('error')}"]
         for p in parses
     ]
     first_rows = []
@@ -211,7 +219,8 @@ def main() -> None:
         f"## Pipeline overhead and DAG parse time (benchmark 4)\n\n`bench/bench_pipeline.py{' --quick' if args.quick else ''}`, "
         f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average at the end {load_average()[0]:.2f}.\n\n"
         f"Parse time of each DAG file (fresh process, after `import airflow.sdk`; median of {repeats}):\n\n"
-        + markdown_table(["file", "parse s", "import airflow.sdk s (not counted)", "< 0.3 s"], parse_rows)
+        + markdown_table(["file", "parse s", "parse CPU s", "import airflow.sdk s (not counted)", f"< {PARSE_GOAL_S} s"],
+                         parse_rows)
         + f"\n\nTask durations, training_job with a no-op training vs {len(order)} no-op tasks "
         f"(dag.test, median of {repeats} warm runs; the no-op column is the median of all no-op tasks):\n\n"
         + markdown_table(["stage", "ours s", "no-op task s", "added s", "< 1 s"], rows)
@@ -222,7 +231,8 @@ def main() -> None:
     save_results(
         "pipeline",
         {"parse": parses, "training_job_runs": ours, "noop_runs": noop, "noop_task_median": noop_task,
-         "added": added, "first_use": first_use, "airflow_home": home},
+         "added": added, "job_added": ours_wall - noop_wall, "job_goal_s": JOB_GOAL_S, "parse_goal_s": PARSE_GOAL_S,
+         "first_use": first_use, "airflow_home": home},
         markdown,
     )
     print("\n" + markdown)
