@@ -210,6 +210,9 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
     assert state == "success", (failure_reasons(), states, output[-5000:])
     for step in ("stage_code", "prefetch_data", "write_configs", "restore", "upload_artifacts"):
         assert f"[cluster] step {step}: Job {namespace}/" in output, step
+        # each step's process ran the engine without importing Airflow (operators/engine/step.py says so in its log)
+        assert f"Step {step} done in" in output, step
+    assert output.count("; Airflow not imported") >= 5 and "; Airflow was imported" not in output
     for host in ("plane-first-0", "plane-first-1"):
         for i in range(3):
             assert f"{host} reads part-{i}.csv: rows of part {i}" in output
