@@ -27,6 +27,7 @@ class UploadArtifactsOperator(JobStageOperator):
     operator_extra_links = stage_links()
     ui_color = "#e1bee7"
     engine_stage = "upload_artifacts"
+    lineage_stage, lineage_result = "upload_artifacts", "upload"
 
     def __init__(self, *, metrics_from: str | None = None, metrics: Mapping[str, Any] | None = None,
                  stage_results: Mapping[str, Any] | None = None, **kwargs):
@@ -39,6 +40,10 @@ class UploadArtifactsOperator(JobStageOperator):
         self.metrics_from = metrics_from
         self.metrics = metrics
         self.stage_results = stage_results
+
+    def lineage_results(self, result: Any) -> dict[str, Any]:
+        """Every earlier stage's result beside the upload's: the upload reports the model and all it was made from."""
+        return {**dict(self.stage_results or {}), **super().lineage_results(result)}
 
     def lineage_inputs(self, context) -> dict[str, Any]:
         """What the lineage record names beside the job (primitives, for the step too): the stages' results (a failed
