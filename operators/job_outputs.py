@@ -6,6 +6,7 @@ console, the SDK) spells it through these functions.
     <output_path>/<job_name>/output/output.tar.gz     output/data/, when the job wrote any
     <output_path>/<job_name>/output/failure           why the training did not succeed (after failure only)
     <output_path>/<job_name>/output/metrics.json      the matched metric series
+    <output_path>/<job_name>/output/lineage.json      what made the run's model (operators/lineage/record.py)
     <output_path>/<base_job_name>/latest.json         a retraining lineage's "latest model" pointer
     <output_path>/<search job>/search_summary.json    a hyperparameter search's summary
 
@@ -17,7 +18,8 @@ MODEL = "model.tar.gz"
 OUTPUT_ARCHIVE = "output.tar.gz"
 FAILURE = "failure"
 METRICS = "metrics.json"
-ARTIFACT_NAMES = (MODEL, OUTPUT_ARCHIVE, FAILURE, METRICS)
+LINEAGE = "lineage.json"
+ARTIFACT_NAMES = (MODEL, OUTPUT_ARCHIVE, FAILURE, METRICS, LINEAGE)
 STALE_AFTER_A_RUN = ARTIFACT_NAMES  # what a new run of the same job replaces (the SDK's local mode clears them)
 
 OUTPUT_DIR = "output"

@@ -10,33 +10,44 @@ from typing import Any, Mapping
 
 @dataclass(frozen=True)
 class StagedCode:
+    """code_digest: the digest of the staged tree (operators/lineage/code_digest.py), what the run's lineage names;
+    None when it could not be computed."""
+
     code_dir: str
     files: int
     bytes: int
+    code_digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code_dir": self.code_dir, "files": self.files, "bytes": self.bytes}
+        return {"code_dir": self.code_dir, "files": self.files, "bytes": self.bytes, "code_digest": self.code_digest}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StagedCode:
-        return cls(str(data["code_dir"]), int(data["files"]), int(data["bytes"]))
+        return cls(str(data["code_dir"]), int(data["files"]), int(data["bytes"]), data.get("code_digest"))
 
 
 @dataclass(frozen=True)
 class StagedChannel:
-    """One input channel: its cache entry (a path in the workspace), whether it is one file (and its name), its URI."""
+    """One input channel: its cache entry (a path in the workspace), whether it is one file (and its name), its URI;
+    and what the run's lineage names: the data version (the cache entry's key: a digest of the channel's listing,
+    operators/cache/data_cache.py), its object count and bytes."""
 
     entry: str
     is_file: bool
     uri: str
     file_name: str | None = None
+    data_version: str | None = None
+    files: int | None = None
+    bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entry": self.entry, "is_file": self.is_file, "uri": self.uri, "file_name": self.file_name}
+        return {"entry": self.entry, "is_file": self.is_file, "uri": self.uri, "file_name": self.file_name,
+                "data_version": self.data_version, "files": self.files, "bytes": self.bytes}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StagedChannel:
-        return cls(str(data["entry"]), bool(data["is_file"]), str(data["uri"]), data.get("file_name"))
+        return cls(str(data["entry"]), bool(data["is_file"]), str(data["uri"]), data.get("file_name"),
+                   data.get("data_version"), data.get("files"), data.get("bytes"))
 
 
 @dataclass(frozen=True)
@@ -82,26 +93,30 @@ class Restored:
 @dataclass(frozen=True)
 class UploadedArtifacts:
     """status "succeeded" (model_uri set) or "failed" (failure: the end of the job's reason); artifacts: name -> URI
-    of what is in the job's output (operators/job_outputs.py)."""
+    of what is in the job's output (operators/job_outputs.py); lineage_uri: the run's published lineage record
+    (operators/lineage/record.py), None when none could be built."""
 
     status: str
     artifacts: Mapping[str, str] = field(default_factory=dict)
     model_uri: str | None = None
     failure: str | None = None
+    lineage_uri: str | None = None
 
     @property
     def succeeded(self) -> bool:
         return self.status == "succeeded"
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"status": self.status, "model_uri": self.model_uri, "artifacts": dict(self.artifacts)}
+        data = {"status": self.status, "model_uri": self.model_uri, "artifacts": dict(self.artifacts),
+                "lineage_uri": self.lineage_uri}
         if not self.succeeded:
             data["failure"] = self.failure
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> UploadedArtifacts:
-        return cls(str(data["status"]), dict(data.get("artifacts") or {}), data.get("model_uri"), data.get("failure"))
+        return cls(str(data["status"]), dict(data.get("artifacts") or {}), data.get("model_uri"), data.get("failure"),
+                   data.get("lineage_uri"))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from operators.jobspec.ownership import RESERVED_NAMES
 from operators.launch.declaration import HostPlan
 from operators.launch.job_configs import write_job_configs
 from operators.launch.registry import declaration_for, launcher_for
+from operators.lineage.code_digest import code_digest
 from operators.state.owner_records import check_write, latest_model
 from operators.state.retention import collect_garbage
 from operators.storage.disk_space import CACHE_TODO, DiskFullError, disk_full_error, is_disk_full
@@ -42,9 +43,21 @@ def stage_code(ctx: JobContext, *, check_locations: bool = False) -> StagedCode:
         ctx.claim_job()
         create_directories(ctx.layout, channels=list(ctx.spec.inputs))
         stats = stage_code_into(ctx.storage, ctx.spec.source_dir, ctx.layout.code_dir)
-    ctx.log.info("Code from %s staged into %s: %d files, %d bytes", ctx.spec.source_dir, ctx.layout.code_dir,
-                 stats.files, stats.bytes)
-    return StagedCode(ctx.layout.code_dir, stats.files, stats.bytes)
+    digest = _code_digest(ctx)
+    ctx.log.info("Code from %s staged into %s: %d files, %d bytes, digest %s", ctx.spec.source_dir,
+                 ctx.layout.code_dir, stats.files, stats.bytes, digest or "unknown")
+    return StagedCode(ctx.layout.code_dir, stats.files, stats.bytes, digest)
+
+
+def _code_digest(ctx: JobContext) -> str | None:
+    """The staged tree's digest (what the run's lineage names as its code), taken right after staging, before any of
+    the job's code runs there; None, with a warning, when it cannot be read (the lineage then says it is unknown)."""
+    try:
+        return code_digest(ctx.layout.code_dir).digest
+    except OSError as err:
+        ctx.log.warning("Could not compute the digest of the staged code in %s (its lineage names none): %s",
+                        ctx.layout.code_dir, err)
+        return None
 
 
 def prefetch_data(ctx: JobContext) -> StagedChannels:
@@ -85,7 +98,8 @@ def _prefetch(ctx: JobContext) -> StagedChannels:
             os.makedirs(view, exist_ok=True)
         ctx.log.info("Channel %s: %s -> %s (%s, %d files, %d bytes, %d bytes transferred)", channel, uri, entry.path,
                      "reused" if entry.reused else "downloaded", entry.files, entry.bytes, entry.bytes_transferred)
-        channels[channel] = StagedChannel(str(entry.path), entry.is_file, uri, entry.file_name)
+        channels[channel] = StagedChannel(str(entry.path), entry.is_file, uri, entry.file_name,
+                                          data_version=entry.key, files=entry.files, bytes=entry.bytes)
     return StagedChannels(channels)
 
 

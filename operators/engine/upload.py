@@ -3,17 +3,20 @@ whether training succeeded or not.
 
 After success: model.tar.gz, output.tar.gz (when output/data is not empty) and metrics.json. After failure: the failure
 reason (and metrics.json), never a model.tar.gz. Idempotent: a retried or cleared upload finds what was already
-uploaded (a record in the job's state directory plus an existence check) and sends nothing twice."""
+uploaded (a record in the job's state directory plus an existence check) and sends nothing twice. Either way, the run's
+lineage record goes last (operators/engine/lineage.py): lineage.json beside the model."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from operators.engine.context import JobContext
 from operators.engine.errors import StageFailed, StageSkipped, failing_fast
+from operators.engine.lineage import publish_lineage
 from operators.engine.results import UploadedArtifacts
 from operators.fs.job_root import JobRoot
 from operators.fs.safe_tar import PackTooLargeError
@@ -104,12 +107,16 @@ class ArtifactUploads:
         self.remember(name, target.stat())
 
 
-def upload_artifacts(ctx: JobContext, *, metrics: Mapping[str, Any] | None = None) -> UploadedArtifacts:
+def upload_artifacts(ctx: JobContext, *, metrics: Mapping[str, Any] | None = None,
+                     stage_results: Mapping[str, Any] | None = None,
+                     triggering_user: str | None = None) -> UploadedArtifacts:
     """`metrics`: the job's metrics where they are not in the job root (the cluster's data plane: the launch task
-    recorded them), written as output/metrics.json before the upload."""
+    recorded them), written as output/metrics.json before the upload. `stage_results` (the earlier stages' result
+    dicts, operators/engine/lineage.py STAGE_RESULTS) and `triggering_user`: what the run's lineage record names."""
     with failing_fast():
         try:
-            return _upload(ctx, metrics)
+            uploaded = _upload(ctx, metrics)
+            return replace(uploaded, lineage_uri=publish_lineage(ctx, uploaded, stage_results, triggering_user))
         except DiskFullError:
             raise
         except OSError as err:  # the stage's own small files (records, the artifacts dir) on a full disk

@@ -31,13 +31,14 @@ from urllib.request import url2pathname
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from operators.job_outputs import LINEAGE, MODEL
 from operators.jobspec.model import JobSpec
 from operators.jobspec.ownership import OWNER_KEY
 from operators.state.job_state import ensure_state_dir, state_path
 
 SCHEMA_VERSION = 1
-LINEAGE_FILE = "lineage.json"  # the kept copy's name in the job's state directory, and the published one's
-MODEL_ARCHIVE = "model.tar.gz"
+LINEAGE_FILE = LINEAGE  # the kept copy's name in the job's state directory, and the published one's
+MODEL_ARCHIVE = MODEL
 _CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")  # a data cache entry's directory name (operators/cache/data_cache.py)
 _SDK_ARCHIVE = re.compile(r"(?:^|/)([0-9a-f]{64})\.tar\.gz$")  # an SDK upload: <sha256 of the archive>.tar.gz
 # What `versions` names: the platform's own distributions, the runtime the job's processes run, and what drives them.
@@ -348,15 +349,17 @@ def build_record(
     exit_code, metrics, failure_class}, upload_artifacts {status, model_uri, artifacts}); a missing result leaves its
     part empty (a run that failed early).
 
-    What no result carries yet is given here: `code_digest` (code_digest.code_digest of the staged code_dir),
-    `channel_versions` ({channel: {data_version, objects, bytes}}: the cache entry's key, files and bytes; a prefetch
-    result with `key`, `files` and `bytes` gives them itself), `image_name` (default: the spec's image_uri) and
+    The engine's stage_code result carries `code_digest` and prefetch_data's channels their `data_version`, `files`
+    and `bytes` (operators/engine/results.py); the arguments override them: `code_digest` (code_digest.code_digest of
+    the staged code_dir), `channel_versions` ({channel: {data_version, objects, bytes}}: the cache entry's key, files
+    and bytes), `image_name` (default: the spec's image_uri) and
     `image_digest` (what the backend ran), `parent_lineage_uri` (default: lineage.json beside the resolved parent
     model), `reproduces`, and `versions` (default: platform_versions())."""
     spec = JobSpec.from_dict(job)
     code = dict(stage_code or {})
     archive = _SDK_ARCHIVE.search(spec.source_dir)
-    code_part = CodeLineage(source_uri=spec.source_dir, digest=code_digest, files=code.get("files"),
+    code_part = CodeLineage(source_uri=spec.source_dir, digest=code_digest or code.get("code_digest"),
+                            files=code.get("files"),
                             bytes=code.get("bytes"), archive_sha256=archive.group(1) if archive else None)
 
     prefetched = {name: dict(value) for name, value in (prefetch or {}).items() if isinstance(value, Mapping)}

@@ -93,8 +93,11 @@ def training_job_tasks(
     launch = LaunchTrainingOperator(task_id=f"{p}launch_training", job=job, channels=prefetch.output,
                                     deferrable=deferrable, retries=launch_retries, early_stopping=early_stopping,
                                     **dict(launch_kwargs or {}))
+    # The run's lineage record is built from the earlier stages' results (operators/engine/lineage.py).
+    stage_results = {"stage_code": stage_code.output, "prefetch": prefetch.output, "write_configs": configs.output,
+                     "restore": restore.output, "launch": launch.output}
     upload = UploadArtifactsOperator(task_id=f"{p}upload_artifacts", job=job, metrics_from=launch.task_id,
-                                     trigger_rule="all_done", **transfers)
+                                     stage_results=stage_results, trigger_rule="all_done", **transfers)
     publish = PublishModelOperator(task_id=f"{p}publish_model", upload=upload.output, model_asset=model_asset,
                                    job=job)
     validate >> stage_code >> prefetch >> configs >> restore >> launch >> upload >> publish

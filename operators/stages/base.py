@@ -20,6 +20,7 @@ from operators.jobspec.ownership import OWNER_KEY, dag_owner
 from operators.launch.registry import declaration_for
 from operators.settings import training_settings
 from operators.stages.failure_reasons import records_failure_reason
+from operators.stages.openlineage_facets import RESULT_ATTR, keeps_result, stage_lineage
 
 
 def engine_errors(execute):
@@ -51,11 +52,12 @@ class JobStageOperator(BaseOperator):
     ui_color = "#e8f4fd"
 
     def __init_subclass__(cls, **kwargs):
-        """Every stage's failure says why in the training-jobs view (operators/stages/failure_reasons.py)."""
+        """Every stage's failure says why in the training-jobs view (operators/stages/failure_reasons.py); its result
+        is kept for its OpenLineage datasets (operators/stages/openlineage_facets.py)."""
         super().__init_subclass__(**kwargs)
         for name in ("execute", "execute_complete"):
             if name in vars(cls):
-                setattr(cls, name, records_failure_reason(vars(cls)[name]))
+                setattr(cls, name, records_failure_reason(keeps_result(vars(cls)[name])))
 
     def __init__(self, *, job: Mapping[str, Any] | Any, **kwargs):
         super().__init__(**kwargs)
@@ -73,6 +75,21 @@ class JobStageOperator(BaseOperator):
 
     # The stage's engine function's name in the cluster's step (operators/engine/step.py STAGES); None: no step.
     engine_stage: str | None = None
+    # The stage's name in OpenLineage (operators/lineage/openlineage.py operator_lineage) and build_record's keyword
+    # for its result (operators/lineage/record.py); None: the stage reports no datasets.
+    lineage_stage: str | None = None
+    lineage_result: str | None = None
+
+    def lineage_results(self, result: Any) -> dict[str, Any]:
+        """The stages' results this stage's lineage is built from: its own (what execute returned)."""
+        return {self.lineage_result: result} if self.lineage_result else {}
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The openlineage provider's hook: this stage's inputs (and the model, for the upload) with their versions;
+        best effort (operators/stages/openlineage_facets.py)."""
+        return stage_lineage(self.job, self.lineage_stage, dag_id=self.dag_id,
+                             run_id=getattr(task_instance, "run_id", None) or "",
+                             results=self.lineage_results(getattr(self, RESULT_ATTR, None)), logger=self.log)
 
     def engine_context(self, context) -> JobContext:
         """The engine's view of this task: the job, its run, its settings, layout and log."""

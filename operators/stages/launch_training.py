@@ -33,6 +33,9 @@ LIVE_METRICS_SECONDS = 2.0
 QUEUE_KEY = "queue"  # {queue, priority} of a Job waiting in Kueue; read by plugins/training_console/jobs.py
 
 
+# A failed launch's summary (it returns no XCom): what the training-jobs view and the upload's lineage read.
+OUTCOME_KEY = "outcome"
+
 class LaunchTrainingOperator(JobStageOperator):
     """Run the training on the spec's backend and wait for it; the launcher hook is the only backend-specific part.
 
@@ -264,7 +267,7 @@ class LaunchTrainingOperator(JobStageOperator):
     def _record_outcome(self, summary: dict) -> None:
         """A failed task returns no XCom: the summary (failure class, metrics so far) goes under key "outcome",
         where the training-jobs view reads it."""
-        self._push("outcome", summary)
+        self._push(OUTCOME_KEY, summary)
 
     def _push(self, key: str, value: Any) -> None:
         """An XCom for the training-jobs view, from wherever the task is (after a deferral, too)."""

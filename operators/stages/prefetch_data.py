@@ -14,6 +14,7 @@ class PrefetchDataOperator(JobStageOperator):
 
     ui_color = "#e3f2e1"
     engine_stage = "prefetch_data"
+    lineage_stage, lineage_result = "prefetch_data", "prefetch"
 
     @runs_in_cluster
     @engine_errors

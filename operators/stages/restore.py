@@ -18,6 +18,7 @@ class RestoreOperator(JobStageOperator):
 
     ui_color = "#fff3e0"
     engine_stage = "restore"
+    lineage_stage, lineage_result = "restore", "restore"
 
     @runs_in_cluster
     @engine_errors

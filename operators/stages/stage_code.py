@@ -10,6 +10,7 @@ class StageCodeOperator(JobStageOperator):
 
     ui_color = "#e3f2e1"
     engine_stage = "stage_code"
+    lineage_stage, lineage_result = "stage_code", "stage_code"
 
     @runs_in_cluster
     @engine_errors

@@ -6,6 +6,7 @@ from operators.airflow_compat import AirflowSkipException
 
 from operators.stages.base import JobStageOperator, engine_errors
 from operators.stages.in_cluster import runs_in_cluster
+from operators.stages.launch_training import OUTCOME_KEY
 from operators.stages.links import stage_links
 from operators.tracking.metrics import METRIC_SERIES_KEY, MetricCollector
 
@@ -22,20 +23,40 @@ class UploadArtifactsOperator(JobStageOperator):
     (operators/engine/upload.py).
     """
 
+    template_fields = ("job", "stage_results")
     operator_extra_links = stage_links()
     ui_color = "#e1bee7"
     engine_stage = "upload_artifacts"
+    lineage_stage, lineage_result = "upload_artifacts", "upload"
 
-    def __init__(self, *, metrics_from: str | None = None, metrics: Mapping[str, Any] | None = None, **kwargs):
+    def __init__(self, *, metrics_from: str | None = None, metrics: Mapping[str, Any] | None = None,
+                 stage_results: Mapping[str, Any] | None = None, **kwargs):
         """`metrics_from`: the launch task, whose XCom METRIC_SERIES_KEY holds the job's metrics where the worker could
         not write them into the job root (the cluster's data plane); the worker hands them to the step as `metrics`,
-        which writes them as output/metrics.json before uploading."""
+        which writes them as output/metrics.json before uploading. `stage_results`: the earlier stages' results the
+        run's lineage record is built from (operators/engine/lineage.py STAGE_RESULTS -> their XComArgs; a stage that
+        did not finish renders as None)."""
         super().__init__(**kwargs)
         self.metrics_from = metrics_from
         self.metrics = metrics
+        self.stage_results = stage_results
+
+    def lineage_results(self, result: Any) -> dict[str, Any]:
+        """Every earlier stage's result beside the upload's: the upload reports the model and all it was made from."""
+        return {**dict(self.stage_results or {}), **super().lineage_results(result)}
+
+    def lineage_inputs(self, context) -> dict[str, Any]:
+        """What the lineage record names beside the job (primitives, for the step too): the stages' results (a failed
+        launch's summary from its "outcome" XCom) and the run's triggering user."""
+        results = dict(self.stage_results or {})
+        ti = context.get("ti")
+        if results.get("launch") is None and self.metrics_from and ti is not None:
+            results["launch"] = ti.xcom_pull(task_ids=self.metrics_from, key=OUTCOME_KEY)
+        return {"stage_results": results,
+                "triggering_user": getattr(context.get("dag_run"), "triggering_user_name", None) or None}
 
     def step_inputs(self, context) -> dict[str, Any]:
-        fields = super().step_inputs(context)
+        fields = {**super().step_inputs(context), **self.lineage_inputs(context)}
         recorded = context["ti"].xcom_pull(task_ids=self.metrics_from, key=METRIC_SERIES_KEY) \
             if self.metrics_from and context.get("ti") is not None else None
         if recorded:
@@ -55,4 +76,5 @@ class UploadArtifactsOperator(JobStageOperator):
         # lazy: the engine's upload -> storage clients (botocore, obstore), not at DAG parse
         from operators.engine.upload import upload_artifacts
 
-        return upload_artifacts(self.engine_context(context), metrics=self.metrics).to_dict()
+        return upload_artifacts(self.engine_context(context), metrics=self.metrics,
+                                **self.lineage_inputs(context)).to_dict()

@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from operators.lineage.record import LineageRecord, read_record
+from operators.settings import training_settings
 from dag_runner import (
     DDP_SCRIPT,
     HOSTILE_SCRIPT,
@@ -71,6 +73,16 @@ def test_ti_layout_single_host_from_s3(training_dag, storage_connections, object
     metrics = json.loads(object_store.get(bucket, "models/ti-single/output/metrics.json"))
     assert [p["value"] for p in metrics["series"]["loss"]] == [1.0, 0.5, 0.333]
     assert "models/ti-single/output/failure" not in object_store.keys(bucket)
+    # What made the model, published beside it: the code digest stage_code took and the channel's data version
+    # (the cache's key of its listing), the same record the platform keeps in the job's state directory.
+    lineage = LineageRecord.from_json(object_store.get(bucket, "models/ti-single/output/lineage.json"))
+    assert values["upload_artifacts"]["lineage_uri"] == f"s3://{bucket}/models/ti-single/output/lineage.json"
+    assert lineage.code.digest == values["stage_code"]["code_digest"] and lineage.code.digest.startswith("sha256:")
+    assert lineage.channels["train"].data_version == values["prefetch_data"]["train"]["data_version"]
+    assert len(lineage.channels["train"].data_version) == 64 and lineage.channels["train"].objects == 1
+    assert lineage.outcome.status == "succeeded" and lineage.outcome.model_uri == model_uri
+    assert lineage.hyperparameters == conf["hyperparameters"] and lineage.airflow.run_id == result.run_id
+    assert lineage == read_record(training_settings().workspace, "ti-single")
 
 
 def test_pai_layout_with_a_command_and_cos(training_dag, storage_connections, object_store):

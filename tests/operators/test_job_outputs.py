@@ -25,6 +25,8 @@ def test_a_model_uri_names_its_job_and_nothing_else_does():
 
 def test_only_a_job_s_artifacts_have_a_uri():
     assert job_outputs.artifact_uri("/o", "j", "failure") == "/o/j/output/failure"
+    assert job_outputs.artifact_uri("/o", "j", job_outputs.LINEAGE) == "/o/j/output/lineage.json"
+    assert job_outputs.LINEAGE in job_outputs.STALE_AFTER_A_RUN  # a new run of the job never shows the old lineage
     with pytest.raises(ValueError, match="not one of a job's artifacts"):
         job_outputs.artifact_uri("/o", "j", "secrets.txt")
 

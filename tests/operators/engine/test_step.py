@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from operators.engine.step import STAGES, run_stage
+from operators.lineage.code_digest import code_digest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -27,7 +28,9 @@ def test_a_payload_runs_its_stage_and_says_its_outcome(make_context, monkeypatch
     monkeypatch.setattr("operators.engine.transfers.JobContext.check_owner_records", lambda self: None)
     ctx = make_context()
     said = run_stage(_payload(ctx, "stage_code"), settings=ctx.settings)
-    assert said == {"result": {"code_dir": ctx.layout.code_dir, "files": 1, "bytes": len("print('training')\n")}}
+    # the step computes the staged code's digest itself: the cluster's lineage names the code it staged
+    assert said == {"result": {"code_dir": ctx.layout.code_dir, "files": 1, "bytes": len("print('training')\n"),
+                               "code_digest": code_digest(ctx.layout.code_dir).digest}}
     said = run_stage(_payload(ctx, "write_configs", channels={}), settings=ctx.settings)
     assert said["result"]["hosts"] == ["algo-1"]
     assert run_stage(_payload(ctx, "upload_artifacts"), settings=ctx.settings) == {

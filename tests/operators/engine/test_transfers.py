@@ -12,12 +12,15 @@ import pytest
 from operators.engine import transfers
 from operators.engine.errors import StageFailed
 from operators.engine.results import Restored, StagedChannels, StagedCode, WrittenConfigs
+from operators.lineage.code_digest import code_digest
 
 
 def test_stage_code_copies_the_code_into_the_job_root_and_returns_what_it_staged(make_context):
     ctx = make_context()
     staged = transfers.stage_code(ctx)
-    assert staged == StagedCode(ctx.layout.code_dir, 1, len("print('training')\n"))
+    assert staged == StagedCode(ctx.layout.code_dir, 1, len("print('training')\n"),
+                                code_digest(ctx.layout.code_dir).digest)
+    assert staged.code_digest.startswith("sha256:")
     assert open(os.path.join(ctx.layout.code_dir, "train.py")).read() == "print('training')\n"
     assert StagedCode.from_dict(json.loads(json.dumps(staged.to_dict()))) == staged
 
@@ -49,6 +52,9 @@ def test_prefetch_links_each_channel_to_its_cache_entry_and_the_configs_name_its
     assert train.is_file and train.file_name == "rows.csv" and train.uri == str(data / "rows.csv")
     assert open(os.path.join(ctx.layout.channel_dir("train"), "rows.csv")).read() == "1,2\n"
     assert StagedChannels.from_dict(json.loads(json.dumps(channels.to_dict()))) == channels
+    # what the run's lineage names: the cache entry's key as the data version, its files and bytes
+    assert train.data_version == os.path.basename(os.path.dirname(train.entry)) and len(train.data_version) == 64
+    assert (train.files, train.bytes) == (1, len("1,2\n"))
 
     written = transfers.write_configs(ctx, channels.to_dict())
     assert written == WrittenConfigs(("algo-1",), ctx.layout.config_dir)

@@ -13,6 +13,7 @@ from operators.engine.errors import StageFailed, StageSkipped
 from operators.engine.results import UploadedArtifacts
 from operators.engine.upload import upload_artifacts
 from operators.job_outputs import job_output_uri
+from operators.lineage.record import LineageRecord, read_record, record_path
 
 
 def _trained(ctx, *, succeeded: bool) -> None:
@@ -32,7 +33,8 @@ def test_a_successful_job_s_model_and_metrics_go_to_its_output(make_context):
     done = upload_artifacts(ctx, metrics=metrics)
     out = job_output_uri(ctx.spec.output_path, ctx.spec.job_name)
     assert done == UploadedArtifacts("succeeded", {"model.tar.gz": out + "model.tar.gz",
-                                                   "metrics.json": out + "metrics.json"}, model_uri=out + "model.tar.gz")
+                                                   "metrics.json": out + "metrics.json"}, model_uri=out + "model.tar.gz",
+                                     lineage_uri=out + "lineage.json")
     assert os.path.isfile(out + "model.tar.gz")
     assert json.loads(open(out + "metrics.json").read()) == metrics
     assert UploadedArtifacts.from_dict(json.loads(json.dumps(done.to_dict()))) == done
@@ -72,3 +74,48 @@ def test_a_model_another_run_published_is_never_overwritten(make_context):
     with pytest.raises(StageFailed, match="never overwritten"):
         upload_artifacts(ctx)
     assert open(out + "model.tar.gz").read() == "someone else's"
+
+
+def test_the_run_s_lineage_is_kept_in_its_state_and_published_beside_the_model(make_context, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rows.csv").write_text("1,2\n")
+    ctx = make_context(inputs={"train": str(data)}, hyperparameters={"epochs": 3})
+    _trained(ctx, succeeded=True)
+    stage_results = {"stage_code": transfers.stage_code(ctx).to_dict(),
+                     "prefetch": transfers.prefetch_data(ctx).to_dict(),
+                     "launch": {"succeeded": True, "exit_code": 0, "metrics": {"loss": 0.25}, "failure_class": None}}
+    done = upload_artifacts(ctx, stage_results=stage_results, triggering_user="alice")
+    out = job_output_uri(ctx.spec.output_path, ctx.spec.job_name)
+    assert done.lineage_uri == out + "lineage.json"
+    published = LineageRecord.from_json(open(out + "lineage.json").read())
+    assert published == read_record(ctx.settings.workspace, ctx.spec.job_name)  # the kept copy, outside the job root
+    assert not record_path(ctx.settings.workspace, ctx.spec.job_name).startswith(ctx.layout.root)
+    assert published.code.digest == stage_results["stage_code"]["code_digest"]
+    assert published.code.digest.startswith("sha256:")
+    train = published.channels["train"]
+    assert train.data_version == stage_results["prefetch"]["train"]["data_version"] and len(train.data_version) == 64
+    assert (train.objects, train.bytes) == (1, len("1,2\n"))
+    assert published.outcome.status == "succeeded" and published.outcome.model_uri == done.model_uri
+    assert published.outcome.final_metrics == {"loss": 0.25}
+    assert published.hyperparameters == {"epochs": 3}
+    assert (published.airflow.dag_id, published.airflow.run_id, published.airflow.triggering_user) == (
+        "training_job", "r1", "alice")
+    assert upload_artifacts(ctx, stage_results=stage_results).lineage_uri == done.lineage_uri  # a retry: again
+
+
+def test_a_failed_run_publishes_its_lineage_too_and_missing_stage_results_leave_their_part_empty(make_context):
+    ctx = make_context()
+    _trained(ctx, succeeded=False)
+    done = upload_artifacts(ctx, stage_results={"stage_code": None, "launch": None})
+    published = LineageRecord.from_json(open(done.lineage_uri).read())
+    assert published.outcome.status == "failed" and published.outcome.model_uri is None
+    assert published.code.digest is None and published.code.source_uri == ctx.spec.source_dir
+
+
+def test_results_no_record_can_be_built_from_are_a_warning_and_the_upload_goes_on(make_context, caplog):
+    ctx = make_context()
+    _trained(ctx, succeeded=True)
+    done = upload_artifacts(ctx, stage_results={"launch": {"metrics": {"loss": "not a number"}}})
+    assert done.status == "succeeded" and done.lineage_uri is None
+    assert "Could not build the lineage record" in caplog.text

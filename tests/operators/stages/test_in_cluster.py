@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from operators.launch.spec import validate_spec
 from operators.launch.steps import STEP_ENV, StepError, StepOutcome
+from operators.lineage.code_digest import code_digest
 from operators.engine import step as step_pod
 from operators.stages import in_cluster
 from operators.stages.stage_code import StageCodeOperator
@@ -143,6 +144,22 @@ def test_the_upload_step_gets_the_metrics_the_launch_task_recorded(workspace, mo
     assert "metrics" not in step.sent["payload"]["inputs"]
 
 
+def test_the_upload_step_gets_the_stage_results_its_lineage_is_built_from(workspace, monkeypatch):
+    step = RecordingStep(StepOutcome(result={"status": "failed"}))
+    monkeypatch.setattr(in_cluster, "_cluster_step", lambda op: step)
+    job = _job("kubernetes", "s3://code/a.tar.gz", "s3://out")
+    staged = {"code_dir": "/workspace/jobs/plane/code", "files": 1, "bytes": 9, "code_digest": "sha256:" + "c" * 64}
+    failed = {"succeeded": False, "exit_code": 1, "metrics": {}, "failure_class": "UserError"}
+    ti = RecordedXCom({("launch_training", "outcome"): failed})
+    op = UploadArtifactsOperator(task_id="upload_artifacts", job=job, metrics_from="launch_training",
+                                 stage_results={"stage_code": staged, "launch": None})
+    op.execute({"run_id": "r1", "ti": ti, "dag_run": type("Run", (), {"triggering_user_name": "alice"})()})
+    sent = step.sent["payload"]["inputs"]
+    # a failed launch returns no XCom: its summary comes from its "outcome"
+    assert sent["stage_results"] == {"stage_code": staged, "launch": failed}
+    assert sent["triggering_user"] == "alice"
+
+
 def _run_pod(monkeypatch, tmp_path, stage: str, task_id: str, job: dict, **inputs) -> tuple[int, dict]:
     message = tmp_path / "termination-log"
     monkeypatch.setenv("TRAINING_TERMINATION_LOG", str(message))
@@ -159,8 +176,9 @@ def test_the_pod_runs_the_stage_here_and_reports_its_result(workspace, tmp_path,
     (code / "train.py").write_text("print(1)\n")
     job = _job("kubernetes", str(code), str(tmp_path / "out"))  # in the pod, the stage works where it is
     status, said = _run_pod(monkeypatch, tmp_path, "stage_code", "stage_code", job)
-    assert status == 0 and said == {"result": {"code_dir": str(workspace / "jobs" / "plane" / "code"), "files": 1,
-                                               "bytes": 9}}
+    staged = workspace / "jobs" / "plane" / "code"
+    assert status == 0 and said == {"result": {"code_dir": str(staged), "files": 1, "bytes": 9,
+                                               "code_digest": code_digest(staged).digest}}
     assert (workspace / "jobs" / "plane" / "code" / "train.py").read_text() == "print(1)\n"
 
 
@@ -275,3 +293,5 @@ def test_the_upload_step_writes_the_metrics_it_was_given_and_uploads_them(worksp
     assert said["result"]["artifacts"]["metrics.json"].endswith("/plane/output/metrics.json")
     assert json.loads(uploaded.read_text()) == metrics
     assert not (tmp_path / "elsewhere.json").exists()
+    # the step publishes the run's lineage too, from the results it was given
+    assert said["result"]["lineage_uri"] == str(tmp_path / "out" / "plane" / "output" / "lineage.json")
