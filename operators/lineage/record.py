@@ -42,11 +42,11 @@ MODEL_ARCHIVE = MODEL
 _CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")  # a data cache entry's directory name (operators/cache/data_cache.py)
 _SDK_ARCHIVE = re.compile(r"(?:^|/)([0-9a-f]{64})\.tar\.gz$")  # an SDK upload: <sha256 of the archive>.tar.gz
 # What `versions` names: the platform's own distributions, the runtime the job's processes run, and what drives them.
-VERSIONED_DISTRIBUTIONS = ("airflow-training-jobs", "training-runtime", "training-sdk", "apache-airflow",
-                           "apache-airflow-providers-openlineage", "mlflow-skinny")
+VERSIONED_DISTRIBUTIONS = ("airflow-training-jobs", "airflow-training-jobs-runtime", "airflow-training-jobs-sdk",
+                           "apache-airflow", "apache-airflow-providers-openlineage", "mlflow-skinny")
 CHECKOUT = Path(__file__).resolve().parents[2]
-_CHECKOUT_PROJECTS = {"airflow-training-jobs": CHECKOUT, "training-runtime": CHECKOUT / "runtime",
-                      "training-sdk": CHECKOUT / "sdk"}
+_CHECKOUT_PROJECTS = {"airflow-training-jobs": CHECKOUT, "airflow-training-jobs-runtime": CHECKOUT / "runtime",
+                      "airflow-training-jobs-sdk": CHECKOUT / "sdk"}
 
 Scalar = str | int | float | bool | None
 

@@ -156,7 +156,7 @@ def test_versions_name_the_installed_distributions():
 def test_the_platform_run_from_a_checkout_names_the_checkouts_commit():
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
     versions = platform_versions()
-    for name in ("airflow-training-jobs", "training-runtime"):
+    for name in ("airflow-training-jobs", "airflow-training-jobs-runtime"):
         assert versions[name] == f"{metadata.version(name)}+g{head.stdout.strip()[:12]}"
     assert versions["apache-airflow"] == metadata.version("apache-airflow")  # an installed wheel: its version alone
 
