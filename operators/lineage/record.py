@@ -202,9 +202,18 @@ def read_record(workspace: str, job_name: str) -> LineageRecord | None:
 
 
 def publish_record(storage, workspace: str, record: LineageRecord) -> str:
-    """Upload the kept copy to its published URI (`storage`: an ObjectStorageHook); returns that URI."""
+    """Upload the kept copy to its published URI (`storage`: an ObjectStorageHook); returns that URI. A retried upload
+    whose record says what the kept one says (but when it was made) keeps the kept one and, where it was published,
+    sends nothing again (the upload sends nothing twice)."""
     if not record.published_uri:
         raise ValueError(f"the lineage record of {record.job_name} names no published_uri")
+    try:
+        kept = read_record(workspace, record.job_name)
+    except (OSError, ValueError):  # an unreadable kept copy is replaced
+        kept = None
+    if kept is not None and kept.model_copy(update={"created_at": record.created_at}) == record \
+            and storage.exists(record.published_uri):
+        return record.published_uri
     storage.upload_file(write_record(workspace, record), record.published_uri)
     return record.published_uri
 

@@ -47,9 +47,10 @@ class PublishModelOperator(BaseOperator):
         if uri and self.job:
             spec = JobSpec.from_dict(self.job)
             experiment = experiment_name(spec.base_job_name, self.dag_id)
-            record_model(uri, experiment=experiment, job_name=spec.job_name, model_uri=model_uri, run_id=run_id,
-                         logger=self.log)
-            if self.published_lineage is not None:
+            recorded = record_model(uri, experiment=experiment, job_name=spec.job_name, model_uri=model_uri,
+                                    run_id=run_id, logger=self.log)
+            # a server that refused the model has said so in one line: its lineage is not tried after it
+            if recorded and self.published_lineage is not None:
                 # lazy: the record's JSON form, only with tracking on
                 from operators.lineage.record import record_dict
 

@@ -51,7 +51,10 @@ def test_airflow_image_imports_the_dags_and_has_airflow_and_train():
     assert report["train"] == f"train {training_runtime.__version__}"
     assert {"training_job", "hyperparameter_search"} <= set(report["dags"])
     assert "training_jobs" in report["plugins"]
-    # Ours only, from the installed provider's entry points (plugins/ in the image is ignored: .airflowignore), and no
-    # example plugins.
-    assert all(source.startswith("airflow-training-jobs==") and "example" not in source
-               for source in report["plugins"].values()), report["plugins"]
+    # Ours from the installed provider's entry points (plugins/ in the image is ignored: .airflowignore).
+    ours = {name: source for name, source in report["plugins"].items() if source.startswith("airflow-training-jobs==")}
+    assert "training_jobs" in ours and len(ours) == 2, report["plugins"]
+    # Beside ours only the providers' own (the lineage extra's OpenLineage plugin), never an example plugin.
+    assert all(source.startswith("apache-airflow-providers-") for name, source in report["plugins"].items()
+               if name not in ours), report["plugins"]
+    assert not any("example" in source for source in report["plugins"].values()), report["plugins"]
