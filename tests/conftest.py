@@ -270,3 +270,15 @@ def many_objects(s3_server) -> ManyObjects:
 
 
 # --- end object storage fixtures ---
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """The suite's real `mlflow server` (tests/mlflow_server.py), one per module that asks for it."""
+    # lazy: the MLflow server's helper, only for the modules that track
+    from mlflow_server import MlflowServer
+
+    server = MlflowServer(log_path=str(tmp_path_factory.mktemp("mlflow") / "server.log"))
+    server.start()
+    yield server
+    server.stop()

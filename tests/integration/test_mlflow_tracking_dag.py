@@ -14,7 +14,6 @@ import pytest
 from dag_runner import REPO, load_dag, run_dag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mlflow_server import MlflowServer  # noqa: E402  (tests/mlflow_server.py)
 from minio_server import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]
@@ -35,14 +34,6 @@ gate:
   direction: minimize
   threshold: 0.9
 """
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    server = MlflowServer(log_path=str(tmp_path_factory.mktemp("mlflow") / "server.log"))
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -19,17 +19,6 @@ def test_nothing_to_publish_fails_naming_the_launch_task(upload):
         PublishModelOperator(task_id="publish", upload=upload).execute({"run_id": "r"})
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    # lazy: the suite's real MLflow server, only for the test that tracks
-    from mlflow_server import MlflowServer
-
-    server = MlflowServer(log_path=str(tmp_path_factory.mktemp("mlflow") / "server.log"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.mark.slow
 def test_with_tracking_on_the_job_s_run_gets_the_published_lineage(mlflow_server, monkeypatch, tmp_path, local_job):
     from operators.lineage.record import build_record, write_record

@@ -10,7 +10,6 @@ import logging
 import pytest
 
 from minio_server import free_port
-from mlflow_server import MlflowServer
 from operators.launch.spec import validate_spec
 from operators.lineage.record import build_record, record_dict
 from operators.tracking.mlflow import (
@@ -26,14 +25,6 @@ from operators.tracking.mlflow import (
 
 TRAIN, VALIDATION = "1" * 64, "2" * 64
 PARENT = "s3://models/churn/churn-1/output/model.tar.gz"
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    server = MlflowServer(log_path=str(tmp_path_factory.mktemp("mlflow") / "server.log"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def lineage(job_name: str) -> dict:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from minio_server import free_port
-from mlflow_server import MlflowServer
 from operators.tracking.mlflow import (
     JobRun,
     experiment_name,
@@ -33,14 +32,6 @@ def points(*values, start=0):
 def job_run(uri: str, job_name: str = "job-a", run_id: str = "manual__1", **hyperparameters) -> JobRun:
     return JobRun(uri, experiment="unit", job_name=job_name, dag_id="training_job", run_id=run_id,
                   run_link="http://airflow/training-jobs/ui/#/job/x", hyperparameters=hyperparameters)
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    server = MlflowServer(log_path=str(tmp_path_factory.mktemp("mlflow") / "server.log"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_metric_names_become_keys_mlflow_accepts():
