@@ -164,7 +164,7 @@ INTEGRATION_WORKERS ?= 2
 INTEGRATION_LIMIT ?= 4200
 test: install lint peers mlflow-server airflow-oldest images browser-deps node-tools minio k8s-tools kueue postgres redis
 	$(PY) -m pytest -q -rfEs -n $(TEST_WORKERS) --ignore=tests/integration tests
-	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rfEs --durations=20 -n $(INTEGRATION_WORKERS) tests/integration \
+	timeout -s INT $(INTEGRATION_LIMIT) $(PY) -m pytest -q -rfEs --durations=60 --junitxml=test-artifacts/integration-junit.xml -n $(INTEGRATION_WORKERS) tests/integration \
 	  || { rc=$$?; test $$rc != 124 || echo "make test: the integration tests ran past $(INTEGRATION_LIMIT) s (46-50 min on 2 busy cores in 2026-12): interrupted; the tests it was running are named above"; exit $$rc; }
 
 test-fast: install peers minio mlflow-server
