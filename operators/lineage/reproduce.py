@@ -91,6 +91,16 @@ def _record_owner_may_be_read(policy: OwnershipPolicy | None, owner: str, record
     return policy is not None and policy.may_read(owner, record_owner)
 
 
+def check_owner(record: LineageRecord, owner: str, policy: OwnershipPolicy | None = None) -> None:
+    """SpecError unless the run of `record` is `owner`'s, or its outputs are shared with `owner` (a tenant reaches only
+    its own runs: operators/jobspec/ownership.py); a DAG's run is its DAG's (a retraining DAG reproduces its own)."""
+    record_owner = record.airflow.owner
+    if not record_owner or not _record_owner_may_be_read(policy, owner, record_owner):
+        # the same words whether the run is another owner's or names none: nothing more about it is disclosed
+        raise SpecError(FIELD, f"job {record.job_name!r} is not a run of {owner_label(owner)}; a reproduction "
+                               "reproduces only your own runs (or ones an admin shares with you)")
+
+
 def check_reproduced_run(spec: JobSpec, workspace: str, owner: str,
                          policy: OwnershipPolicy | None = None) -> LineageRecord | None:
     """validate_spec's check of `spec.reproduces` (None: a plain job): the reproduced job's KEPT record (the job's
@@ -109,11 +119,7 @@ def check_reproduced_run(spec: JobSpec, workspace: str, owner: str,
         raise SpecError(FIELD, f"no run of job {wanted.job_name!r} with a lineage record is kept here (unknown, "
                                "removed by retention, or ended before its upload); reproduce a run the training-jobs "
                                "view lists")
-    record_owner = record.airflow.owner
-    if not record_owner or not _record_owner_may_be_read(policy, owner, record_owner):
-        # the same words whether the run is another owner's or has none: nothing about it is disclosed
-        raise SpecError(FIELD, f"job {wanted.job_name!r} is not a run of {owner_label(owner)}; a reproduction "
-                               "reproduces only your own runs (or ones an admin shares with you)")
+    check_owner(record, owner, policy)
     for name, given, kept in (("dag_id", wanted.dag_id, record.airflow.dag_id),
                               ("run_id", wanted.run_id, record.airflow.run_id),
                               ("code_digest", wanted.code_digest, record.code.digest),
@@ -133,4 +139,4 @@ def check_reproduced_run(spec: JobSpec, workspace: str, owner: str,
     return record
 
 
-__all__ = ["FIELD", "ReproduceError", "check_reproduced_run", "reproduction_conf", "run_reference"]
+__all__ = ["FIELD", "ReproduceError", "check_owner", "check_reproduced_run", "reproduction_conf", "run_reference"]
