@@ -6,9 +6,10 @@ user's source_dir, and a quota counts what one user keeps there.
 
 An archive expires [training] sdk_code_expiry_days after it was last uploaded (an upload of the same code refreshes
 it): `expire` removes one user's expired archives (when that user uploads or lists), `expire_all` every user's (the
-workspace's garbage collection, operators/state/retention.py), except an archive a kept lineage record of a run with a
-model names (its code is reproduced from it: retention.py finds them). Partial uploads that nothing has written to for
-STALE_PARTIAL_SECONDS (a server killed mid-upload) go the same way, so they stop counting against the quota.
+workspace's garbage collection, operators/state/retention.py); either keeps an archive that a kept lineage record of a
+run with a model names, when the caller passes them (`kept`: operators/state/retention.py kept_archives). Partial uploads that nothing has
+written to for STALE_PARTIAL_SECONDS (a server killed mid-upload) go the same way, so they stop counting against the
+quota.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def expire(directory: str, expiry_days: float, now: float | None = None,
            kept: Callable[[], Collection[str]] | None = None) -> list[str]:
     """Remove one user's archives last uploaded more than `expiry_days` ago (0: never) and their partial uploads
     nothing wrote to for STALE_PARTIAL_SECONDS; the names removed. `kept`: the sha256s of archives that stay whatever
-    their age (a kept lineage record names them: operators/state/retention.py), asked only when one has expired."""
+    their age, asked only once one has expired (operators/state/retention.py kept_archives: those the kept lineage
+    records of runs with a model name, since a model is reproduced from its code)."""
     now = time.time() if now is None else now
     removed = []
     for entry in _files(directory):

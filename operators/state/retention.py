@@ -12,8 +12,8 @@ than that and that run nothing are removed with their state directories (operato
 whose job root is gone goes the same way), and unused cache entries not used for that long are discarded.
 Every user's SDK code archives not uploaded again for [training] sdk_code_expiry_days are removed from the staging area
 (operators/staging/sdk_uploads.py; 0 = never), with partial uploads a killed server left behind; except an archive the
-kept lineage record of a run with a model names (referenced_archives): that model can be reproduced while its job's
-state is kept, i.e. within retention_days.
+kept lineage record of a run with a model names (kept_archives): that model can be reproduced while
+its job's state is kept, i.e. within retention_days.
 Everything here is best effort: it runs at the start of every prefetch and never fails a job.
 """
 
@@ -25,7 +25,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import Callable
 
 from operators.cache.eviction import CacheEntries
 from operators.fs.directories import remove_tree
@@ -121,7 +121,7 @@ def _expire_staged_code(workspace: str, expiry_days: float | None, now: float) -
         return []
     if expiry_days is None:
         expiry_days = sdk_code_expiry_days()
-    removed = expire_all(code_staging_dir, expiry_days, now, kept=_once(lambda: referenced_archives(workspace)))
+    removed = expire_all(code_staging_dir, expiry_days, now, kept=kept_archives(workspace))
     for name in removed:
         log.info("retention: removed the SDK's staged code %s (not uploaded again for %g days, or a dead partial "
                  "upload)", name, expiry_days)
@@ -129,26 +129,13 @@ def _expire_staged_code(workspace: str, expiry_days: float | None, now: float) -
 
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_T = TypeVar("_T")
-
-
-def _once(compute: Callable[[], _T]) -> Callable[[], _T]:
-    """`compute`, run on the first call only (the records are read only when an archive has expired)."""
-    done: list[_T] = []
-
-    def value() -> _T:
-        if not done:
-            done.append(compute())
-        return done[0]
-
-    return value
 
 
 def referenced_archives(workspace: str) -> frozenset[str]:
     """The sha256s of the SDK code archives (code.archive_sha256) that the kept lineage records of runs with a model
-    (outcome.model_uri) name: `<workspace>/state/<job>/lineage.json`, one small file per kept job, read as plain JSON
-    (operators/lineage/record.py writes them; no import of it here, below the lineage layer). Only the staging area's
-    garbage collection asks, and only once an archive has expired. An unreadable record names nothing."""
+    (outcome.model_uri) name: `<workspace>/state/<job>/lineage.json`, one small file per kept job (kept within
+    [training] retention_days), read as plain JSON (operators/lineage/record.py writes
+    them; it sits above this layer). An unreadable record names nothing."""
     found = set()
     root = state_root(workspace)
     try:
@@ -165,3 +152,16 @@ def referenced_archives(workspace: str) -> frozenset[str]:
         except (OSError, ValueError, AttributeError):
             continue
     return frozenset(found)
+
+
+def kept_archives(workspace: str) -> Callable[[], frozenset[str]]:
+    """What sdk_uploads.expire/expire_all keep in `workspace`'s staging area (referenced_archives), read on the first
+    call only: only once an archive has expired, and once for every user's directory."""
+    found: list[frozenset[str]] = []
+
+    def kept() -> frozenset[str]:
+        if not found:
+            found.append(referenced_archives(workspace))
+        return found[0]
+
+    return kept

@@ -247,7 +247,7 @@ def test_reproduce_trains_on_the_same_code_and_data_then_refuses_changed_data_na
 
     again = cli(airflow_server, "reproduce", "training_job", run_id, "--wait")
     assert again.returncode == 0, again.stderr
-    reproduction = again.stdout.strip().splitlines()[-1]
+    reproduction = again.stdout.splitlines()[0]  # the new run's id, printed before its log
     assert reproduction != job_name and "epoch=1 loss=0.1000" in again.stdout
     record = _kept_lineage(airflow_server, reproduction)
     assert record["reproduces"]["job_name"] == job_name and record["reproduces"]["run_id"] == run_id
