@@ -164,12 +164,6 @@ async function setMonaco(page, editor, text) {
     await view.locator(`tr.job[data-job='${jobName}'] a.job-link`).click();
     await view.locator("#clone-btn").waitFor();
     step("the Training job extra link opens the job in Airflow's UI");
-    // Reproduce, beside Clone: the pins of the job's lineage record (its code digest), shown before anything is triggered
-    await view.locator("#reproduce-btn").click();
-    await view.locator("#reproduce-pins").waitFor();
-    assert.match(await view.locator("#reproduce-pins").textContent(), /^code sha256:[0-9a-f]{64};/);
-    await view.locator("#reproduce-cancel").click();
-    step("Reproduce shows the job's code digest");
 
     // 6. train again from this model: the spec with resume_from = this job's model; then clone with a bad value
     // (the refusal names the field, in the page), fixed, triggered
