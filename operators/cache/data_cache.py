@@ -44,6 +44,7 @@ import stat
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from operators.cache.eviction import (
     COMPLETE_MARKER,
@@ -158,10 +159,12 @@ class DataCacheHook(CacheEntries):
             uri=str(manifest.get("uri", "")),
         )
 
-    def prefetch(self, uri: str, user: str) -> CacheEntry:
+    def prefetch(self, uri: str, user: str, check_key: Callable[[str], None] | None = None) -> CacheEntry:
         """Make sure the channel at `uri` is a complete cache entry, mark it in use by `user`, return it.
 
         Warm: one listing, zero object bytes. Cold: download into tmp-*, marker last, rename into place.
+        `check_key`: called with the listing's key (the channel's data version) before anything is downloaded or
+        marked; what it raises ends the prefetch (a reproduction's pin: operators/engine/transfers.py).
         """
         if not user:
             raise ValueError("prefetch needs the user (the job name) that will use the entry")
@@ -178,6 +181,8 @@ class DataCacheHook(CacheEntries):
                 permanent=True,
             )
         key = cache_key(listing, conn_id)
+        if check_key is not None:
+            check_key(key)
         os.makedirs(self.cache_dir, exist_ok=True)
         with self._locked(key):
             manifest = self._read_manifest(key)

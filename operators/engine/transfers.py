@@ -46,7 +46,40 @@ def stage_code(ctx: JobContext, *, check_locations: bool = False) -> StagedCode:
     digest = _code_digest(ctx)
     ctx.log.info("Code from %s staged into %s: %d files, %d bytes, digest %s", ctx.spec.source_dir,
                  ctx.layout.code_dir, stats.files, stats.bytes, digest or "unknown")
+    _check_code_pin(ctx, digest)
     return StagedCode(ctx.layout.code_dir, stats.files, stats.bytes, digest)
+
+
+def _check_code_pin(ctx: JobContext, digest: str | None) -> None:
+    """A reproduction stages the code its run staged: StageFailed (one line: the source, both digests, what to do)
+    when the staged tree's digest is another (a prefix rewritten since, another archive under the same name)."""
+    pin = ctx.spec.reproduces
+    if pin is None or not pin.code_digest or digest == pin.code_digest:
+        return
+    raise StageFailed(
+        f"reproduces.code_digest: the code at {ctx.spec.source_dir} is not what job {pin.job_name} ran (digest "
+        f"{digest or 'unreadable'}, the run's {pin.code_digest}): it changed since; put that code back, or trigger "
+        "without reproduces (Clone) to train on the code as it is now")
+
+
+def _data_version_check(ctx: JobContext, channel: str, uri: str):
+    """The check of a reproduction's pin on `channel`, called with the data version of its listing before anything
+    is downloaded (DataCacheHook.prefetch's check_key); None: nothing pinned."""
+    pin = ctx.spec.reproduces
+    expected = pin.data_versions.get(channel) if pin is not None else None
+    if expected is None:
+        return None
+
+    def check(version: str) -> None:
+        if version == expected:
+            return
+        line = (f"channel {channel}: the data at {uri} changed since job {pin.job_name} (version {expected[:12]} -> "
+                f"{version[:12]})")
+        if not pin.allow_changed_data:
+            raise StageFailed(f"{line}; set reproduces.allow_changed_data to train on the new data")
+        ctx.log.warning("%s; training on the new data (reproduces.allow_changed_data)", line)
+
+    return check
 
 
 def _code_digest(ctx: JobContext) -> str | None:
@@ -88,7 +121,7 @@ def _prefetch(ctx: JobContext) -> StagedChannels:
         tree = JobRoot(layout.root)
         tree.ensure_dir(tree.relative(layout.data_dir))
     for channel, uri in spec.inputs.items():
-        entry = cache.prefetch(uri, user=spec.job_name)
+        entry = cache.prefetch(uri, user=spec.job_name, check_key=_data_version_check(ctx, channel, uri))
         view = layout.channel_dir(channel)
         if not mounts:
             link_view(entry, view)

@@ -39,6 +39,7 @@ from operators.jobspec.parts import (
     json_text,
     spec_error,
 )
+from operators.jobspec.reproduces import Reproduces
 from operators.jobspec.tags import normalise_tags
 
 __all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
@@ -190,6 +191,9 @@ class JobSpec(Strict):
                                        "kubernetes).", json_schema_extra={"section": "Resources"})
     docker: dict[str, Any] = Field(default_factory=dict, description="Per-job Docker options (backend docker).",
                                    json_schema_extra={"section": "Resources"})
+    reproduces: Reproduces | None = Field(
+        None, description="Set by Reproduce (the console, `training-job reproduce`): the run this job reproduces and "
+        "the code digest, data versions and image digest it must run again.", json_schema_extra={"section": "Reproduce"})
 
     # ---- single fields --------------------------------------------------------------------------------------
     @field_validator("job_name", "base_job_name")
@@ -327,12 +331,25 @@ class JobSpec(Strict):
         if "model" in self.inputs and self.resume_from:
             raise spec_error("the channel 'model' is reserved for resume_from; rename the channel", "inputs.model")
         self._check_elastic()
+        self._check_reproduces()
         if self.processes_per_host > 1 and self.distribution_name not in ("pytorch", "mpi"):
             raise spec_error(f"{self.processes_per_host} processes per host need distribution pytorch or mpi; set "
                              "distribution or use processes_per_host 1", "processes_per_host")
         if self.distribution_name == "tensorflow" and self.processes_per_host > 1:
             raise spec_error("tensorflow runs one process per host; use instance_count", "processes_per_host")
         return self
+
+    def _check_reproduces(self) -> None:
+        """Every input channel pinned and every pin a channel: a reproduction runs the same channels."""
+        if self.reproduces is None:
+            return
+        pinned, given = set(self.reproduces.data_versions), set(self.inputs)
+        for channel in sorted(pinned - given):
+            raise spec_error(f"pins channel {channel!r}, which inputs does not name; reproduce with the run's "
+                             "channels (or leave the pin out)", f"reproduces.data_versions.{channel}")
+        for channel in sorted(given - pinned):
+            raise spec_error(f"names no data version for channel {channel!r} of inputs; a reproduction pins every "
+                             "channel (remove reproduces to run a plain job)", "reproduces.data_versions")
 
     def _check_elastic(self) -> None:
         torch = self.distribution.torch_distributed if isinstance(self.distribution, DistributionOptions) else None

@@ -363,7 +363,7 @@ def build_record(
     the staged code_dir), `channel_versions` ({channel: {data_version, objects, bytes}}: the cache entry's key, files
     and bytes), `image_name` (default: the spec's image_uri) and
     `image_digest` (what the backend ran), `parent_lineage_uri` (default: lineage.json beside the resolved parent
-    model), `reproduces`, and `versions` (default: platform_versions())."""
+    model), `reproduces` (default: the spec's `reproduces` reference, for a reproduction), and `versions` (default: platform_versions())."""
     spec = JobSpec.from_dict(job)
     code = dict(stage_code or {})
     archive = _SDK_ARCHIVE.search(spec.source_dir)
@@ -394,6 +394,9 @@ def build_record(
         parent = ParentModel(requested=spec.resume_from, model_uri=resolved,
                              lineage_uri=parent_lineage_uri or lineage_uri_beside(resolved))
 
+    if reproduces is None and spec.reproduces is not None:  # a reproduction names the run it reproduces
+        reproduces = RunReference(job_name=spec.reproduces.job_name, dag_id=spec.reproduces.dag_id,
+                                  run_id=spec.reproduces.run_id, lineage_uri=spec.reproduces.lineage_uri)
     if reproduces is not None and not isinstance(reproduces, RunReference):
         reproduces = RunReference.model_validate(dict(reproduces))
 

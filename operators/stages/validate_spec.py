@@ -22,6 +22,7 @@ from operators.jobspec.secret_policy import load_policy, references
 from operators.launch.checks import check_world
 from operators.launch.registry import declaration_for
 from operators.launch.spec import validate_spec
+from operators.lineage.reproduce import check_reproduced_run
 from operators.settings import training_settings
 from operators.state.owner_records import OwnerRecord, check_spec_locations
 from operators.storage.errors import StorageError
@@ -92,6 +93,8 @@ class ValidateSpecOperator(BaseOperator):
             locations = [*write_locations(validated), *read_locations(validated)]
             check_reserved_names(locations)
             ownership.check_roots(owner, locations)
+            # a reproduction: the reproduced run's kept lineage record is the new run's owner's, and its pins match
+            check_reproduced_run(spec, settings.workspace, owner, ownership)
             if not self._data_plane_in_cluster(spec):
                 self._check_owner_records(spec, validated, owner, ownership, context)
         except SpecError as err:

@@ -6,8 +6,10 @@ user's source_dir, and a quota counts what one user keeps there.
 
 An archive expires [training] sdk_code_expiry_days after it was last uploaded (an upload of the same code refreshes
 it): `expire` removes one user's expired archives (when that user uploads or lists), `expire_all` every user's (the
-workspace's garbage collection, operators/state/retention.py). Partial uploads that nothing has written to for
-STALE_PARTIAL_SECONDS (a server killed mid-upload) go the same way, so they stop counting against the quota.
+workspace's garbage collection, operators/state/retention.py); either keeps an archive that a kept lineage record of a
+run with a model names, when the caller passes them (`kept`: operators/state/retention.py kept_archives). Partial uploads that nothing has
+written to for STALE_PARTIAL_SECONDS (a server killed mid-upload) go the same way, so they stop counting against the
+quota.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Collection, Iterator
 
 ARCHIVE = re.compile(r"^[0-9a-f]{64}\.tar\.gz$")  # <sha256 of the archive>.tar.gz
 PARTIAL_SUFFIX = ".partial"  # an upload being written: .<sha prefix>.<random>.partial
@@ -70,9 +72,12 @@ def staged_archives(directory: str) -> list[Staged]:
     return sorted(staged, key=lambda s: (-s.mtime, s.name))
 
 
-def expire(directory: str, expiry_days: float, now: float | None = None) -> list[str]:
+def expire(directory: str, expiry_days: float, now: float | None = None,
+           kept: Callable[[], Collection[str]] | None = None) -> list[str]:
     """Remove one user's archives last uploaded more than `expiry_days` ago (0: never) and their partial uploads
-    nothing wrote to for STALE_PARTIAL_SECONDS; the names removed."""
+    nothing wrote to for STALE_PARTIAL_SECONDS; the names removed. `kept`: the sha256s of archives that stay whatever
+    their age, asked only once one has expired (operators/state/retention.py kept_archives: those the kept lineage
+    records of runs with a model name, since a model is reproduced from its code)."""
     now = time.time() if now is None else now
     removed = []
     for entry in _files(directory):
@@ -80,23 +85,26 @@ def expire(directory: str, expiry_days: float, now: float | None = None) -> list
             age = now - entry.stat(follow_symlinks=False).st_mtime
         except FileNotFoundError:
             continue
-        if (ARCHIVE.match(entry.name) and expiry_days > 0 and age > expiry_days * DAY) or (
-                entry.name.endswith(PARTIAL_SUFFIX) and age > STALE_PARTIAL_SECONDS):
+        expired = ARCHIVE.match(entry.name) and expiry_days > 0 and age > expiry_days * DAY
+        if expired and kept is not None and entry.name[:-len(".tar.gz")] in kept():
+            continue
+        if expired or (entry.name.endswith(PARTIAL_SUFFIX) and age > STALE_PARTIAL_SECONDS):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
                 removed.append(entry.name)
     return removed
 
 
-def expire_all(code_staging_dir: str, expiry_days: float, now: float | None = None) -> list[str]:
-    """`expire` in every user's directory; the removed archives as "<user dir>/<name>"."""
+def expire_all(code_staging_dir: str, expiry_days: float, now: float | None = None,
+               kept: Callable[[], Collection[str]] | None = None) -> list[str]:
+    """`expire` in every user's directory (`kept`: as there); the removed archives as "<user dir>/<name>"."""
     removed = []
     try:
         users = sorted(e.name for e in os.scandir(code_staging_dir) if e.is_dir(follow_symlinks=False))
     except FileNotFoundError:
         return []
     for user in users:
-        removed += [f"{user}/{name}" for name in expire(os.path.join(code_staging_dir, user), expiry_days, now)]
+        removed += [f"{user}/{name}" for name in expire(os.path.join(code_staging_dir, user), expiry_days, now, kept)]
     return removed
 
 

@@ -11,19 +11,25 @@ With retention_days > 0, job roots whose last activity (the root, its output/ fi
 than that and that run nothing are removed with their state directories (operators/state/job_state.py; a state directory
 whose job root is gone goes the same way), and unused cache entries not used for that long are discarded.
 Every user's SDK code archives not uploaded again for [training] sdk_code_expiry_days are removed from the staging area
-(operators/staging/sdk_uploads.py; 0 = never), with partial uploads a killed server left behind.
+(operators/staging/sdk_uploads.py; 0 = never), with partial uploads a killed server left behind; except an archive the
+kept lineage record of a run with a model names (kept_archives): that model can be reproduced while
+its job's state is kept, i.e. within retention_days.
 Everything here is best effort: it runs at the start of every prefetch and never fails a job.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from operators.cache.eviction import CacheEntries
 from operators.fs.directories import remove_tree
+from operators.job_outputs import LINEAGE
 from operators.settings import TrainingSettings, sdk_code_expiry_days
 from operators.staging.sdk_uploads import expire_all
 from operators.state.job_state import LAUNCH_PIDS, remove_state_dir, state_dir, state_root
@@ -115,8 +121,47 @@ def _expire_staged_code(workspace: str, expiry_days: float | None, now: float) -
         return []
     if expiry_days is None:
         expiry_days = sdk_code_expiry_days()
-    removed = expire_all(code_staging_dir, expiry_days, now)
+    removed = expire_all(code_staging_dir, expiry_days, now, kept=kept_archives(workspace))
     for name in removed:
         log.info("retention: removed the SDK's staged code %s (not uploaded again for %g days, or a dead partial "
                  "upload)", name, expiry_days)
     return removed
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def referenced_archives(workspace: str) -> frozenset[str]:
+    """The sha256s of the SDK code archives (code.archive_sha256) that the kept lineage records of runs with a model
+    (outcome.model_uri) name: `<workspace>/state/<job>/lineage.json`, one small file per kept job (kept within
+    [training] retention_days), read as plain JSON (operators/lineage/record.py writes
+    them; it sits above this layer). An unreadable record names nothing."""
+    found = set()
+    root = state_root(workspace)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return frozenset()
+    for name in names:
+        try:
+            with open(os.path.join(root, name, LINEAGE), encoding="utf-8") as handle:
+                record = json.load(handle)
+            sha = (record.get("code") or {}).get("archive_sha256")
+            if isinstance(sha, str) and _SHA256.match(sha) and (record.get("outcome") or {}).get("model_uri"):
+                found.add(sha)
+        except (OSError, ValueError, AttributeError):
+            continue
+    return frozenset(found)
+
+
+def kept_archives(workspace: str) -> Callable[[], frozenset[str]]:
+    """What sdk_uploads.expire/expire_all keep in `workspace`'s staging area (referenced_archives), read on the first
+    call only: only once an archive has expired, and once for every user's directory."""
+    found: list[frozenset[str]] = []
+
+    def kept() -> frozenset[str]:
+        if not found:
+            found.append(referenced_archives(workspace))
+        return found[0]
+
+    return kept

@@ -9,6 +9,7 @@
     /training-jobs/api/jobs/.../artifacts/{name}              model.tar.gz, metrics.json, failure, output.tar.gz
     /training-jobs/api/jobs/.../files                         every file under the job's output prefix
     /training-jobs/api/jobs/.../files/{path}                  one of them (?preview=true: text/JSON inline, capped)
+    /training-jobs/api/jobs/.../reproduction                  the conf that reproduces the job (training_console/reproduce.py)
     /training-jobs/ui/compare.html?job=...&run=...            the compare page (static/compare.js; "Compare jobs" in the list)
     /training-jobs/api/compare?job=...&run=...                its data (training_console/compare.py)
 
@@ -38,7 +39,7 @@ from sqlalchemy import select
 
 from operators.stage_names import LAUNCH_TRAINING, STAGES, STAGE_LABELS, UPLOAD_ARTIFACTS, VALIDATE_SPEC
 from operators.tracking.metrics import METRIC_SERIES_KEY, is_system_metric
-from training_console import artifacts, compare, output_files, vendor
+from training_console import artifacts, compare, output_files, reproduce, vendor
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.jobs import Job, decode_xcom, load_jobs, load_jobs_cached, query_items
 from training_console.list_filters import FilterError, parse_filters
@@ -59,6 +60,7 @@ app = FastAPI(title="Training jobs", description="The training-jobs view of the 
               dependencies=[Depends(refuse_cross_site)])  # every route: training_console/web_boundary.py
 app.middleware("http")(security_headers)
 add_docs_behind_login(app)
+app.include_router(reproduce.router)  # .../reproduction: what Reproduce triggers (training_console/reproduce.py)
 
 
 def _now() -> datetime:

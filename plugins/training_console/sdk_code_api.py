@@ -30,6 +30,7 @@ from airflow.models.dag import DagModel
 from airflow.utils.session import create_session
 from operators.settings import sdk_code_expiry_days, sdk_code_max_bytes, sdk_code_quota_bytes, training_settings
 from operators.staging.sdk_uploads import expire, quota_lock, staged_archives, used_bytes
+from operators.state.retention import kept_archives
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.web_boundary import refuse_cross_site
 from training_sdk_api import URL_PREFIX  # where the plugin mounts the app (named in the answers' hints)
@@ -86,7 +87,7 @@ async def upload_code(user: GetUserDep, name: ArchiveName, dag_id: ExistingDag, 
     settings = training_settings()
     staging = settings.user_code_dir(user.get_name())
     os.makedirs(staging, exist_ok=True)
-    expire(staging, sdk_code_expiry_days())  # one small directory
+    expire(staging, sdk_code_expiry_days(), kept=kept_archives(settings.workspace))  # one small directory
     final = os.path.join(staging, name)
     quota = sdk_code_quota_bytes()
 
@@ -152,9 +153,10 @@ async def upload_code(user: GetUserDep, name: ArchiveName, dag_id: ExistingDag, 
 # trigger the DAG, the first task's check of the triggering user).
 @router.get("/code")
 def list_code(user: GetUserDep) -> dict:
-    staging = training_settings().user_code_dir(user.get_name())
+    settings = training_settings()
+    staging = settings.user_code_dir(user.get_name())
     expiry_days = sdk_code_expiry_days()
-    expired = expire(staging, expiry_days)
+    expired = expire(staging, expiry_days, kept=kept_archives(settings.workspace))  # a model's code stays
     archives = [{"name": a.name, "sha256": a.name.removesuffix(".tar.gz"), "bytes": a.bytes,
                  "uploaded_at": _iso(a.mtime), "source_dir": a.path,
                  "expires_at": _iso(a.mtime + expiry_days * 86400) if expiry_days > 0 else None}

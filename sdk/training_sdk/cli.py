@@ -4,6 +4,7 @@
     training-job logs JOB [--follow]        training-job status JOB        training-job stop JOB
     training-job list [--limit N]           training-job attach JOB   (follow the log until the job ends)
     training-job code list                  training-job code delete SHA256...   (your staged code archives)
+    training-job reproduce DAG_ID RUN_ID [--map-index N] [--allow-changed-data]   (prints the new run's id)
 
 JOB is the job name the training-jobs view shows, whichever way the job was started (the form, --conf, REST, a
 schedule, a search's trial). `list` shows every training DAG's jobs, searches with their trials; the states are
@@ -81,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
     ls = sub.add_parser("list", help="recent jobs")
     ls.add_argument("--limit", type=int, default=20)
+    rep = sub.add_parser("reproduce", help="run a finished job again on the same code, data versions and image")
+    rep.add_argument("reproduce_dag_id", metavar="dag_id", help="the job's DAG")
+    rep.add_argument("run_id", help="the job's DAG run")
+    rep.add_argument("--map-index", type=int, default=-1, help="a search's trial (default: -1, a single job)")
+    rep.add_argument("--allow-changed-data", action="store_true",
+                     help="train on a channel's new data when it changed since (else the run refuses, naming it)")
+    rep.add_argument("--wait", action="store_true", help="stream the new run's training log and wait for the end")
     staged = sub.add_parser("code", help="your code archives staged by submit (quota, expiry)")
     code_sub = staged.add_subparsers(dest="code_command", required=True)
     code_sub.add_parser("list", help="your staged archives, their expiry and your quota use")
@@ -158,6 +166,20 @@ def _code(session, args) -> int:
     return 0
 
 
+def _reproduce(session, args) -> int:
+    # lazy: each command imports only what it runs (the CLI starts on every call)
+    from training_sdk.job import TrainingJob
+
+    reproduced = TrainingJob(args.run_id, dag_id=args.reproduce_dag_id, session=session, run_id=args.run_id,
+                             map_index=args.map_index)
+    job = reproduced.reproduce(allow_changed_data=args.allow_changed_data)
+    print(job.run_id)
+    if args.wait:
+        job.wait(logs=True)
+        print(f"model: {job.model_data()}", file=sys.stderr)
+    return 0
+
+
 def est_local(args) -> bool:
     return (args.instance_type or "").lower() in ("local", "local_gpu")
 
@@ -175,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(session, args)
         if args.command == "code":
             return _code(session, args)
+        if args.command == "reproduce":
+            return _reproduce(session, args)
         job = TrainingJob.attach(args.job_name, dag_id=args.dag_id or DEFAULT_DAG, session=session)
         if args.command == "status":
             status = job.status

@@ -7,6 +7,7 @@ view's list, and so is a search's trial (one map index of the search's run, its 
     job.model_data()        # the model URI (the publish task's result)
     job.metrics()           # {"loss": [{"value", "step", "timestamp"}, ...]}
     job.stop()
+    job.reproduce()         # a new run on the same code digest, data versions, image and hyperparameters
 """
 
 from __future__ import annotations
@@ -96,6 +97,22 @@ class TrainingJob:
                                    f"`training-job list` shows the recent ones")
         return cls(job_name, dag_id=row["dag_id"], session=job.session, run_id=row["run_id"],
                    map_index=int(row["map_index"]), task_prefix=row.get("task_prefix") or "")
+
+    def reproduce(self, *, allow_changed_data: bool = False, job_name: str | None = None) -> TrainingJob:
+        """Trigger a run that reproduces this one: the same code digest, data versions, image and hyperparameters, as
+        its lineage record says (the view builds the conf; Airflow checks you may trigger its DAG). The new run refuses
+        in its first stages, with one line naming the channel, when a channel's data changed since; with
+        `allow_changed_data` it trains on the new data. Returns the new job (run id = its job name)."""
+        # lazy: the estimator module (packing) is only needed for the name
+        from training_sdk.estimator import default_job_name
+
+        found = self.session.reproduction(self.dag_id, self.run_id, self.map_index)
+        conf = dict(found["conf"])
+        conf["reproduces"] = {**conf["reproduces"], "allow_changed_data": bool(allow_changed_data)}
+        conf["job_name"] = job_name or default_job_name(conf.get("base_job_name") or "reproduce")
+        self.session.trigger(found["dag_id"], conf["job_name"], conf)
+        return TrainingJob(conf["job_name"], dag_id=found["dag_id"], session=self.session,
+                           poll_seconds=self.poll_seconds)
 
     # -- state ------------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

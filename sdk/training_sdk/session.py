@@ -276,6 +276,17 @@ class Session:
         self.request("POST", f"{CONSOLE_PREFIX}/api/jobs/{_q(dag_id)}/{_q(run_id)}/{int(map_index)}/stop", {},
                      ok=(200, 409))
 
+    def reproduction(self, dag_id: str, run_id: str, map_index: int = -1) -> dict[str, Any]:
+        """{"dag_id", "conf"}: what reproduces a job, from its lineage record (the view's Reproduce route, plugins/
+        training_console/reproduce.py); TrainingSdkError with the view's one line when it cannot be reproduced."""
+        try:
+            return self.get(f"{CONSOLE_PREFIX}/api/jobs/{_q(dag_id)}/{_q(run_id)}/{int(map_index)}/reproduction")
+        except ApiError as err:
+            if err.status in (404, 409):
+                raise TrainingSdkError(f"cannot reproduce run {run_id} of {dag_id}: {_detail_text(err.detail)}") \
+                    from None
+            raise
+
     def job_metrics(self, dag_id: str, run_id: str, map_index: int = -1) -> dict[str, Any] | None:
         """{"final", "series"} of a job (live while it trains), from the training-jobs view's API (plugins/
         training_console); a search trial is its run's map index."""

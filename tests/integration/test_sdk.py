@@ -204,13 +204,25 @@ def cli(server, *args: str, cwd: Path | None = None) -> subprocess.CompletedProc
                           text=True, timeout=300)
 
 
-def test_cli_submit_wait_then_status_list_and_logs(airflow_server, tmp_path):
-    code = code_dir(tmp_path, TRAIN_SCRIPT)
+@pytest.fixture(scope="module")
+def cli_job(airflow_server, tmp_path_factory):
+    """A job the CLI submitted and waited for, with an input channel (a local directory of one object): (the
+    submit's CompletedProcess, its job name, the channel's directory). The CLI test reads it; Reproduce reruns it."""
+    tmp = tmp_path_factory.mktemp("cli-job")
+    code = code_dir(tmp, TRAIN_SCRIPT)
+    data = tmp / "channel-train"
+    data.mkdir()
+    (data / "rows.csv").write_text("1,2\n3,4\n")
     done = cli(airflow_server, "submit", "--entry-point", "train.py", "--source-dir", ".", "--hp", "epochs=2",
-               "--hp", "lr=0.25", "--metric", "loss=loss=([0-9.]+)", "--base-job-name", "sdk-cli", "--wait", cwd=code)
+               "--hp", "lr=0.25", "--metric", "loss=loss=([0-9.]+)", "--base-job-name", "sdk-cli",
+               "--input", f"train={data}/", "--wait", cwd=code)
     assert done.returncode == 0, done.stderr
+    return done, done.stdout.strip().splitlines()[-1], data
+
+
+def test_cli_submit_wait_then_status_list_and_logs(airflow_server, cli_job):
+    done, job_name, _data = cli_job
     assert "epoch=1 loss=0.1000" in done.stdout
-    job_name = done.stdout.strip().splitlines()[-1]
     assert job_name.startswith("sdk-cli-") and f"{job_name}/output/model.tar.gz" in done.stderr
 
     status = cli(airflow_server, "status", job_name)
@@ -221,6 +233,41 @@ def test_cli_submit_wait_then_status_list_and_logs(airflow_server, tmp_path):
     assert "epoch=0 loss=0.1500" in logs.stdout
     missing = cli(airflow_server, "status", "no-such-job")
     assert missing.returncode == 2 and "no training job 'no-such-job'" in missing.stderr
+
+
+def _kept_lineage(server, job_name: str) -> dict:
+    return json.loads(Path(server.home, "workspace", "state", job_name, "lineage.json").read_text())
+
+
+def test_reproduce_trains_on_the_same_code_and_data_then_refuses_changed_data_naming_the_channel(
+        airflow_server, cli_job, session):
+    _done, job_name, data = cli_job
+    original = _kept_lineage(airflow_server, job_name)
+    run_id = TrainingJob.attach(job_name, session=session).run_id
+
+    again = cli(airflow_server, "reproduce", "training_job", run_id, "--wait")
+    assert again.returncode == 0, again.stderr
+    reproduction = again.stdout.splitlines()[0]  # the new run's id, printed before its log
+    assert reproduction != job_name and "epoch=1 loss=0.1000" in again.stdout
+    record = _kept_lineage(airflow_server, reproduction)
+    assert record["reproduces"]["job_name"] == job_name and record["reproduces"]["run_id"] == run_id
+    assert record["code"]["digest"] == original["code"]["digest"] and record["code"]["digest"].startswith("sha256:")
+    assert record["channels"]["train"]["data_version"] == original["channels"]["train"]["data_version"]
+    assert record["hyperparameters"] == original["hyperparameters"] == {"epochs": 2, "lr": 0.25}
+
+    cache = Path(airflow_server.home, "workspace", "cache")
+    entries = sorted(p.name for p in cache.iterdir())
+    (data / "rows.csv").write_text("1,2\n3,5\n")  # one object of the channel changed since
+    refused = cli(airflow_server, "reproduce", "training_job", run_id)
+    assert refused.returncode == 0, refused.stderr
+    job = TrainingJob(refused.stdout.strip().splitlines()[-1], session=session)
+    with pytest.raises(TrainingJobError):
+        job.wait(logs=False, timeout=300)
+    reason = job.failure_reason() or ""
+    assert f"channel train: the data at {data}/ changed since job {job_name}" in reason, reason
+    assert "set reproduces.allow_changed_data to train on the new data" in reason and "\n" not in reason.strip()
+    assert job.task_states()["launch_training"] != "success"
+    assert sorted(p.name for p in cache.iterdir()) == entries  # nothing of the changed channel was downloaded
 
 
 def test_the_cli_names_a_rest_triggered_job_as_the_view_does_and_stops_it(airflow_server, tmp_path):

@@ -280,3 +280,23 @@ def test_the_workspace_garbage_collection_sweeps_every_users_expired_code(sdk, t
     monkeypatch.setenv("AIRFLOW__TRAINING__SDK_CODE_EXPIRY_DAYS", "2")  # the setting, when none is given
     assert collect_garbage(jobs_dir, NoCache(), 0).removed_code == [f"alice/{alice.name}"]
     assert not alice.exists() and bob.exists()
+
+
+def test_a_users_listing_keeps_expired_code_a_kept_lineage_of_a_model_names(sdk, tmp_path):
+    """The per-user expiry (upload, list) keeps an archive a model can be reproduced from, as the GC does."""
+    import json
+
+    from operators.state.job_state import ensure_state_dir
+
+    for seed in ("model-code", "other-code"):
+        assert upload(sdk, seed, size=1000).status_code == 200
+    (named, kept_sha), (other, _sha) = ((_staging(tmp_path) / f"{archive(s, 1000)[1]}.tar.gz", archive(s, 1000)[1])
+                                        for s in ("model-code", "other-code"))
+    for path in (named, other):
+        os.utime(path, (time.time() - 40 * DAY,) * 2)
+    state = ensure_state_dir(str(tmp_path / "workspace"), "churn-1")
+    with open(os.path.join(state, "lineage.json"), "w") as out:
+        json.dump({"code": {"archive_sha256": kept_sha}, "outcome": {"model_uri": "/m/churn-1/model.tar.gz"}}, out)
+    listed = call(sdk, "GET", "/code").json()
+    assert [a["sha256"] for a in listed["archives"]] == [kept_sha]
+    assert named.exists() and not other.exists()

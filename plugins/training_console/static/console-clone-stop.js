@@ -1,5 +1,7 @@
 // Clone (or train again from a job's model): the job's spec, edited in the page, triggers a new run of its DAG through
-// Airflow's REST API. Stop: one job (its page) or the list's selected jobs, each through the job's own stop endpoint.
+// Airflow's REST API. Reproduce: the same, with the conf the plugin builds from the job's lineage record (the same
+// code digest, data versions, image and hyperparameters). Stop: one job (its page) or the list's selected jobs, each
+// through the job's own stop endpoint.
 import {ROOT, apiJob, esc} from "./console-util.js";
 import {api} from "./console-api.js";
 import {route} from "./console-router.js";
@@ -90,4 +92,59 @@ export function stopManyPanel(targets) {
     }
     setTimeout(route, 2500);
   };
+}
+
+// Reproduce: the plugin answers the DAG to trigger and the conf that pins what the job ran (training_console/
+// reproduce.py) or one line why it cannot; the trigger is Airflow's REST API with the user's own session, as Clone's.
+// The new run refuses with one line naming the channel when a channel's data changed since, unless the box is ticked.
+export async function reproducePanel(key) {
+  const panel = document.getElementById("clone");
+  panel.innerHTML = `<p class="muted">Reading the job's lineage…</p>`;
+  let found;
+  try {
+    found = await api(apiJob(key) + "/reproduction");
+  } catch (err) {
+    panel.innerHTML = `<div class="actions below"><span id="reproduce-error" class="error"></span><button id="reproduce-cancel">Close</button></div>`;
+    document.getElementById("reproduce-error").textContent = "Cannot reproduce: " + err.message.replace(/^\d+: /, "");
+    document.getElementById("reproduce-cancel").onclick = () => { panel.innerHTML = ""; };
+    return;
+  }
+  const pins = found.conf.reproduces;
+  const channels = Object.entries(pins.data_versions).map(([c, v]) => `${esc(c)} @ <code>${esc(v.slice(0, 12))}</code>`).join(", ");
+  panel.innerHTML = `<h2>Reproduce ${esc(pins.job_name)}: trigger <code>${esc(found.dag_id)}</code></h2>
+    <p class="muted" id="reproduce-pins">code <code>${esc(pins.code_digest)}</code>; data ${channels || "none"};
+    image ${esc(found.conf.image_uri || "-")}${pins.image_digest ? ` @ <code>${esc(pins.image_digest)}</code>` : ""}</p>
+    <label class="muted"><input type="checkbox" id="reproduce-allow-changed"> train on a channel's new data if it changed since</label>
+    <div class="actions below"><button class="primary" id="reproduce-trigger">Trigger ${esc(found.dag_id)}</button>
+    <button id="reproduce-cancel">Cancel</button><span id="reproduce-error" class="error"></span></div>`;
+  panel.scrollIntoView();
+  document.getElementById("reproduce-cancel").onclick = () => { panel.innerHTML = ""; };
+  document.getElementById("reproduce-trigger").onclick = async () => {
+    const conf = {...found.conf, reproduces: {...pins, allow_changed_data: document.getElementById("reproduce-allow-changed").checked}};
+    try {
+      const run = await api(`${ROOT}/api/v2/dags/${encodeURIComponent(found.dag_id)}/dagRuns`, {method: "POST", body: JSON.stringify({logical_date: null, conf})});
+      location.hash = `#/run/${encodeURIComponent(found.dag_id)}/${encodeURIComponent(run.dag_run_id)}`;
+    } catch (err) {
+      document.getElementById("reproduce-error").textContent = "Not triggered: " + paramProblem(err.message.replace(/^400: /, ""));
+    }
+  };
+}
+
+// The job page draws its actions (console-job.js); the Reproduce button goes beside its Clone whenever it is drawn,
+// for the job the page's hash names (#/job/<dag_id>/<run_id>/<map_index>).
+function addReproduceButton() {
+  const clone = document.getElementById("clone-btn");
+  if (!clone || document.getElementById("reproduce-btn")) return;
+  const parts = location.hash.replace(/^#/, "").split("?")[0].split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] !== "job" || parts.length < 4) return;
+  const key = {dag_id: parts[1], run_id: parts[2], map_index: Number(parts[3])};
+  const button = document.createElement("button");
+  button.id = "reproduce-btn";
+  button.textContent = "Reproduce";
+  button.title = "Run again on the same code digest, data versions, image and hyperparameters (from its lineage)";
+  button.onclick = () => reproducePanel(key);
+  clone.after(button);
+}
+if (typeof document !== "undefined" && document.body) {
+  new MutationObserver(addReproduceButton).observe(document.body, {childList: true, subtree: true});
 }

@@ -109,3 +109,36 @@ def test_a_pid_record_the_job_wrote_into_its_root_does_not_keep_it_forever(works
         _age(path, 30)
     done = collect_garbage(settings.jobs_dir, cache, retention_days=7)
     assert done.removed_job_roots == ["squatter"] and not root.exists()
+
+
+def _staged_archive(settings, user: str, content: bytes, days_old: float) -> Path:
+    import hashlib
+
+    path = Path(settings.code_staging_dir, user, hashlib.sha256(content).hexdigest() + ".tar.gz")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    _age(path, days_old)
+    return path
+
+
+def _kept_lineage(settings, job: str, archive: Path, model_uri: str | None) -> None:
+    """The kept record of a run whose code was `archive` (operators/lineage/record.py writes it; the fields read)."""
+    state = Path(ensure_state_dir(settings.workspace, job))
+    (state / "lineage.json").write_text(json.dumps({
+        "job_name": job, "code": {"source_uri": str(archive), "archive_sha256": archive.name[:64]},
+        "outcome": {"status": "succeeded" if model_uri else "failed", "model_uri": model_uri}}))
+
+
+def test_an_expired_sdk_archive_a_kept_lineage_of_a_model_names_stays_for_its_reproduction(workspace):
+    settings, cache, _data = workspace
+    named = _staged_archive(settings, "alice", b"the code of a model", 30)
+    of_failed = _staged_archive(settings, "alice", b"the code of a failed run", 30)
+    unnamed = _staged_archive(settings, "bob", b"code nobody ran", 30)
+    _job(settings, "churn-1")
+    _kept_lineage(settings, "churn-1", named, "/models/churn-1/output/model.tar.gz")
+    _job(settings, "churn-2")
+    _kept_lineage(settings, "churn-2", of_failed, None)
+    (Path(ensure_state_dir(settings.workspace, "broken")) / "lineage.json").write_text("{not json")
+    done = collect_garbage(settings.jobs_dir, cache, retention_days=0, code_expiry_days=7)
+    assert sorted(done.removed_code) == sorted([f"alice/{of_failed.name}", f"bob/{unnamed.name}"])
+    assert named.exists() and not of_failed.exists() and not unnamed.exists()
