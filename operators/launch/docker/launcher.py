@@ -26,6 +26,7 @@ and network kept with options.keep_containers), and by stop() (on_kill).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from functools import cached_property
@@ -42,10 +43,13 @@ from operators.launch.docker.users import root_part
 from operators.launch import worker_slots
 from operators.launch.base import (
     DEFAULT_MASTER_PORT,
+    IMAGE_ERROR,
     USER_ERROR,
     LaunchRequest,
     LaunchResult,
     LineCallback,
+    image_mismatch,
+    same_image,
 )
 from operators.launch.docker import access
 from operators.launch.docker import engine
@@ -179,6 +183,7 @@ class DockerLauncherHook(BaseHook):
             self._cleanup(request, options)
             return failure
         names = expected
+        image_digest = self._image_ran(names[0])
         multi = request.instance_count > 1
         followers = {name: LogFollower(self.client, name, name if multi else None, on_line) for name in names}
         for follower in followers.values():
@@ -202,7 +207,8 @@ class DockerLauncherHook(BaseHook):
                 follower.catch_up()
             except Exception as err:
                 self.log.warning("Could not read the rest of the log of %s: %s", follower.container, err)
-        result = engine.job_result(request, states, timed_out, self.restarts)
+        result = dataclasses.replace(engine.job_result(request, states, timed_out, self.restarts),
+                                     image_digest=image_digest)
         if result.succeeded:
             on_line(f"[docker] job {resource_name(request.job_name)} completed on {request.instance_count} host(s)")
         self._cleanup(request, options)
@@ -237,6 +243,8 @@ class DockerLauncherHook(BaseHook):
         clear_outcome_markers(request.job_root)
         image = self.image(request)
         failure = engine.ensure_image(self.client, image, options["image_pull_grace_seconds"], on_line)
+        if failure is None:
+            failure = self._pinned_image(request, image)
         if failure is not None:
             return failure
         try:
@@ -262,6 +270,23 @@ class DockerLauncherHook(BaseHook):
         hosts = ", ".join(f"{c['name']} ({a})" for c, a in zip(configs, addresses))
         on_line(f"[docker] started job {network}: {hosts}, image {image}, user {user}")
         return None
+
+    def _pinned_image(self, request: LaunchRequest, image: str) -> LaunchResult | None:
+        """A run pinned to an image digest (a reproduction) refuses another image, before any container exists."""
+        expected = request.expected_image_digest
+        if not expected:
+            return None
+        actual = self.client.inspect_image(image).get("Id")
+        if same_image(actual, expected):
+            return None
+        return LaunchResult(succeeded=False, failure_class=IMAGE_ERROR,
+                            failure_reason=image_mismatch(image, actual, expected))
+
+    def _image_ran(self, name: str) -> str | None:
+        """The image id a created container runs ("sha256:<hex>"): the one its tag named when it was created, whatever
+        the tag names now. All of a job's containers are created from one image: host 0's is the job's."""
+        image_id = (self._inspect(name).get("Image") or "").strip()
+        return image_id or None
 
     def _run_as(
         self, request: LaunchRequest, options: Mapping[str, Any], image: str, on_line: LineCallback

@@ -43,6 +43,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         has_secret: bool = False,
         metrics_echoed: bool = False,
         series_xcom: Mapping[str, Any] | None = None,
+        expected_image_digest: str | None = None,
     ):
         super().__init__()
         # Where the connection names a kubeconfig file (a path: no secret), the trigger carries it: the
@@ -66,6 +67,8 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         self.metrics_echoed = metrics_echoed
         # {dag_id, task_id, run_id, map_index}: the task whose XCom records the series as they grow (None: none)
         self.series_xcom = dict(series_xcom) if series_xcom else None
+        # A pinned run (a reproduction): pods that run another image stop the Job (IMAGE_ERROR)
+        self.expected_image_digest = expected_image_digest
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -85,6 +88,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "has_secret": self.has_secret,
                 "metrics_echoed": self.metrics_echoed,
                 "series_xcom": self.series_xcom,
+                "expected_image_digest": self.expected_image_digest,
             },
         )
 
@@ -116,6 +120,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
             startup_timeout_seconds=self.startup_timeout_seconds,
             emit=emit,
             keep_cursors=True,  # a restarted triggerer continues each pod's log where this one left it
+            expected_image_digest=self.expected_image_digest,
         )
         stop_recording = asyncio.Event()
         recording = self.series_xcom and asyncio.create_task(record_series(metrics, self.series_xcom, stop_recording))
