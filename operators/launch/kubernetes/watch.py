@@ -157,14 +157,14 @@ class JobWatch:
         is the job's; a pod that runs another image is said once, as a warning (a tag moved while the pods started)."""
         status = train_status(pod)
         image_id = str(getattr(status, "image_id", None) or "").strip()
-        if not image_id:
+        if not image_id or self.image_ids.get(pod.metadata.name) == image_id:  # judged when first seen
             return
         index = self.pods.get(pod.metadata.name, 0)
         self.image_ids[pod.metadata.name] = image_id
         if self.image_digest is not None and not same_image(image_id, self.image_digest):
-            self.say(f"warning: {host} (pod {pod.metadata.name}) runs image {image_id}, not {self.image_digest} like "
-                     f"{self.name}-{self.image_index} (its tag named another image when it started); the lineage "
-                     "records the lowest host's", f"image:{pod.metadata.name}")
+            self.say(f"warning: the job's pods run different images: {host} (pod {pod.metadata.name}) {image_id}, "
+                     f"{self.name}-{self.image_index} {self.image_digest} (the tag named another image when they "
+                     "started); the lineage records the lowest host's", f"image:{pod.metadata.name}")
         if self.image_digest is None or index < self.image_index:
             self.image_digest, self.image_index = image_id, index
 
