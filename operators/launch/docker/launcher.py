@@ -21,7 +21,8 @@ and torchrun in the others re-forms the group with it. Failure classes come from
 the container state: OOMKilled or the runtime's exit 137 (oom_killed), exit codes 1-3 (user), 4 (platform), a
 missing/invalid image (fail fast) vs a registry rate limit (retried for `image_pull_grace_seconds`),
 max_run_seconds (stopped -> timeout). Containers, network and credentials file are removed at the end (containers
-and network kept with options.keep_containers), and by stop() (on_kill).
+and network kept with options.keep_containers), and by stop() (on_kill). The result names the image id the containers
+ran (image_digest); a request pinned to another (expected_image_digest) fails as an image error before any container.
 """
 
 from __future__ import annotations
@@ -43,13 +44,10 @@ from operators.launch.docker.users import root_part
 from operators.launch import worker_slots
 from operators.launch.base import (
     DEFAULT_MASTER_PORT,
-    IMAGE_ERROR,
     USER_ERROR,
     LaunchRequest,
     LaunchResult,
     LineCallback,
-    image_mismatch,
-    same_image,
 )
 from operators.launch.docker import access
 from operators.launch.docker import engine
@@ -244,7 +242,7 @@ class DockerLauncherHook(BaseHook):
         image = self.image(request)
         failure = engine.ensure_image(self.client, image, options["image_pull_grace_seconds"], on_line)
         if failure is None:
-            failure = self._pinned_image(request, image)
+            failure = engine.pinned_image(self.client, image, request.expected_image_digest)
         if failure is not None:
             return failure
         try:
@@ -271,22 +269,10 @@ class DockerLauncherHook(BaseHook):
         on_line(f"[docker] started job {network}: {hosts}, image {image}, user {user}")
         return None
 
-    def _pinned_image(self, request: LaunchRequest, image: str) -> LaunchResult | None:
-        """A run pinned to an image digest (a reproduction) refuses another image, before any container exists."""
-        expected = request.expected_image_digest
-        if not expected:
-            return None
-        actual = self.client.inspect_image(image).get("Id")
-        if same_image(actual, expected):
-            return None
-        return LaunchResult(succeeded=False, failure_class=IMAGE_ERROR,
-                            failure_reason=image_mismatch(image, actual, expected))
-
     def _image_ran(self, name: str) -> str | None:
         """The image id a created container runs ("sha256:<hex>"): the one its tag named when it was created, whatever
         the tag names now. All of a job's containers are created from one image: host 0's is the job's."""
-        image_id = (self._inspect(name).get("Image") or "").strip()
-        return image_id or None
+        return (self._inspect(name).get("Image") or "").strip() or None
 
     def _run_as(
         self, request: LaunchRequest, options: Mapping[str, Any], image: str, on_line: LineCallback

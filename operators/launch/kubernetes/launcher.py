@@ -28,7 +28,9 @@ Secret), result_from_event() deletes it so nothing keeps retrying in the cluster
 writable tree, mount points, the launch record that lets a retry after ttlSecondsAfterFinished report a success
 instead of training again): operators/launch/kubernetes/workspace.py. With a Kueue queue ([training.kubernetes]
 queue, operators/launch/kubernetes/queues.py) the Job is created suspended and Kueue admits it whole; the watch reports
-its place in the queue (operators/launch/kubernetes/workload.py).
+its place in the queue (operators/launch/kubernetes/workload.py). The result names the training pod's imageID
+(image_digest, from the watch's event); a request pinned to another image (expected_image_digest) is stopped by the
+watch as an image error.
 """
 
 from __future__ import annotations
