@@ -365,12 +365,12 @@ class FakeKubeApi:
         with self.cond:
             return json.loads(json.dumps(self._find_pod(name)))
 
-    def set_running(self, name: str) -> None:
+    def set_running(self, name: str, image_id: str = "sha256:fake") -> None:
         with self.cond:
             pod = self._find_pod(name)
             pod["status"]["phase"] = "Running"
             container = self._container(pod)
-            container.update(ready=True, started=True, imageID="sha256:fake")
+            container.update(ready=True, started=True, imageID=image_id)
             container["state"] = {"running": {"startedAt": rfc3339()}}
             self._changed(pod)
 

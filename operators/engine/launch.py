@@ -18,12 +18,14 @@ from operators.launch.disk_cap import job_disk_cap
 
 def launch_request(spec: JobSpec, layout, settings, hosts: HostPlan, *,
                    channels: Mapping[str, Mapping[str, Any]] | None = None, volume_here: bool = True,
-                   secret_env: Mapping[str, str] | None = None) -> LaunchRequest:
+                   secret_env: Mapping[str, str] | None = None,
+                   expected_image_digest: str | None = None) -> LaunchRequest:
     """The request the backend runs for `spec`: `layout` its job root, `settings` the [training] settings (the
     workspace, the default image, the checkpoint sync's interval, the job disk limit), `hosts` the backend's host plan,
     `channels` what prefetch_data returned, `volume_here` whether this process sees the job root (else the backend's
     own pods do: the cluster's data plane), `secret_env` the secrets by reference, resolved (only where the job is
-    started)."""
+    started), `expected_image_digest` the image digest the run must run (the backend refuses another image with
+    IMAGE_ERROR; default: the digest a reproduction's spec pins, `reproduces.image_digest`)."""
     env = spec.literal_environment()  # secrets by reference: in secret_env only
     env[METRICS_FILE_ENV] = os.path.join(layout.root, METRICS_STREAM)
     # Where this process cannot read the metrics stream (the job root is the cluster's), `train` echoes it into the
@@ -53,10 +55,12 @@ def launch_request(spec: JobSpec, layout, settings, hosts: HostPlan, *,
         checkpoints=checkpoints,
         secret_env=dict(secret_env or {}),
         disk_limit=job_disk_cap(spec.resources.disk, settings.job_disk_limit),
+        expected_image_digest=expected_image_digest or (spec.reproduces.image_digest if spec.reproduces else None),
     )
 
 
 def launch_summary(result: LaunchResult, final_metrics: Mapping[str, Any]) -> LaunchSummary:
-    """The launch stage's result (and, when the training failed, its "outcome" XCom the console reads)."""
+    """The launch stage's result (and, when the training failed, its "outcome" XCom the console reads), with the
+    image digest the backend ran (the run's lineage records it)."""
     return LaunchSummary(result.succeeded, result.exit_code, dict(final_metrics), result.failure_class,
-                         dict(result.restarts or {}))
+                         dict(result.restarts or {}), result.image_digest)

@@ -18,6 +18,16 @@ from operators.lineage.record import build_record, publish_record, record_summar
 STAGE_RESULTS = ("stage_code", "prefetch", "write_configs", "restore", "launch")
 
 
+def ran_image(ctx: JobContext, launch: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """build_record's image arguments: the digest the backend ran (the launch summary's: its result, or a failed
+    launch's "outcome"), and the image it was asked for (the spec's, else [training] default_image, as the launch
+    request names it); the local backend runs no image, so its record names none."""
+    if ctx.spec.backend == "local":
+        return {"image_name": None, "image_digest": None}
+    return {"image_name": ctx.spec.image_uri or getattr(ctx.settings, "default_image", None),
+            "image_digest": (launch or {}).get("image_digest")}
+
+
 def publish_lineage(ctx: JobContext, upload: UploadedArtifacts, stage_results: Mapping[str, Any] | None = None,
                     triggering_user: str | None = None) -> str | None:
     """Build, keep and publish the run's record; its published URI. A record that cannot be built (results of an
@@ -27,7 +37,7 @@ def publish_lineage(ctx: JobContext, upload: UploadedArtifacts, stage_results: M
              if name in STAGE_RESULTS and isinstance(value, Mapping)}
     try:
         record = build_record(ctx.job, dag_id=ctx.dag_id, run_id=ctx.run_id, triggering_user=triggering_user,
-                              upload=upload.to_dict(), **given)
+                              upload=upload.to_dict(), **ran_image(ctx, given.get("launch")), **given)
     except (ValueError, TypeError) as err:  # pydantic's ValidationError is a ValueError
         ctx.log.warning("Could not build the lineage record of %s (none is published): %s", ctx.spec.job_name, err)
         return None

@@ -122,17 +122,19 @@ class UploadedArtifacts:
 @dataclass(frozen=True)
 class LaunchSummary:
     """The training's outcome as the launch stage returns it (and records as "outcome" when it fails): restarts only
-    for an elastic job whose hosts were started again."""
+    for an elastic job whose hosts were started again; image_digest: the image the backend ran (LaunchResult's: the
+    run's lineage records it), None where none ran."""
 
     succeeded: bool
     exit_code: int | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
     failure_class: str | None = None
     restarts: Mapping[str, int] = field(default_factory=dict)
+    image_digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {"succeeded": self.succeeded, "exit_code": self.exit_code, "metrics": dict(self.metrics),
-                "failure_class": self.failure_class}
+                "failure_class": self.failure_class, "image_digest": self.image_digest}
         if self.restarts:
             data["restarts"] = dict(self.restarts)
         return data
@@ -140,4 +142,4 @@ class LaunchSummary:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchSummary:
         return cls(bool(data["succeeded"]), data.get("exit_code"), dict(data.get("metrics") or {}),
-                   data.get("failure_class"), dict(data.get("restarts") or {}))
+                   data.get("failure_class"), dict(data.get("restarts") or {}), data.get("image_digest"))

@@ -70,6 +70,33 @@ def is_rate_limited(message: str) -> bool:
     return bool(_RATE_LIMITED.search(message or ""))
 
 
+_SHA256 = re.compile(r"(?:^|[@:])(?:sha256:)?([0-9a-f]{64})$")
+
+
+def digest_hex(image_digest: str | None) -> str | None:
+    """The sha256 hex an image digest names, whatever its form: "sha256:<hex>", "<repo>@sha256:<hex>", a pod's
+    imageID with its runtime prefix ("docker-pullable://<repo>@sha256:<hex>", "docker://sha256:<hex>"), bare hex;
+    None for anything else."""
+    text = (image_digest or "").strip().lower()
+    for prefix in ("docker-pullable://", "docker://", "containerd://"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    found = _SHA256.search(text)
+    return found.group(1) if found else None
+
+
+def same_image(actual: str | None, expected: str | None) -> bool:
+    """Whether two image digests name the same image: their sha256 hex is equal (see digest_hex)."""
+    hex_digest = digest_hex(actual)
+    return hex_digest is not None and hex_digest == digest_hex(expected)
+
+
+def image_mismatch(image: str, actual: str | None, expected: str) -> str:
+    """The one line a pinned run that found another image fails with (IMAGE_ERROR)."""
+    return (f"image {image} is {actual or 'unknown'}, not {expected} that the reproduced run ran; push or pull that "
+            "image again (or point image_uri at it), or reproduce without pinning the image")
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     job_name: str
@@ -98,6 +125,9 @@ class LaunchRequest:
     # Bytes the job root may hold (resources.disk, else [training] job_disk_limit: operators/launch/disk_cap.py);
     # a backend that can makes it a kernel limit (local: no file larger), the launch stage measures the whole root.
     disk_limit: int | None = None
+    # The image the run must run, as an earlier run recorded it (LaunchResult.image_digest): a backend that finds
+    # another one refuses the run (IMAGE_ERROR, see image_mismatch); None: whatever image_uri names now.
+    expected_image_digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -128,6 +158,9 @@ class LaunchResult:
     failure_class: str | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
     restarts: Mapping[str, int] = field(default_factory=dict)  # elastic jobs: host -> times it was started again
+    # What the backend actually ran: Docker's image id ("sha256:<hex>"), the training pod's imageID
+    # ("<repo>@sha256:<hex>" or "sha256:<hex>"); None where no image runs (local) or none was started.
+    image_digest: str | None = None
 
     @property
     def retryable(self) -> bool:

@@ -231,7 +231,8 @@ class LaunchTrainingOperator(JobStageOperator):
                 self.log.warning("Could not measure job root %s against its disk cap: %s", request.job_root, err)
         if over is not None:  # whatever the job said of itself: its job root is too big to be packed and kept
             self.log.error("Training %s: %s", self.spec.job_name, over)
-            result = LaunchResult(False, result.exit_code, over, DISK_LIMIT, restarts=result.restarts)
+            result = LaunchResult(False, result.exit_code, over, DISK_LIMIT, restarts=result.restarts,
+                                  image_digest=result.image_digest)
             self._stop_reason = None  # not "stopped early": it failed
             if self.volume_here:
                 record_failure(self.layout.root, over, replace=True)  # why it was stopped, not the SIGTERM it got

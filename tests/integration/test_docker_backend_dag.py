@@ -27,6 +27,7 @@ from dag_runner import (
     run_dag,
 )
 from docker_support import TORCH_IMAGE, TRAINING_IMAGE, engine, require_image
+from operators.lineage.record import LineageRecord
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,6 +86,12 @@ def test_one_host_with_an_s3_channel(docker_engine, training_dag, storage_connec
     assert model == {"rows": 4, "uid": 1000, "host": "docker-s3-0", "hostname": "docker-s3-0", "cwd": "/opt/ml/code"}
     assert values["launch_training"]["metrics"] == {"loss": pytest.approx(0.5)}
     assert job_leftovers(docker_engine, "docker-s3") == []
+    # The image the containers ran, published beside the model: what `docker image inspect` says its id is.
+    image_id = subprocess.run(["docker", "image", "inspect", TRAINING_IMAGE, "--format", "{{.Id}}"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    lineage = LineageRecord.from_json(object_store.get(bucket, "models/docker-s3/output/lineage.json"))
+    assert (lineage.image.backend, lineage.image.name, lineage.image.digest) == ("docker", TRAINING_IMAGE, image_id)
+    assert image_id.startswith("sha256:") and values["launch_training"]["image_digest"] == image_id
 
 
 @pytest.mark.slow

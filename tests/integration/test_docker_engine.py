@@ -154,11 +154,21 @@ def leftovers(request) -> dict:
 NOTHING = {"containers": [], "networks": [], "volumes": []}
 
 
+def image_id(image: str) -> str:
+    """What `docker image inspect` says the image's id is (the CLI, as a user would ask)."""
+    return subprocess.run(["docker", "image", "inspect", image, "--format", "{{.Id}}"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def test_two_hosts_resolve_each_other_and_run_unprivileged_as_the_image_user(tmp_path):
-    hook, request = make_request(tmp_path, hosts=2)
+    # Pinned to the image's id, in the form a pod's imageID names it (a reproduction of a run on Kubernetes): it runs.
+    ran = image_id(TRAINING_IMAGE)
+    hook, request = make_request(tmp_path, hosts=2,
+                                 expected_image_digest=f"docker-pullable://docker.io/library/training-base@{ran}")
     lines: list[str] = []
     result = hook.run(request, lines.append)
     assert result.succeeded, (result.failure_reason, lines[-20:])
+    assert result.image_digest == ran and ran.startswith("sha256:")  # what the containers ran: the image's id
     model = Path(request.job_root, "model")
     for host in request.hosts:
         report = json.loads((model / f"{host}.json").read_text())
@@ -371,6 +381,20 @@ def test_an_image_that_does_not_exist_fails_fast_as_an_image_error(tmp_path):
     assert result.failure_class == "image_error" and "training-missing-" in result.failure_reason
     assert time.monotonic() - started < 120
     assert leftovers(request) == NOTHING
+
+
+def test_a_run_pinned_to_another_image_fails_fast_with_one_line_and_creates_nothing(tmp_path):
+    """A reproduction whose tag names another image now: refused before any container, not trained on it."""
+    hook, request = make_request(tmp_path, expected_image_digest="sha256:" + "0" * 64)
+    started = time.monotonic()
+    result = hook.run(request, lambda line: None)
+    assert time.monotonic() - started < 60  # a hang guard: nothing was started
+    assert (result.failure_class, result.retryable, result.image_digest) == ("image_error", False, None)
+    assert result.failure_reason.startswith(
+        f"image {TRAINING_IMAGE} is {image_id(TRAINING_IMAGE)}, not sha256:{'0' * 64} that the reproduced run ran; ")
+    assert "\n" not in result.failure_reason
+    assert leftovers(request) == NOTHING
+    assert not Path(request.job_root, "model", f"starts-{request.hosts[0]}").exists()  # the script never ran
 
 
 def test_credentials_reach_the_script_but_not_docker_inspect_logs_or_the_job_root(tmp_path, monkeypatch):

@@ -6,13 +6,16 @@ server. Each test is one CLI run, as a user types it; measurements are printed (
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import hostile_kernel
 import pytest
 
+from operators.lineage.record import LineageRecord
 from dag_runner import HOSTILE_LINKS, HOSTILE_SCRIPT, assert_nothing_leaked, hostile_world
 from real_node import IMAGE, pod_s3_endpoint  # noqa: F401 - a fixture (the real-node fixtures come from conftest.py)
 from test_kubernetes_local_cluster_dag import dags_test, failure_reasons
@@ -52,6 +55,7 @@ class PodClock:
     def __init__(self, core, namespace: str, job: str):
         self.core, self.namespace, self.job = core, namespace, job
         self.created = self.running = self.done = None
+        self.image_ids: set[str] = set()  # the training container's imageID in each pod's status
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -65,6 +69,8 @@ class PodClock:
             now = time.time()
             if pods and self.created is None:
                 self.created = now
+            self.image_ids.update(c.image_id for p in pods for c in (p.status.container_statuses or [])
+                                  if c.name == "train" and c.image_id)
             if self.running is None and any(p.status.phase == "Running" for p in pods):
                 self.running = now
             if self.done is None and pods and all(p.status.phase in ("Succeeded", "Failed") for p in pods):
@@ -79,9 +85,15 @@ class PodClock:
 @pytest.mark.timeout(600)  # also brings the control plane and the node up (image import included)
 def test_one_host_runs_the_image_as_its_user_with_every_line_and_the_model(real_namespace, real_admin, conf):
     clock = PodClock(real_admin["core"], real_namespace, "real-one")
-    state, states, values, output, seconds = dags_test(conf("real-one"), timeout=300)
+    one = conf("real-one")
+    state, states, values, output, seconds = dags_test(one, timeout=300)
     clock.stop()
     assert state == "success", (failure_reasons(), states, output[-4000:])
+    # The image the pod ran, as its status names it (imageID), published beside the model.
+    lineage = LineageRecord.from_json(Path(one["output_path"], "real-one", "output", "lineage.json").read_text())
+    [image_id] = clock.image_ids
+    assert (lineage.image.backend, lineage.image.name, lineage.image.digest) == ("kubernetes", IMAGE, image_id)
+    assert re.search(r"sha256:[0-9a-f]{64}$", image_id), image_id
     assert "host real-one-0 uid 1000 of 1" in output  # the image's user, not root
     assert "hostile reached ." in output  # no sysctl, no sysrq, no /etc/shadow in the pod
     steps = [line[line.index("step "):line.index("step ") + 12] for line in output.splitlines() if "step " in line

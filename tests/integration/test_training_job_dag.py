@@ -82,6 +82,8 @@ def test_ti_layout_single_host_from_s3(training_dag, storage_connections, object
     assert len(lineage.channels["train"].data_version) == 64 and lineage.channels["train"].objects == 1
     assert lineage.outcome.status == "succeeded" and lineage.outcome.model_uri == model_uri
     assert lineage.hyperparameters == conf["hyperparameters"] and lineage.airflow.run_id == result.run_id
+    assert (lineage.image.backend, lineage.image.name, lineage.image.digest) == ("local", None, None)  # runs no image
+    assert values["launch_training"]["image_digest"] is None
     assert lineage == read_record(training_settings().workspace, "ti-single")
 
 

@@ -23,8 +23,10 @@ from operators.launch.base import (
     LineCallback,
     describe_exit,
     exit_failure_class,
+    image_mismatch,
     is_rate_limited,
     is_runtime_exit_code,
+    same_image,
 )
 from operators.launch.docker.containers import job_addresses, job_labels
 from operators.launch.names import resource_name
@@ -45,6 +47,17 @@ def ensure_image(client, image: str, grace_seconds: float, on_line: LineCallback
         if err.status_code == 400:  # an invalid reference
             return image_failure(image, str(err.explanation or err))
         raise
+
+
+def pinned_image(client, image: str, expected: str | None) -> LaunchResult | None:
+    """A run pinned to an image digest (a reproduction) refuses another image (its id is not the pinned one), before
+    any container exists; None when it is that image or the run is not pinned."""
+    if not expected:
+        return None
+    actual = client.inspect_image(image).get("Id")
+    if same_image(actual, expected):
+        return None
+    return LaunchResult(succeeded=False, failure_class=IMAGE_ERROR, failure_reason=image_mismatch(image, actual, expected))
 
 
 def pull(client, image: str, grace_seconds: float, on_line: LineCallback) -> LaunchResult | None:

@@ -21,11 +21,13 @@ and torchrun in the others re-forms the group with it. Failure classes come from
 the container state: OOMKilled or the runtime's exit 137 (oom_killed), exit codes 1-3 (user), 4 (platform), a
 missing/invalid image (fail fast) vs a registry rate limit (retried for `image_pull_grace_seconds`),
 max_run_seconds (stopped -> timeout). Containers, network and credentials file are removed at the end (containers
-and network kept with options.keep_containers), and by stop() (on_kill).
+and network kept with options.keep_containers), and by stop() (on_kill). The result names the image id the containers
+ran (image_digest); a request pinned to another (expected_image_digest) fails as an image error before any container.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from functools import cached_property
@@ -179,6 +181,7 @@ class DockerLauncherHook(BaseHook):
             self._cleanup(request, options)
             return failure
         names = expected
+        image_digest = self._image_ran(names[0])
         multi = request.instance_count > 1
         followers = {name: LogFollower(self.client, name, name if multi else None, on_line) for name in names}
         for follower in followers.values():
@@ -202,7 +205,8 @@ class DockerLauncherHook(BaseHook):
                 follower.catch_up()
             except Exception as err:
                 self.log.warning("Could not read the rest of the log of %s: %s", follower.container, err)
-        result = engine.job_result(request, states, timed_out, self.restarts)
+        result = dataclasses.replace(engine.job_result(request, states, timed_out, self.restarts),
+                                     image_digest=image_digest)
         if result.succeeded:
             on_line(f"[docker] job {resource_name(request.job_name)} completed on {request.instance_count} host(s)")
         self._cleanup(request, options)
@@ -237,6 +241,8 @@ class DockerLauncherHook(BaseHook):
         clear_outcome_markers(request.job_root)
         image = self.image(request)
         failure = engine.ensure_image(self.client, image, options["image_pull_grace_seconds"], on_line)
+        if failure is None:
+            failure = engine.pinned_image(self.client, image, request.expected_image_digest)
         if failure is not None:
             return failure
         try:
@@ -262,6 +268,11 @@ class DockerLauncherHook(BaseHook):
         hosts = ", ".join(f"{c['name']} ({a})" for c, a in zip(configs, addresses))
         on_line(f"[docker] started job {network}: {hosts}, image {image}, user {user}")
         return None
+
+    def _image_ran(self, name: str) -> str | None:
+        """The image id a created container runs ("sha256:<hex>"): the one its tag named when it was created, whatever
+        the tag names now. All of a job's containers are created from one image: host 0's is the job's."""
+        return (self._inspect(name).get("Image") or "").strip() or None
 
     def _run_as(
         self, request: LaunchRequest, options: Mapping[str, Any], image: str, on_line: LineCallback

@@ -28,7 +28,9 @@ Secret), result_from_event() deletes it so nothing keeps retrying in the cluster
 writable tree, mount points, the launch record that lets a retry after ttlSecondsAfterFinished report a success
 instead of training again): operators/launch/kubernetes/workspace.py. With a Kueue queue ([training.kubernetes]
 queue, operators/launch/kubernetes/queues.py) the Job is created suspended and Kueue admits it whole; the watch reports
-its place in the queue (operators/launch/kubernetes/workload.py).
+its place in the queue (operators/launch/kubernetes/workload.py). The result names the training pod's imageID
+(image_digest, from the watch's event); a request pinned to another image (expected_image_digest) is stopped by the
+watch as an image error.
 """
 
 from __future__ import annotations
@@ -278,6 +280,7 @@ class KubernetesLauncherHook(BaseHook):
             metric_definitions=[dict(m) for m in request.metric_definitions],
             has_secret=bool(request.secret_env),
             metrics_echoed=options.in_cluster,
+            expected_image_digest=request.expected_image_digest,
             **self._kubeconfig_file(),
         )
 
@@ -306,6 +309,7 @@ class KubernetesLauncherHook(BaseHook):
             instance_count=request.instance_count,
             **options.waiting(),
             emit=on_line,
+            expected_image_digest=request.expected_image_digest,
         )
         event = asyncio.run(watch.run())
         return self.result_from_event(request, event, on_line)
@@ -336,10 +340,11 @@ class KubernetesLauncherHook(BaseHook):
             # stop() (on_kill, early stopping) deleted it while run() watched: say so, not "deleted outside Airflow".
             return LaunchResult(succeeded=False, failure_class=PLATFORM_ERROR,
                                 failure_reason=f"stopped by this task (killed, or stopped early): Job {name} and its "
-                                               "pods were deleted")
+                                               "pods were deleted", image_digest=event.get("image_digest"))
         if event["status"] == "success":
             on_line(f"[kubernetes] Job {name} completed on {request.instance_count} host(s)")
-            return LaunchResult(succeeded=True, exit_code=0, restarts=dict(event.get("restarts") or {}))
+            return LaunchResult(succeeded=True, exit_code=0, restarts=dict(event.get("restarts") or {}),
+                                image_digest=event.get("image_digest"))
         if not event.get("job_finished", True):
             on_line(f"[kubernetes] stopping Job {name}: {event['failure_class']} is not worth retrying in the cluster")
             self.stop(request)
@@ -354,6 +359,7 @@ class KubernetesLauncherHook(BaseHook):
             failure_reason=f"{message}: {reason}" if reason else message,
             failure_class=event.get("failure_class"),
             restarts=dict(event.get("restarts") or {}),
+            image_digest=event.get("image_digest"),
         )
 
     def stop(self, request: LaunchRequest) -> None:

@@ -43,6 +43,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         has_secret: bool = False,
         metrics_echoed: bool = False,
         series_xcom: Mapping[str, Any] | None = None,
+        expected_image_digest: str | None = None,
     ):
         super().__init__()
         # Where the connection names a kubeconfig file (a path: no secret), the trigger carries it: the
@@ -51,14 +52,10 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         self.kube_config_path = kube_config_path
         self.cluster_context = cluster_context
         self.metric_definitions = list(metric_definitions or [])
-        self.name = name
-        self.namespace = namespace
-        self.instance_count = instance_count
+        self.name, self.namespace, self.instance_count = name, namespace, instance_count
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.poll_interval = poll_interval
-        self.image_pull_grace_seconds = image_pull_grace_seconds
-        self.startup_timeout_seconds = startup_timeout_seconds
-        self.propagation_policy = propagation_policy
+        self.poll_interval, self.image_pull_grace_seconds = poll_interval, image_pull_grace_seconds
+        self.startup_timeout_seconds, self.propagation_policy = startup_timeout_seconds, propagation_policy
         # The Job has a Secret of secrets by reference (operators/launch/kubernetes/secrets.py): its values are read
         # here, in the triggerer, and masked in the lines streamed from the pods; only this flag is serialized.
         self.has_secret = has_secret
@@ -66,6 +63,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
         self.metrics_echoed = metrics_echoed
         # {dag_id, task_id, run_id, map_index}: the task whose XCom records the series as they grow (None: none)
         self.series_xcom = dict(series_xcom) if series_xcom else None
+        self.expected_image_digest = expected_image_digest  # a pinned run: pods that run another image stop the Job
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -85,6 +83,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
                 "has_secret": self.has_secret,
                 "metrics_echoed": self.metrics_echoed,
                 "series_xcom": self.series_xcom,
+                "expected_image_digest": self.expected_image_digest,
             },
         )
 
@@ -116,6 +115,7 @@ class KubernetesTrainingJobTrigger(BaseTrigger):
             startup_timeout_seconds=self.startup_timeout_seconds,
             emit=emit,
             keep_cursors=True,  # a restarted triggerer continues each pod's log where this one left it
+            expected_image_digest=self.expected_image_digest,
         )
         stop_recording = asyncio.Event()
         recording = self.series_xcom and asyncio.create_task(record_series(metrics, self.series_xcom, stop_recording))

@@ -13,6 +13,7 @@ policy) and ``detect_pod_terminate_early_issues`` (which image-pull errors are p
   {"status": "success" | "failed", "name", "namespace", "failure_class", "message", "exit_code", "host",
    "job_finished": bool,           # False: we gave up early (image error, OOM): the Job must be stopped
    "job_missing": bool,            # the Job is gone (deleted, or removed by ttlSecondsAfterFinished)
+   "image_digest": str | None,     # the training container's imageID (rank 0's, else the first pod's that has one)
    "pods": {pod name: index},      # every pod seen, for the final log catch-up
    "log_cursors": {pod name: [last timestamp ns, lines seen at it]}}
 
@@ -39,7 +40,9 @@ from operators.launch.base import (
     OOM,
     PLATFORM_ERROR,
     USER_ERROR,
+    image_mismatch,
     is_rate_limited,
+    same_image,
 )
 from operators.launch.kubernetes.elastic import ElasticHosts
 from operators.launch.kubernetes.events import list_warnings, read_warnings
@@ -83,6 +86,7 @@ class JobWatch:
         emit: Emit,
         startup_timeout_seconds: float = 600,
         keep_cursors: bool = False,
+        expected_image_digest: str | None = None,
     ):
         self.hook = hook
         self.keeper = CursorKeeper(name, namespace, self.say, enabled=keep_cursors)
@@ -108,6 +112,11 @@ class JobWatch:
         self.elastic_hosts = ElasticHosts()  # an elastic Job's lost hosts and their replacements (elastic.py)
         self.started = time.monotonic()
         self.last_heartbeat = self.started
+        # The image the pods ran (imageID) and the one a pinned run must run (LaunchRequest.expected_image_digest).
+        self.image_digest: str | None = None
+        self.image_index = 0  # the host whose imageID image_digest is
+        self.image_ids: dict[str, str] = {}  # pod -> its imageID
+        self.expected_image_digest = expected_image_digest
 
     def host(self, pod_name: str) -> str:
         return f"{self.name}-{self.pods.get(pod_name, 0)}"
@@ -131,6 +140,7 @@ class JobWatch:
             if self.phases.get(name) != phase:
                 self.say(f"{host} (pod {name}): {phase}")
                 self.phases[name] = phase
+            self.observe_image(pod, host)
             why = disruption(pod)
             if why and name not in self.disruptions:
                 self.disruptions[name] = why
@@ -141,6 +151,35 @@ class JobWatch:
             for condition in (pod.status and pod.status.conditions) or []:
                 if condition.type == "PodScheduled" and condition.status == "False" and condition.message:
                     self.say(f"{host} waits for a node: {condition.message}", f"sched:{name}:{condition.message}")
+
+    def observe_image(self, pod: Any, host: str) -> None:
+        """The training container's imageID (set once the runtime has the image): the lowest host's seen (rank 0's)
+        is the job's; a pod that runs another image is said once, as a warning (a tag moved while the pods started)."""
+        status = train_status(pod)
+        image_id = str(getattr(status, "image_id", None) or "").strip()
+        if not image_id or self.image_ids.get(pod.metadata.name) == image_id:  # judged when first seen
+            return
+        index = self.pods.get(pod.metadata.name, 0)
+        self.image_ids[pod.metadata.name] = image_id
+        if self.image_digest is not None and not same_image(image_id, self.image_digest):
+            self.say(f"warning: the job's pods run different images: {host} (pod {pod.metadata.name}) {image_id}, "
+                     f"{self.name}-{self.image_index} {self.image_digest} (the tag named another image when they "
+                     "started); the lineage records the lowest host's", f"image:{pod.metadata.name}")
+        if self.image_digest is None or index < self.image_index:
+            self.image_digest, self.image_index = image_id, index
+
+    def pinned_image(self, pods: list[Any], finished: bool) -> dict[str, Any] | None:
+        """A run pinned to an image digest whose pods run another image: the failure (IMAGE_ERROR) that stops it."""
+        expected = self.expected_image_digest
+        if not expected:
+            return None
+        for pod in pods:
+            actual = self.image_ids.get(pod.metadata.name)
+            if actual is not None and not same_image(actual, expected):
+                image = getattr(train_status(pod), "image", None) or "?"
+                return failure_event(IMAGE_ERROR, image_mismatch(image, actual, expected),
+                                     host=self.host(pod.metadata.name), finished=finished)
+        return None
 
     def fail_fast(self, pods: list[Any]) -> dict[str, Any] | None:
         """Failures not worth waiting for the Job controller on: bad image, OOM, broken config."""
@@ -298,7 +337,11 @@ class JobWatch:
         conditions = {c.type: c for c in (job.status and job.status.conditions) or [] if c.status == "True"}
         self.elastic_hosts.read_job(job, conditions)
         self.observe(pods)
-        if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+        done = "Complete" in conditions or "SuccessCriteriaMet" in conditions
+        pinned = self.pinned_image(pods, finished=done or "Failed" in conditions)
+        if pinned is not None:  # whatever it did: it ran another image than the one it must run
+            return pinned
+        if done:
             return failure_event(None, "completed", exit_code=0, status="success")
         failed = conditions.get("Failed") or conditions.get("FailureTarget")
         if failed is not None:
@@ -344,7 +387,7 @@ class JobWatch:
             self.logs.cancel()
         result.update(name=self.name, namespace=self.namespace, pods=dict(self.pods), log_cursors={
             pod: list(cursor) for pod, cursor in self.logs.cursors.items()},
-            restarts=self.elastic_hosts.restarts(self.name))
+            restarts=self.elastic_hosts.restarts(self.name), image_digest=self.image_digest)
         return result
 
     async def _watch(self, core: Any, batch: Any, objects: Any = None) -> dict[str, Any]:

@@ -35,10 +35,20 @@ CASES = [
      {"status": "failed", "model_uri": None, "artifacts": {"failure": "s3://o/a/output/failure"}, "failure": "boom",
       "lineage_uri": None}),
     (LaunchSummary(True, 0, {"loss": 0.1}, None), {"succeeded": True, "exit_code": 0, "metrics": {"loss": 0.1},
-                                                   "failure_class": None}),
+                                                   "failure_class": None, "image_digest": None}),
     (LaunchSummary(False, 1, {}, "UserError", {"algo-2": 1}),
-     {"succeeded": False, "exit_code": 1, "metrics": {}, "failure_class": "UserError", "restarts": {"algo-2": 1}}),
+     {"succeeded": False, "exit_code": 1, "metrics": {}, "failure_class": "UserError", "restarts": {"algo-2": 1},
+      "image_digest": None}),
+    # The image the backend ran: the run's lineage records it (a failed launch's too, from its "outcome" XCom).
+    (LaunchSummary(True, 0, {}, None, image_digest="sha256:" + "e" * 64),
+     {"succeeded": True, "exit_code": 0, "metrics": {}, "failure_class": None, "image_digest": "sha256:" + "e" * 64}),
 ]
+
+
+def test_a_summary_of_an_older_xcom_names_no_image():
+    """An "outcome" recorded before image digests were kept reads back with none (never a guess)."""
+    old = {"succeeded": False, "exit_code": 1, "metrics": {}, "failure_class": "user_error"}
+    assert LaunchSummary.from_dict(old).image_digest is None
 
 
 @pytest.mark.parametrize("result, xcom", CASES)

@@ -101,6 +101,7 @@ def test_the_run_s_lineage_is_kept_in_its_state_and_published_beside_the_model(m
     assert published.hyperparameters == {"epochs": 3}
     assert (published.airflow.dag_id, published.airflow.run_id, published.airflow.triggering_user) == (
         "training_job", "r1", "alice")
+    assert (published.image.backend, published.image.name, published.image.digest) == ("local", None, None)
     assert upload_artifacts(ctx, stage_results=stage_results).lineage_uri == done.lineage_uri  # a retry: again
 
 
@@ -119,3 +120,25 @@ def test_results_no_record_can_be_built_from_are_a_warning_and_the_upload_goes_o
     done = upload_artifacts(ctx, stage_results={"launch": {"metrics": {"loss": "not a number"}}})
     assert done.status == "succeeded" and done.lineage_uri is None
     assert "Could not build the lineage record" in caplog.text
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_the_lineage_names_the_image_digest_the_backend_ran_a_failed_launch_s_from_its_outcome(make_context):
+    ctx = make_context(backend="docker")  # no image_uri: [training] default_image, as the launch request names it
+    _trained(ctx, succeeded=False)
+    outcome = {"succeeded": False, "exit_code": 1, "metrics": {}, "failure_class": "user_error", "image_digest": DIGEST}
+    done = upload_artifacts(ctx, stage_results={"launch": outcome})
+    published = LineageRecord.from_json(open(done.lineage_uri).read())
+    assert (published.image.backend, published.image.name, published.image.digest) == (
+        "docker", ctx.settings.default_image, DIGEST)
+    assert published.outcome.status == "failed"
+
+
+def test_a_local_run_names_no_image_whatever_its_spec_says(make_context):
+    ctx = make_context(image_uri="training-base:latest")  # the local backend runs no image: the spec's is not used
+    _trained(ctx, succeeded=True)
+    done = upload_artifacts(ctx, stage_results={"launch": {"succeeded": True, "exit_code": 0, "metrics": {}}})
+    published = LineageRecord.from_json(open(done.lineage_uri).read())
+    assert (published.image.backend, published.image.name, published.image.digest) == ("local", None, None)

@@ -810,3 +810,65 @@ def test_checkpoints_sync_from_a_pod_of_their_own_ready_before_the_training_and_
 
     KubernetesLauncherHook(settings=settings).stop(request)  # on_kill: both go
     assert ("Job", sync, "Background") in kube.deletions and (NAMESPACE, name) not in kube.jobs
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+OTHER_DIGEST = "sha256:" + "f" * 64
+
+
+def test_the_result_names_the_image_the_pods_ran_host_0_s_when_they_differ(kube, workspace, capsys):
+    hook, request, name = start_job(workspace, hosts=2)
+    pods = kube.pod_names(name)
+    out = Output(capsys)
+
+    async def drive():
+        kube.set_running(pods[1], image_id=f"registry.example.com/training-runtime@{OTHER_DIGEST}")
+        await until(lambda: out.has(f"{name}-1 (pod {pods[1]}): Running"))
+        kube.set_running(pods[0], image_id=f"registry.example.com/training-runtime@{DIGEST}")
+        for pod in pods:
+            kube.terminate(pod, 0)
+
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)
+    assert event["image_digest"] == f"registry.example.com/training-runtime@{DIGEST}"  # rank 0's, the pod's imageID
+    result = hook.result_from_event(request, event, lambda line: None)
+    assert result.succeeded and result.image_digest == event["image_digest"]
+    warnings = [line for line in out.read().splitlines() if "the job's pods run different images" in line]
+    assert len(warnings) == 1 and OTHER_DIGEST in warnings[0] and DIGEST in warnings[0], warnings
+
+
+def test_a_run_pinned_to_another_image_fails_as_an_image_error_and_its_job_is_stopped(kube, workspace):
+    hook, request, name = start_job(workspace)
+    request = replace(request, expected_image_digest=DIGEST)
+    ran = f"docker-pullable://registry.example.com/training-runtime@{OTHER_DIGEST}"
+
+    async def drive():
+        kube.set_running(kube.pod_names(name)[0], image_id=ran)
+
+    event = run_trigger(rebuilt(trigger_for(hook, request)), drive)  # the pin survives the trigger's serialization
+    assert event["job_finished"] is False
+    result = hook.result_from_event(request, event, lambda line: None)
+    assert (result.failure_class, result.retryable, result.image_digest) == (IMAGE_ERROR, False, ran)
+    assert result.failure_reason == (
+        f"image registry.example.com/training-runtime:1.0 is {ran}, not {DIGEST} that the reproduced run ran; push or "
+        "pull that image again (or point image_uri at it), or reproduce without pinning the image")
+    assert not kube.jobs and not kube.pod_names(name)  # stopped: it must not train on another image
+
+
+def test_a_run_pinned_to_the_image_it_runs_trains_whatever_form_the_kubelet_writes_the_digest_in(kube, workspace):
+    hook, request, name = start_job(workspace)
+    request = replace(request, expected_image_digest=DIGEST)  # Docker's image id form
+    lines: list[str] = []
+    results = []
+    worker = threading.Thread(target=lambda: results.append(hook.run(request, lines.append)))  # blocking mode
+    worker.start()
+
+    async def drive():
+        pod = kube.pod_names(name)[0]
+        kube.set_running(pod, image_id=f"docker.io/library/training-runtime@{DIGEST}")
+        await until(lambda: any("Running" in line for line in lines))
+        kube.terminate(pod, 0)
+
+    asyncio.run(drive())
+    worker.join(15)
+    assert results and results[0].succeeded, results
+    assert results[0].image_digest == f"docker.io/library/training-runtime@{DIGEST}"
