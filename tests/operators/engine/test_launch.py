@@ -35,3 +35,9 @@ def test_the_summary_carries_the_image_the_backend_ran_a_failed_one_s_too():
     assert failed["image_digest"] is None and failed["failure_class"] == IMAGE_ERROR
     assert launch_summary(LaunchResult(False, 1, "boom", "user_error", image_digest=DIGEST), {}).to_dict()[
         "image_digest"] == DIGEST
+
+
+def test_a_spec_that_reproduces_a_run_pins_the_image_that_run_ran(make_context):
+    ctx = make_context(backend="docker", image_uri="training-base:latest",
+                       reproduces={"job_name": "churn-1", "image_digest": DIGEST})
+    assert launch_request(ctx.spec, ctx.layout, ctx.settings, TwoHosts()).expected_image_digest == DIGEST
