@@ -26,6 +26,7 @@ function version(v, channel) {
     ` <button class="copy" data-copy="${esc(v)}" title="copy the whole data version">copy</button>`;
 }
 
+const plural = (n, what) => `${n} ${what}${n === 1 ? "" : "s"}`;
 const jobLink = (ref, label) => ref ? `<a href="${jobHref(ref)}" class="lineage-job" data-job="${esc(ref.job_name)}">${esc(label)}</a>` : esc(label);
 
 function parentItem(p) {
@@ -39,12 +40,12 @@ function panel(data) {
   const r = data.record;
   const rows = [
     ["code", `<span id="lineage-code-source" class="wrap">${esc(r.code.source_uri)}</span>`],
-    ["code digest", `<span id="lineage-code-digest">${code(r.code.digest)}</span>${r.code.files != null ? ` <span class="muted">${esc(r.code.files)} files, ${esc(fmtBytes(r.code.bytes))}</span>` : ""}`],
+    ["code digest", `<span id="lineage-code-digest">${code(r.code.digest)}</span>${r.code.files != null ? ` <span class="muted">${esc(plural(r.code.files, "file"))}, ${esc(fmtBytes(r.code.bytes))}</span>` : ""}`],
   ];
   if (r.code.archive_sha256) rows.push(["SDK archive", code(r.code.archive_sha256)]);
   for (const [name, c] of Object.entries(r.channels || {})) {
     rows.push([`channel ${name}`, `<span class="wrap">${esc(c.uri)}</span><br>${version(c.data_version, name)}` +
-      (c.objects != null ? ` <span class="muted">${esc(c.objects)} objects, ${esc(fmtBytes(c.bytes))}</span>` : "")]);
+      (c.objects != null ? ` <span class="muted">${esc(plural(c.objects, "object"))}, ${esc(fmtBytes(c.bytes))}</span>` : "")]);
   }
   rows.push(["image", `<span id="lineage-image">${val(r.image.name)}</span> <span class="muted">(${esc(r.image.backend)})</span>`],
     ["image digest", `<span id="lineage-image-digest">${code(r.image.digest)}</span>`],
