@@ -416,7 +416,8 @@ def version_lineage(run, *, job_name: str, model_uri: str) -> tuple[dict[str, st
     record_lineage, and its dataset inputs): the job, code digest, image and its digest, parent model, each channel's
     data version (training.data_version.<channel>), where the record is published and the link to the console's
     Lineage panel; the description says the same in Markdown, the link first (one click from the registry to what
-    made the model). A run without lineage gives the job's name and the model only (nothing is made up)."""
+    made the model). A run without lineage tags gives the job's name, the model and the link only (nothing is made
+    up); no run: the job's name and the model."""
     tags = {JOB_TAG: job_name}
     lines = [f"`{model_uri}`, trained by job {job_name}"]
     if run is None:
