@@ -26,6 +26,7 @@ from operators.fs.job_root import JobRoot
 from operators.job_outputs import MODEL, job_of_model_uri
 from operators.lineage.record import LineageError, LineageRecord, ParentModel, read_record, record_dict
 from operators.settings import training_settings
+from operators.stage_names import UPLOAD_ARTIFACTS
 from training_console.artifacts import output_uri, storage_of
 from training_console.jobs import Job, load_jobs, load_jobs_cached
 from training_console.spec_access import THIS_RUN, check_served_paths, files_owner
@@ -36,6 +37,8 @@ MAX_RECORD_BYTES = 256 * 1024  # a record is a few KiB; a parent's published cop
 MAX_CHAIN = 20  # parents followed back from one job
 NO_RECORD = ("no lineage record for this run: it ended before its upload stage kept one, or it ran before the "
              "platform recorded lineage")
+ELSEWHERE = ("no lineage record kept where this Airflow keeps job state: the upload ran in the cluster's data plane "
+             "([training.kubernetes] data_plane = cluster), which keeps it there; it is published at {uri}")
 CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 
 router = APIRouter()
@@ -169,7 +172,9 @@ def job_lineage(job: Job, readable: ReadableJobs, workspace: str | None = None) 
     except (OSError, ValueError) as err:
         return {**empty, "note": f"the lineage record of this run cannot be read: {_one_line(err)}"}
     if record is None:
-        return {**empty, "note": NO_RECORD}
+        upload = job.xcoms.get(UPLOAD_ARTIFACTS)
+        published = upload.get("lineage_uri") if isinstance(upload, dict) and files_owner(job) == THIS_RUN else None
+        return {**empty, "note": ELSEWHERE.format(uri=published) if published else NO_RECORD}
     if job.spec:
         check_served_paths(job.spec)
     reproduces = None

@@ -165,6 +165,11 @@ def test_a_job_without_a_kept_record_says_so_in_one_line(chain):
     # a later run that reuses the name: the state directory's record is the earlier run's, not shown as its own
     again = job(world, "last", "r4", model(world, "middle"))
     assert lineage.job_lineage(again, lineage.ReadableJobs(lambda: jobs))["note"] == lineage.NO_RECORD
+    # the upload ran in the cluster's data plane: its kept copy is there; the note says so and where it is published
+    published = str(world / "models/middle/output/lineage.json")
+    jobs[1].xcoms["upload_artifacts"] = {"status": "succeeded", "lineage_uri": published}
+    note = lineage.job_lineage(jobs[1], lineage.ReadableJobs(lambda: jobs))["note"]
+    assert note.startswith("no lineage record kept where this Airflow keeps job state") and note.endswith(published)
 
 
 def test_the_route_is_the_apps_with_the_same_read_permission_as_the_job_page():
