@@ -11,6 +11,7 @@ from urllib.parse import quote
 from operators.settings import get_str
 
 PLUGIN_PREFIX = "/training-jobs"
+LINEAGE_SECTION = "lineage"  # the job page's Lineage panel: its element id (static/console-job.js)
 RUN_VIEW_ROUTE = "training-jobs-run"  # the plugin's tab on a DAG run, inside Airflow's UI (training_jobs_plugin.py)
 
 CONSOLES = {
@@ -52,6 +53,12 @@ def artifact_url(dag_id: str, run_id: str, map_index: int, name: str) -> str:
 def job_page_url(dag_id: str, run_id: str, map_index: int, section: str = "") -> str:
     return f"{base_url()}{PLUGIN_PREFIX}/ui/#/job/{job_path(dag_id, run_id, map_index)}" + (
         f"/{section}" if section else "")
+
+
+def lineage_view_url(dag_id: str, run_id: str, map_index: int) -> str:
+    """The job page scrolled to its Lineage panel (code, data versions, image, parent chain): what a registered model
+    version and its MLflow run link to."""
+    return job_page_url(dag_id, run_id, map_index, LINEAGE_SECTION)
 
 
 def run_view_url(dag_id: str, run_id: str) -> str:

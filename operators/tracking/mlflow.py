@@ -5,11 +5,15 @@
     run         named after the job; tag training.job_name finds it again (a retried launch task reattaches)
     params      the hyperparameters (only those: never the environment, connections or secrets by reference)
     metrics     every series of the job's metrics stream, with its steps and wall-clock times, sent as it grows
-    tags        the spec's own tags (operators/jobspec/tags.py), then training.job_name, training.dag_id, training.run_id, training.run_link (the job's page), and
-                training.model_uri once publish_model has the uploaded model.tar.gz
+    tags        the spec's own tags (operators/jobspec/tags.py), then training.job_name, training.dag_id, training.run_id,
+                training.map_index, training.run_link (the job's page), training.model_uri once publish_model has the
+                uploaded model.tar.gz, and the lineage tags (lineage_tags: code digest, image digest, parent,
+                training.lineage_link: the console's Lineage panel of the job)
     artifacts   model/reference.json: {"model_uri": ...}, a reference (the archive is not copied to MLflow)
     registry    a retraining DAG's promote_model registers the promoted model.tar.gz as a version of the registered
-                model named after the base job name (operators/pipelines/retraining.py)
+                model named after the base job name (operators/pipelines/retraining.py); the version carries the
+                run's lineage (code digest, each channel's data version, image digest) as tags and in its
+                description, with a link to the console's Lineage panel of the job that made it (version_lineage)
 
 MLflow's own client (mlflow-skinny) is imported here, by the tasks, never at DAG parse. Tracking is best effort:
 the first call that fails logs one warning and turns tracking off for the rest of the task; the training goes on
@@ -29,12 +33,13 @@ import time
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from operators.console_urls import job_page_url
+from operators.console_urls import job_page_url, lineage_view_url
 from operators.settings import mlflow_experiment_prefix, mlflow_tracking_uri
 
 log = logging.getLogger(__name__)
 
 JOB_TAG = "training.job_name"
+MAP_INDEX_TAG = "training.map_index"  # the job's map index (a search's trial; -1 a single job): its console page
 MODEL_URI_TAG = "training.model_uri"
 MODEL_REFERENCE = "model/reference.json"  # the run's artifact naming the uploaded model.tar.gz
 PUSH_SECONDS = 5.0  # how often streamed points go to the server while training runs
@@ -106,13 +111,13 @@ class JobRun:
 
     def __init__(self, uri: str, *, experiment: str, job_name: str, dag_id: str, run_id: str, run_link: str,
                  hyperparameters: Mapping[str, Any], tags: Mapping[str, str] | None = None,
-                 logger: logging.Logger | None = None):
+                 logger: logging.Logger | None = None, map_index: int = -1):
         self.uri = uri
         self.experiment = experiment
         self.job_name = job_name
         # the spec's tags first: the platform's own keys come after and win (the spec refuses those names anyway)
         self.tags = {**{metric_key(k): str(v) for k, v in (tags or {}).items()}, JOB_TAG: job_name, "training.dag_id": dag_id, "training.run_id": run_id,
-                     "training.run_link": run_link, "mlflow.runName": job_name}
+                     MAP_INDEX_TAG: str(map_index), "training.run_link": run_link, "mlflow.runName": job_name}
         self.hyperparameters = dict(hyperparameters)
         self.log = logger or log
         self.mlflow_run_id: str | None = None
@@ -222,7 +227,8 @@ def job_run(uri: str, spec, *, dag_id: str, run_id: str, map_index: int = -1,
         link = ""
     return JobRun(uri, experiment=experiment_name(spec.base_job_name, dag_id), job_name=spec.job_name, dag_id=dag_id,
                   run_id=run_id, run_link=link, hyperparameters=spec.hyperparameters,
-                  tags=getattr(spec, "tags", None), logger=logger)
+                  tags=getattr(spec, "tags", None), logger=logger,
+                  map_index=map_index if map_index is not None else -1)
 
 
 def _find_run(client, experiment: str, job_name: str, run_id: str | None = None):
@@ -271,7 +277,8 @@ def version_source(model_uri: str, run) -> str:
 def register_model_version(uri: str, *, name: str, experiment: str, job_name: str, model_uri: str,
                            run_id: str | None = None, logger: logging.Logger | None = None) -> str | None:
     """Register `model_uri` as a new version of the registered model `name` (created when missing), linked to the
-    job's run when there is one; returns the version, or None (after a warning) when the server failed."""
+    job's run when there is one, carrying the run's lineage (version_lineage: tags, and a description whose link opens
+    the job's Lineage panel in the console); returns the version, or None (after a warning) when the server failed."""
     logger = logger or log
     try:
         # lazy: mlflow, only once tracking is on (never at DAG parse) and after _client set its environment
@@ -285,11 +292,13 @@ def register_model_version(uri: str, *, name: str, experiment: str, job_name: st
                 raise
             client.create_registered_model(name, description=f"Promoted models of the retraining of {name}")
         run = _find_run(client, experiment, job_name, run_id)
+        if run is not None:
+            run = client.get_run(run.info.run_id)  # with its dataset inputs: the channels' data versions
         run_link = (run.data.tags.get("training.run_link") or None) if run else None
+        tags, description = version_lineage(run, job_name=job_name, model_uri=model_uri)
         version = client.create_model_version(name, source=version_source(model_uri, run),
                                               run_id=run.info.run_id if run else None,
-                                              tags={JOB_TAG: job_name}, run_link=run_link,
-                                              description=f"{model_uri}, trained by job {job_name}")
+                                              tags=tags, run_link=run_link, description=description)
         logger.info("MLflow: %s is version %s of registered model %r", model_uri, version.version, name)
         return str(version.version)
     except Exception as err:  # noqa: BLE001 - the promotion itself (the pointer, the Asset event) stands
@@ -307,6 +316,8 @@ IMAGE_DIGEST_TAG = "training.image_digest"
 PARENT_MODEL_TAG = "training.parent_model_uri"
 PARENT_LINEAGE_TAG = "training.parent_lineage_uri"
 LINEAGE_URI_TAG = "training.lineage_uri"
+LINEAGE_LINK_TAG = "training.lineage_link"  # the console's Lineage panel of the job (console_urls.lineage_view_url)
+DATA_VERSION_TAG_PREFIX = "training.data_version."  # a registered version's tag per channel: its data version
 REPRODUCES_TAG = "training.reproduces"
 DATA_VERSION_INPUT_TAG = "training.data_version"  # the whole data version (the dataset's digest holds 36 characters)
 MAX_DATASET_DIGEST = 36  # MLflow's limit on a dataset's digest (mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE)
@@ -372,6 +383,9 @@ def record_lineage(uri: str, *, experiment: str, job_name: str, record: Mapping[
         if datasets:
             client.log_inputs(run.info.run_id, datasets=datasets)
         tags = lineage_tags(record)
+        link = lineage_link(run.data.tags, record)
+        if link:
+            tags[LINEAGE_LINK_TAG] = link
         if tags:
             client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         logger.info("MLflow: run %s records the lineage of %s (%d dataset(s), %s)", run.info.run_id, job_name,
@@ -381,3 +395,52 @@ def record_lineage(uri: str, *, experiment: str, job_name: str, record: Mapping[
         logger.warning("MLflow tracking at %s failed while recording the lineage of job %s (%s); the model is "
                        "published all the same", shown_uri(uri), job_name, _failure(err))
         return False
+
+
+def lineage_link(run_tags: Mapping[str, str], record: Mapping[str, Any] | None = None) -> str | None:
+    """The console's Lineage panel of the run's job (its DAG, run and map index tags; the record's DAG and run for a
+    run without them); None when neither names them or no UI address can be built (no Airflow config)."""
+    airflow = (record or {}).get("airflow") or {}
+    dag_id = run_tags.get("training.dag_id") or airflow.get("dag_id")
+    run_id = run_tags.get("training.run_id") or airflow.get("run_id")
+    if not dag_id or not run_id:
+        return None
+    try:
+        return lineage_view_url(dag_id, run_id, int(run_tags.get(MAP_INDEX_TAG) or -1))
+    except Exception:  # noqa: BLE001 - no Airflow config (a unit test), a map index that is not a number
+        return None
+
+
+def version_lineage(run, *, job_name: str, model_uri: str) -> tuple[dict[str, str], str]:
+    """A registered model version's tags and description from the job's MLflow run (its lineage tags, set by
+    record_lineage, and its dataset inputs): the job, code digest, image and its digest, parent model, each channel's
+    data version (training.data_version.<channel>), where the record is published and the link to the console's
+    Lineage panel; the description says the same in Markdown, the link first (one click from the registry to what
+    made the model). A run without lineage tags gives the job's name, the model and the link only (nothing is made
+    up); no run: the job's name and the model."""
+    tags = {JOB_TAG: job_name}
+    lines = [f"`{model_uri}`, trained by job {job_name}"]
+    if run is None:
+        return tags, lines[0]
+    run_tags = run.data.tags
+    link = run_tags.get(LINEAGE_LINK_TAG) or lineage_link(run_tags)
+    for key in (CODE_URI_TAG, CODE_DIGEST_TAG, IMAGE_TAG, IMAGE_DIGEST_TAG, PARENT_MODEL_TAG, LINEAGE_URI_TAG):
+        if run_tags.get(key):
+            tags[key] = run_tags[key]
+    versions = {}
+    for given in getattr(getattr(run, "inputs", None), "dataset_inputs", None) or []:
+        input_tags = {t.key: t.value for t in given.tags}
+        channel = input_tags.get("mlflow.data.context") or given.dataset.name
+        versions[channel] = input_tags.get(DATA_VERSION_INPUT_TAG) or given.dataset.digest
+    for channel, version in sorted(versions.items()):
+        tags[metric_key(DATA_VERSION_TAG_PREFIX + channel)] = version
+    if link:
+        tags[LINEAGE_LINK_TAG] = link
+        lines.append(f"Lineage (code, data, image, parent models): [{link}]({link})")
+    facts = [("code", tags.get(CODE_DIGEST_TAG)), ("code source", tags.get(CODE_URI_TAG)),
+             *((f"data {channel}", version) for channel, version in sorted(versions.items())),
+             ("image", tags.get(IMAGE_TAG)), ("image digest", tags.get(IMAGE_DIGEST_TAG)),
+             ("parent model", tags.get(PARENT_MODEL_TAG))]
+    listed = "\n".join(f"- {what}: `{value}`" for what, value in facts if value)
+    return {key: str(value)[:MAX_TAG_CHARS] for key, value in tags.items()}, "\n\n".join([*lines, listed] if listed
+                                                                                        else lines)

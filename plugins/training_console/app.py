@@ -10,6 +10,7 @@
     /training-jobs/api/jobs/.../files                         every file under the job's output prefix
     /training-jobs/api/jobs/.../files/{path}                  one of them (?preview=true: text/JSON inline, capped)
     /training-jobs/api/jobs/.../reproduction                  the conf that reproduces the job (training_console/reproduce.py)
+    /training-jobs/api/jobs/.../lineage                       what made its model, and its parents (training_console/lineage.py)
     /training-jobs/ui/compare.html?job=...&run=...            the compare page (static/compare.js; "Compare jobs" in the list)
     /training-jobs/api/compare?job=...&run=...                its data (training_console/compare.py)
 
@@ -39,7 +40,7 @@ from sqlalchemy import select
 
 from operators.stage_names import LAUNCH_TRAINING, STAGES, STAGE_LABELS, UPLOAD_ARTIFACTS, VALIDATE_SPEC
 from operators.tracking.metrics import METRIC_SERIES_KEY, is_system_metric
-from training_console import artifacts, compare, output_files, reproduce, vendor
+from training_console import artifacts, compare, lineage, output_files, reproduce, vendor
 from training_console.docs_behind_login import add_docs_behind_login
 from training_console.jobs import Job, decode_xcom, load_jobs, load_jobs_cached, query_items
 from training_console.list_filters import FilterError, parse_filters
@@ -271,7 +272,7 @@ def compare_jobs(user: GetUserDep, session: SessionDep, job: Annotated[list[str]
         status, _ = one.status()
         return artifacts.metrics(one.spec, live=status in ("running", "queued"))
 
-    return compare.compare(chosen, _now(), metrics_of)
+    return compare.compare(chosen, _now(), metrics_of, lineage_of=lineage.lineage_or_none)
 
 
 @app.get("/api/jobs/{dag_id}/{run_id}/{map_index}/artifacts/{name}", dependencies=[CAN_READ_RUN])
@@ -304,6 +305,9 @@ def get_output_file(dag_id: str, run_id: str, map_index: int, path: str, session
     check_served_paths(spec)
     require_own_files(job)
     return output_files.preview(spec, path) if preview else output_files.download(spec, path)
+
+
+app.include_router(lineage.router)  # /api/jobs/.../lineage: the app's dependencies and headers apply to it too
 
 
 def _iso(value) -> str | None:

@@ -4,7 +4,9 @@
     ?run=<dag_id>/<run_id>               every job of a DAG run (all trials of a hyperparameter search)
 
 Returns each job's summary, hyperparameters, spec fields, final metrics and metric series; the hyperparameters and
-spec fields as rows with the differences marked; and, for a search, its objective. Only jobs of DAGs the user may
+spec fields as rows with the differences marked; for a search, its objective; and the lineage rows (code digest, each
+channel's data version, image and its digest, parent model, hyperparameters, from each job's kept lineage record:
+training_console/lineage.py), the differences marked, "lineage_missing" naming the jobs that have no record. Only jobs of DAGs the user may
 read are compared: any other key is answered as if it did not exist (its name says nothing about what exists).
 """
 
@@ -91,8 +93,33 @@ def _objective(jobs: list) -> dict[str, str] | None:
     return {"name": name, "direction": direction}
 
 
-def compare(jobs: list, now: datetime, metrics_of: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
-    """The response: `metrics_of(job)` is {"final", "series"} of one job (artifacts.metrics, after the path check)."""
+def lineage_rows(records: list) -> list[dict[str, Any]]:
+    """The lineage of each job (a LineageRecord, or None for a job without one) as rows, the differences marked."""
+    if not any(records):
+        return []
+
+    def of(get: Callable[[Any], Any]) -> Callable[[str], list[Any]]:
+        return lambda _name: [get(r) if r is not None else None for r in records]
+
+    channels = sorted({name for r in records if r is not None for name in r.channels})
+    hp_names = sorted({name for r in records if r is not None for name in r.hyperparameters})
+    parent = (lambda r: r.parent.model_uri if r.parent else None)
+    found = [*rows(["code digest"], of(lambda r: r.code.digest)),
+             *rows(["code source"], of(lambda r: r.code.source_uri))]
+    for channel in channels:
+        found += rows([f"data version {channel}"],
+                      of(lambda r, c=channel: r.channels[c].data_version if c in r.channels else None))
+    found += [*rows(["image"], of(lambda r: r.image.name)), *rows(["image digest"], of(lambda r: r.image.digest)),
+              *rows(["parent model"], of(parent))]
+    for name in hp_names:
+        found += rows([f"hyperparameter {name}"], of(lambda r, n=name: r.hyperparameters.get(n)))
+    return found
+
+
+def compare(jobs: list, now: datetime, metrics_of: Callable[[Any], dict[str, Any]],
+            lineage_of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """The response: `metrics_of(job)` is {"final", "series"} of one job (artifacts.metrics, after the path check);
+    `lineage_of(job)` its kept LineageRecord or None (lineage.lineage_or_none)."""
     entries = []
     for job in jobs:
         summary = job.summary(now)
@@ -114,8 +141,11 @@ def compare(jobs: list, now: datetime, metrics_of: Callable[[Any], dict[str, Any
             if scored:
                 pick = max if objective["direction"] == "maximize" else min
                 row["best"] = pick(scored)[1]
+    records = [lineage_of(job) for job in jobs] if lineage_of is not None else [None] * len(jobs)
     return {
         "jobs": entries,
+        "lineage": lineage_rows(records),
+        "lineage_missing": [e["label"] for e, r in zip(entries, records) if r is None],
         "hyperparameters": rows(hp_names, lambda n: [e["hyperparameters"].get(n) for e in entries]),
         "fields": rows(SPEC_FIELDS, lambda n: [e["fields"].get(n) for e in entries]),
         "final": final_rows,

@@ -83,6 +83,16 @@ async function shot(page, name) { await page.screenshot({ path: path.join(SHOTS,
     result.final_loss = finals;
     await frame.locator("#hyperparameters-only-diff").check();
     assert.ok(await frame.locator('#hyperparameters tr[data-row="epochs"]').isHidden(), "only differences: epochs hidden");
+    // The lineage section (each job's kept record): the same code, its digest not marked; lr marked as differing
+    const codeRow = frame.locator('#lineage tr[data-row="code digest"]');
+    const digests = await codeRow.locator("td:not(:first-child)").allTextContents();
+    assert.equal(digests.length, 2);
+    assert.match(digests[0], /^sha256:[0-9a-f]{64}$/);
+    assert.equal(digests[1], digests[0]);
+    assert.equal(await codeRow.locator("td.differs").count(), 0);
+    assert.equal(await frame.locator('#lineage tr[data-row="hyperparameter lr"] td.differs').count(), 2);
+    assert.equal(await frame.locator("#lineage-missing").count(), 0, "both jobs have a lineage record");
+    result.code_digest = digests[0];
     await shot(page, "01-compare-embedded");
     step(`overlaid loss curves; final loss ${finals.join(" vs ")}`);
 

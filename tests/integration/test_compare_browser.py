@@ -1,7 +1,8 @@
 """The compare page and its charts in a real browser (tests/integration/compare_browser.js: Debian's chromium driven by
 npm's playwright-core, `make browser-deps`), through Airflow's nav entry, against the real Airflow components of
 tests/integration/airflow_server.py: two training_job runs (REST-triggered, real scheduler and `train` processes) are
-found by tag and metric range in the list, selected and compared there, a chart zoomed, the shareable URL opened; a
+found by tag and metric range in the list, selected and compared there (their lineage too: the same code digest,
+lr marked as differing), a chart zoomed, the shareable URL opened; a
 job's host log searched and downloaded, its output files previewed and downloaded; a two-trial hyperparameter
 search compared from its row in the list; a running job stopped from the list. Screenshots go to test-artifacts/ui-compare/ (git-ignored)."""
 

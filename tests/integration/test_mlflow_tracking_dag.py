@@ -84,6 +84,13 @@ def test_a_retraining_run_is_an_mlflow_run_and_its_promotion_a_model_version(
     # promote_model: a version of the registered model named after the base job name, from this run.
     versions = client.search_model_versions("name = 'tracked'")
     assert [(v.source, v.run_id) for v in versions] == [(model_uri, run.info.run_id)]
+    # ... that names what made the model and links, in one click, to the job's Lineage panel in the console
+    version, link = versions[0], tags["training.lineage_link"]
+    assert link.endswith("/lineage") and "/training-jobs/ui/#/job/retrain_tracked/" in link
+    assert version.tags["training.lineage_link"] == link and f"[{link}]({link})" in version.description
+    assert version.tags["training.code_digest"] == tags["training.code_digest"]
+    assert tags["training.code_digest"].startswith("sha256:")
+    assert [k for k in version.tags if k.startswith("training.data_version.")], version.tags
 
     # No credential of the job's connections reached MLflow.
     shown = json.dumps([run.data.params, run.data.tags, [v.tags for v in versions]])

@@ -2,7 +2,7 @@
 both; no browser is ever downloaded), against the real components started by tests/integration/airflow_server.py.
 The walk-through itself is tests/integration/ui_browser.js: log in, trigger training_job from the trigger form with
 the demo values, watch the run succeed, open the training-jobs view from Airflow's nav entry (in Airflow's sandboxed
-frame, as a user meets it), see the loss curve, download the model, follow the Training job extra link, clone with a
+frame, as a user meets it), see the loss curve and the Lineage panel (code digest, data version, image), download the model, follow the Training job extra link, clone with a
 bad value (refused in the page, naming the field) and then a good one, see why a refused spec failed, watch a
 running job's curve grow in its page and in the list, Stop it (asked in the page) and see who stopped it.
 Screenshots are kept in test-artifacts/ui/ (git-ignored) at the repository root."""

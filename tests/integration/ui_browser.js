@@ -137,6 +137,22 @@ async function setMonaco(page, editor, text) {
     assert.ok(specKeys.includes("backend") && !specKeys.includes("kubernetes"), "a local job lists no Kubernetes options");
     await shot(page, "03-job-page", { fullPage: true });
     step(`job page of ${jobName} in Airflow's frame: loss curve with ${points} points`);
+    // the Lineage panel: the code digest the upload stage kept, the channel's data version (shortened, the whole one
+    // on hover), and the image the backend ran ('-': the local backend runs none)
+    await view.locator("#lineage-code-digest code").waitFor();
+    const lineageApi = await (await page.request.get(`${BASE}/training-jobs/api/jobs/training_job/${encodeURIComponent(run.dag_run_id)}/-1/lineage`)).json();
+    const kept = lineageApi.record;
+    assert.match(kept.code.digest, /^sha256:[0-9a-f]{64}$/);
+    assert.equal(await view.locator("#lineage-code-digest code").textContent(), kept.code.digest);
+    const dataCell = view.locator("#lineage code.data-version[data-channel='train']");
+    assert.match(kept.channels.train.data_version, /^[0-9a-f]{64}$/);
+    assert.equal(await dataCell.getAttribute("title"), kept.channels.train.data_version);
+    assert.equal(await dataCell.textContent(), kept.channels.train.data_version.slice(0, 12) + "…");
+    assert.equal((await view.locator("#lineage-image-digest").textContent()).trim(), kept.image.digest || "-");
+    assert.equal(await view.locator("#parent-chain").textContent(), "No parent model: trained from scratch.");
+    await view.locator("#lineage").screenshot({ path: path.join(SHOTS, "03b-lineage.png") });
+    result.lineage = { code: kept.code.digest, data: kept.channels.train.data_version, image: kept.image.digest };
+    step(`lineage panel: code ${kept.code.digest.slice(7, 19)}, data ${kept.channels.train.data_version.slice(0, 12)}, image ${kept.image.digest || "-"}`);
 
     // 5. the model link: the plugin streams the local model.tar.gz (no file:// URL); downloaded from the frame
     const href = await view.locator("a.artifact[data-artifact='model.tar.gz']").getAttribute("href");

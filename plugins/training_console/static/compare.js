@@ -1,6 +1,8 @@
 // The compare page (ui/compare.html, "Compare jobs" in the Training jobs list): pick jobs (or every trial of a search),
 // then each metric's curves overlaid (static/charts.js), final metrics side by side, hyperparameters and spec fields
-// with the differences marked, and for a search its objective against each hyperparameter. The selection is in the
+// with the differences marked, for a search its objective against each hyperparameter, and the lineage of each job (code
+// digest, each channel's data version, image digest, parent model, hyperparameters: its kept lineage record), the parts
+// that differ between the runs marked. The selection is in the
 // query string (?job=<dag_id>/<run_id>/<map_index>&run=<dag_id>/<run_id>), so the page's URL can be shared.
 import {BASE, esc, fmtTime, jobHref, jobKey, runKey} from "./console-util.js";
 import {api} from "./console-api.js";
@@ -91,9 +93,11 @@ async function comparison(sel) {
     ${table("final-metrics", "Final metrics", data.final, jobs, {numeric: true})}
     ${data.objective ? `<section id="objective"><h2>${esc(data.objective.name)} (${esc(data.objective.direction)}) against each hyperparameter</h2><div class="charts" id="objective-plots"></div></section>` : ""}
     ${table("hyperparameters", "Hyperparameters", data.hyperparameters, jobs, {toggle: true})}
-    ${table("spec-fields", "Spec", data.fields, jobs, {toggle: true})}`;
+    ${table("spec-fields", "Spec", data.fields, jobs, {toggle: true})}
+    ${table("lineage", "Lineage", data.lineage || [], jobs, {toggle: true})}
+    ${(data.lineage_missing || []).length ? `<p class="muted" id="lineage-missing">No lineage record for ${esc(data.lineage_missing.join(", "))}: ended before its upload stage kept one, or ran before the platform recorded lineage.</p>` : ""}`;
   document.getElementById("change").onclick = () => { location.search = ""; };
-  for (const id of ["hyperparameters", "spec-fields"]) {
+  for (const id of ["hyperparameters", "spec-fields", "lineage"]) {
     const box = document.getElementById(`${id}-only-diff`);
     if (box) box.onchange = () => document.querySelectorAll(`#${id} tbody tr:not(.differs-row)`).forEach((tr) => { tr.hidden = box.checked; });
   }

@@ -1,9 +1,10 @@
 // One job's page (#/job/<dag_id>/<run_id>/<map_index>[/<section>]): its failure, metrics (charts.js), spec, stages,
-// artifacts, output files and logs, with Stop, Clone and "Train again from this model"; re-read while it runs.
+// artifacts, lineage (console-lineage.js), output files and logs, with Stop, Clone and "Train again from this model"; re-read while it runs.
 import {apiJob, badge, esc, fmtDur, fmtTime, jobHref, tagChips} from "./console-util.js";
 import {airflowLink, later, main, pageData, route} from "./console-router.js";
 import {clonePanel, stopPanel} from "./console-clone-stop.js";
 import {showFiles} from "./console-files.js";
+import {showLineage} from "./console-lineage.js";
 import {logViewer} from "./console-logs.js";
 import {draw as drawCharts} from "./charts.js";
 
@@ -112,6 +113,7 @@ export async function jobPage(key, section) {
         <section><h2>Artifacts</h2><p class="muted">${esc(job.output_uri || "")}</p><table id="artifacts"><tbody>${artifactRows}</tbody></table></section>
       </div>
     </div>
+    <section id="lineage"><h2>Lineage</h2><div id="lineage-body"><p class="muted">Loading…</p></div></section>
     <section id="files"><h2>Output files</h2><div id="file-list"><p class="muted">Loading…</p></div><div id="file-preview"></div></section>
     <section id="logs"><h2>Logs</h2>
       <div class="filters"><span role="tablist">${job.hosts.map((h, i) => `<button class="host-tab" role="tab" data-host="${esc(h)}" aria-selected="${i === 0}">${esc(h)}</button>`).join("")}</span>
@@ -129,6 +131,7 @@ export async function jobPage(key, section) {
   refreshLog = logViewer(job, running);
   refreshLog();
   showFiles(job);
+  showLineage(job, section);
   if (section) document.getElementById(section)?.scrollIntoView();
   await drawMetrics(job);
 }

@@ -1,6 +1,7 @@
 """operators/tracking/mlflow.py record_lineage, against a real `mlflow server` (tests/mlflow_server.py): the run lists
 its channels through MLflow's dataset tracking (source = the channel URI, digest = its data version) and carries the
-code digest, image digest and parent model as tags."""
+code digest, image digest and parent model as tags; a registered model version carries the same and links to the
+console's Lineage panel of the job that made it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from operators.tracking.mlflow import (
     LINEAGE_URI_TAG,
     PARENT_LINEAGE_TAG,
     PARENT_MODEL_TAG,
+    LINEAGE_LINK_TAG,
     JobRun,
     record_lineage,
+    record_model,
+    register_model_version,
 )
 
 TRAIN, VALIDATION = "1" * 64, "2" * 64
@@ -89,3 +93,30 @@ def test_a_server_that_is_down_costs_one_warning_and_no_failure(caplog):
                                   record=lineage("job-down"))
     [warning] = [r for r in caplog.records if r.name == "operators.tracking.mlflow"]
     assert "failed while recording the lineage of job j" in warning.getMessage()
+
+
+@pytest.mark.slow
+def test_a_registered_version_names_code_data_and_image_and_links_to_the_jobs_lineage(mlflow_server, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://airflow.example:8080")
+    run = JobRun(mlflow_server.url, experiment="lineage", job_name="job-registered", dag_id="training_job",
+                 run_id="manual__1", run_link="", hyperparameters={"lr": 0.1}, map_index=-1)
+    run_id = run.start()
+    model = "s3://models/churn/job-registered/output/model.tar.gz"
+    assert record_model(mlflow_server.url, experiment="lineage", job_name="job-registered", model_uri=model)
+    assert record_lineage(mlflow_server.url, experiment="lineage", job_name="job-registered",
+                          record=lineage("job-registered"), run_id="manual__1")
+    version = register_model_version(mlflow_server.url, name="lineage-registered", experiment="lineage",
+                                     job_name="job-registered", model_uri=model, run_id="manual__1")
+    client = mlflow_server.client()
+    registered = client.get_model_version("lineage-registered", version)
+    # one click from the registry: the job's page in the console, scrolled to its Lineage panel
+    link = "http://airflow.example:8080/training-jobs/ui/#/job/training_job/manual__1/-1/lineage"
+    assert registered.tags[LINEAGE_LINK_TAG] == link and f"[{link}]({link})" in registered.description
+    assert client.get_run(run_id).data.tags[LINEAGE_LINK_TAG] == link  # the run links there too
+    assert registered.tags[CODE_DIGEST_TAG] == "sha256:" + "c" * 64
+    assert registered.tags[IMAGE_DIGEST_TAG] == "sha256:" + "d" * 64
+    assert registered.tags["training.data_version.train"] == TRAIN
+    assert registered.tags["training.data_version.validation"] == VALIDATION
+    assert registered.tags[PARENT_MODEL_TAG] == PARENT and registered.run_id == run_id
+    for fact in ("sha256:" + "c" * 64, TRAIN, VALIDATION, "registry.example/churn:1.4", "sha256:" + "d" * 64):
+        assert fact in registered.description

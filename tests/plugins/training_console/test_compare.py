@@ -84,3 +84,29 @@ def test_url_encoded_run_ids_and_duplicates():
     key = "training_job/manual__2026-11-26T00%3A00%3A00%2B00%3A00/-1"
     chosen = compare.select([key, key], [], READABLE, load)
     assert [j.run_id for j in chosen] == ["manual__2026-11-26T00:00:00+00:00"]
+
+
+def test_the_lineage_section_marks_the_parts_that_differ():
+    from operators.launch.spec import validate_spec
+    from operators.lineage.record import build_record
+
+    def made(name, data_version, code, parent=None):
+        conf = {"job_name": name, "source_dir": "s3://code/churn/", "entry_point": "train.py", "backend": "docker",
+                "image_uri": "registry.example/churn:1", "inputs": {"train": "s3://data/train/"},
+                "output_path": "s3://models", "hyperparameters": {"lr": 0.1}}
+        return build_record(validate_spec(conf).to_dict(), dag_id="training_job", run_id=name, versions={},
+                            code_digest=code, image_digest="sha256:" + "d" * 64,
+                            channel_versions={"train": {"data_version": data_version}})
+
+    records = {"r1": made("r1", "1" * 64, "sha256:aa"), "r2": made("r2", "2" * 64, "sha256:aa")}
+    chosen = compare.select(["training_job/r1/-1", "training_job/r2/-1", "hpo/s1/0"], [], READABLE, load)
+    data = compare.compare(chosen, NOW, metrics_of, lineage_of=lambda j: records.get(j.run_id))
+    rows = {r["name"]: r for r in data["lineage"]}
+    assert rows["data version train"] == {"name": "data version train", "values": ["1" * 64, "2" * 64, None],
+                                          "differs": True}
+    assert rows["code digest"]["values"] == ["sha256:aa", "sha256:aa", None]
+    assert rows["image digest"]["values"][:2] == ["sha256:" + "d" * 64] * 2
+    assert {"parent model", "image", "hyperparameter lr"} <= set(rows)
+    assert data["lineage_missing"] == ["s1-0"]  # the trial has no kept record: said, not made up
+    two = compare.compare(chosen[:2], NOW, metrics_of, lineage_of=lambda j: records.get(j.run_id))
+    assert [r["name"] for r in two["lineage"] if r["differs"]] == ["data version train"]
