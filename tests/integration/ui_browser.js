@@ -181,6 +181,15 @@ async function setMonaco(page, editor, text) {
     await view.locator("#clone-btn").waitFor();
     step("the Training job extra link opens the job in Airflow's UI");
 
+    // 5b. Reproduce offers the pins of the job's lineage: its code digest and the channel's data version
+    await view.locator("#reproduce-btn").click();
+    await view.locator("#reproduce-pins").waitFor();
+    const pins = await view.locator("#reproduce-pins").textContent();
+    assert.match(pins, /^code sha256:[0-9a-f]{64};/);
+    assert.ok(pins.includes(result.lineage.data.slice(0, 12)), pins);
+    await view.locator("#reproduce-cancel").click();
+    step("Reproduce offers the job's code digest and data version");
+
     // 6. train again from this model: the spec with resume_from = this job's model; then clone with a bad value
     // (the refusal names the field, in the page), fixed, triggered
     await view.locator("#resume-btn").click();

@@ -129,22 +129,3 @@ export async function reproducePanel(key) {
     }
   };
 }
-
-// The job page draws its actions (console-job.js); the Reproduce button goes beside its Clone whenever it is drawn,
-// for the job the page's hash names (#/job/<dag_id>/<run_id>/<map_index>).
-function addReproduceButton() {
-  const clone = document.getElementById("clone-btn");
-  if (!clone || document.getElementById("reproduce-btn")) return;
-  const parts = location.hash.replace(/^#/, "").split("?")[0].split("/").filter(Boolean).map(decodeURIComponent);
-  if (parts[0] !== "job" || parts.length < 4) return;
-  const key = {dag_id: parts[1], run_id: parts[2], map_index: Number(parts[3])};
-  const button = document.createElement("button");
-  button.id = "reproduce-btn";
-  button.textContent = "Reproduce";
-  button.title = "Run again on the same code digest, data versions, image and hyperparameters (from its lineage)";
-  button.onclick = () => reproducePanel(key);
-  clone.after(button);
-}
-if (typeof document !== "undefined" && document.body) {
-  new MutationObserver(addReproduceButton).observe(document.body, {childList: true, subtree: true});
-}

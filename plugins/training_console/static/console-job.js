@@ -2,7 +2,7 @@
 // artifacts, lineage (console-lineage.js), output files and logs, with Stop, Clone and "Train again from this model"; re-read while it runs.
 import {apiJob, badge, esc, fmtDur, fmtTime, jobHref, tagChips} from "./console-util.js";
 import {airflowLink, later, main, pageData, route} from "./console-router.js";
-import {clonePanel, stopPanel} from "./console-clone-stop.js";
+import {clonePanel, reproducePanel, stopPanel} from "./console-clone-stop.js";
 import {showFiles} from "./console-files.js";
 import {showLineage} from "./console-lineage.js";
 import {logViewer} from "./console-logs.js";
@@ -95,6 +95,7 @@ export async function jobPage(key, section) {
       <div class="actions">
         ${running ? '<button class="danger" id="stop">Stop</button>' : ""}
         <button id="clone-btn">Clone</button>
+        <button id="reproduce-btn" title="Run again on the same code digest, data versions, image and hyperparameters (from its lineage)">Reproduce</button>
         ${job.model_uri ? '<button id="resume-btn">Train again from this model</button>' : ""}
       </div></div>
     ${job.status === "queued" && job.queue ? `<p id="queue-line" class="muted">${esc(job.queue_line || "queued in " + job.queue)}</p>` : ""}
@@ -126,6 +127,7 @@ export async function jobPage(key, section) {
   const restarts = document.getElementById("restarts");
   if (restarts) restarts.textContent = restartsLine(job.restarts);
   document.getElementById("clone-btn").onclick = () => clonePanel(job, false);
+  document.getElementById("reproduce-btn").onclick = () => reproducePanel(job);
   if (job.model_uri) document.getElementById("resume-btn").onclick = () => clonePanel(job, true);
   if (running) document.getElementById("stop").onclick = () => stopPanel(job);
   refreshLog = logViewer(job, running);
