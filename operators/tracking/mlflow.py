@@ -222,7 +222,8 @@ def job_run(uri: str, spec, *, dag_id: str, run_id: str, map_index: int = -1,
             logger: logging.Logger | None = None) -> JobRun:
     """The JobRun of a validated JobSpec in one DAG run."""
     try:
-        link = job_page_url(dag_id, run_id, max(map_index, 0) if map_index is not None else 0)
+        # The job's own key: -1 for a job that is not one trial of a search (the console knows no /0 of such a run)
+        link = job_page_url(dag_id, run_id, map_index if map_index is not None else -1)
     except Exception:  # noqa: BLE001 - no Airflow config (a unit test): the run is still worth tracking
         link = ""
     return JobRun(uri, experiment=experiment_name(spec.base_job_name, dag_id), job_name=spec.job_name, dag_id=dag_id,

@@ -69,7 +69,7 @@ def test_a_retraining_run_is_an_mlflow_run_and_its_promotion_a_model_version(
     tags = run.data.tags
     assert tags["training.dag_id"] == "retrain_tracked" and tags["training.run_id"] == result.run_id
     assert tags["training.run_link"].endswith(f"/training-jobs/ui/#/job/retrain_tracked/"
-                                              f"{result.run_id.replace(':', '%3A').replace('+', '%2B')}/0")
+                                              f"{result.run_id.replace(':', '%3A').replace('+', '%2B')}/-1")
     assert tags["training.model_uri"] == model_uri
 
     # The loss series as it was matched in the log, epoch by epoch, with its steps.
