@@ -167,7 +167,7 @@ def _download(uri: str, downloads: Path) -> Path:
     return dest
 
 
-def _pack_code(source_dir: str, code_dir: Path, max_bytes: int) -> str:
+def _pack_code(source_dir: str, code_dir: Path, max_bytes: int) -> tuple[str, int]:
     """source_dir packed as a remote fit() uploads it (.trainingignore honoured, the same deterministic archive, named
     by its sha256) into <workspace>/code/: what the engine's stage_code stages and the run's lineage names. Kept, as an
     upload is: the same code is packed once. `max_bytes`: what the engine extracts, not the upload's smaller limit."""
@@ -178,7 +178,7 @@ def _pack_code(source_dir: str, code_dir: Path, max_bytes: int) -> str:
         tmp = archive.with_name(f".{archive.name}.{os.getpid()}.tmp")
         tmp.write_bytes(packed.data)
         os.replace(tmp, archive)
-    return str(archive)
+    return str(archive), packed.files
 
 
 def _triggering_user() -> str | None:
@@ -212,7 +212,7 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     # connection); the spec validated once more with them, so the job the engine runs is a valid spec.
     given_inputs = dict(spec.inputs)
     job = spec.to_dict()
-    job["source_dir"] = _pack_code(source_dir, workspace / "code", platform.CODE_MAX_BYTES)
+    job["source_dir"], files = _pack_code(source_dir, workspace / "code", platform.CODE_MAX_BYTES)
     job["inputs"] = _local_sources(given_inputs, workspace / "downloads")
     spec = _validate(platform, job)
 
@@ -233,7 +233,7 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
         results = _stages_before_training(platform, ctx, launcher, given_inputs)
     except (platform.StageFailed, platform.StageSkipped) as err:
         raise TrainingSdkError(f"local job {spec.job_name}: {err.reason}") from None
-    print(f"[training_sdk] local job {spec.job_name}: {results['stage_code']['files']} code files, "
+    print(f"[training_sdk] local job {spec.job_name}: {files} code files, "
           f"{len(results['prefetch'])} channel(s), {len(results['write_configs']['hosts'])} host(s), job root "
           f"{layout.root}", file=sys.stderr, flush=True)
 
