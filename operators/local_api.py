@@ -11,50 +11,52 @@ and nothing else of the platform; what it may use is `__all__`, and every name h
     launch_request, launch_summary,   LaunchRequest and summary, artifacts and lineage record as a DAG run's
     upload_artifacts
     StageFailed, StageSkipped         how an engine function says a stage could not do its work (one line: .reason)
-    record_failure                    a failed training's reason into output/failure, as the launch stage writes it
+    JobRootHere                       the job root as the launch stage sees it on the worker: metrics.json, the
+                                      checkpoint sync, a failure's reason (operators/engine/job_root_access.py)
+    StorageError                      a store's one-line error (checkpoint_path unreachable)
     CODE_MAX_BYTES                    the most code stage_code extracts (operators/fs/safe_tar.py)
     job_outputs                       the job's output layout (operators/job_outputs.py)
     LocalLauncherHook, LaunchRequest  the local backend's launcher and what it runs
-    MetricCollector, METRICS_STREAM   the same metrics from the log and the metrics file (training_runtime.contract)
+    MetricCollector                   the same metrics from the log and the metrics file
 """
 
 from __future__ import annotations
 
-from training_runtime.contract import METRICS_STREAM
 from training_runtime.layouts import layout_for
 
 from operators import job_outputs
 from operators.engine.context import JobContext
 from operators.engine.errors import StageFailed, StageSkipped
+from operators.engine.job_root_access import JobRootHere
 from operators.engine.launch import launch_request, launch_summary
 from operators.engine.transfers import prefetch_data, restore, stage_code, write_configs
 from operators.engine.upload import upload_artifacts
 from operators.fs.safe_tar import DEFAULT_MAX_BYTES as CODE_MAX_BYTES
 from operators.launch.base import LaunchRequest
 from operators.launch.local.launcher import LocalLauncherHook
-from operators.launch.outcome import record_failure
 from operators.jobspec.model import SpecError
 from operators.launch.spec import validate_spec
 from operators.settings import TrainingSettings
+from operators.storage.errors import StorageError
 from operators.tracking.metrics import MetricCollector
 
 __all__ = [
     "CODE_MAX_BYTES",
-    "METRICS_STREAM",
     "JobContext",
+    "JobRootHere",
     "LaunchRequest",
     "LocalLauncherHook",
     "MetricCollector",
     "SpecError",
     "StageFailed",
     "StageSkipped",
+    "StorageError",
     "TrainingSettings",
     "job_outputs",
     "launch_request",
     "launch_summary",
     "layout_for",
     "prefetch_data",
-    "record_failure",
     "restore",
     "stage_code",
     "upload_artifacts",

@@ -22,6 +22,7 @@ workspace>/models; the local workspace is $TRAINING_LOCAL_WORKSPACE, else ~/.tra
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import logging
@@ -29,7 +30,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from training_sdk.errors import SpecValidationError, TrainingJobError, TrainingSdkError
 from training_sdk.packing import pack_source_dir
@@ -229,33 +230,41 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     # Python process died stops after a minute. The network is the user's own machine's (no worker ports to hide).
     launcher = platform.LocalLauncherHook(sandbox=os.environ.get("TRAINING_LOCAL_SANDBOX", "none"),
                                           environment_names=(), lease_seconds=60.0, network="host")
-    try:
+    with _one_line(platform, spec.job_name):
         results = _stages_before_training(platform, ctx, launcher, given_inputs)
-    except (platform.StageFailed, platform.StageSkipped) as err:
-        raise TrainingSdkError(f"local job {spec.job_name}: {err.reason}") from None
     print(f"[training_sdk] local job {spec.job_name}: {files} code files, "
           f"{len(results['prefetch'])} channel(s), {len(results['write_configs']['hosts'])} host(s), job root "
           f"{layout.root}", file=sys.stderr, flush=True)
 
-    result, metrics = _train(platform, ctx, launcher, results["prefetch"], logs)
+    files = platform.JobRootHere(layout, ctx.log)  # the launch's view of the job root, as the DAG's launch stage has it
+    with _one_line(platform, spec.job_name):  # checkpoint_path unreachable at the start or the end
+        result, metrics = _train(platform, ctx, launcher, files, results["prefetch"], logs)
     results["launch"] = platform.launch_summary(result, metrics.final()).to_dict()
     succeeded = result.succeeded and os.path.isfile(layout.success_file)
     reason = None
     if not succeeded:
         reason = result.failure_reason or f"training failed with exit code {result.exit_code}"
-        platform.record_failure(layout.root, reason)  # the runtime's own reason, if it wrote one, stays
+        files.record_failure(reason)  # the runtime's own reason, if it wrote one, stays
     out = Path(spec.job_output_uri)
     for stale in platform.job_outputs.STALE_AFTER_A_RUN:  # a job_name given again: its last run's artifacts go
         (out / stale).unlink(missing_ok=True)
-    try:
-        uploaded = platform.upload_artifacts(ctx, metrics=metrics.to_json(), stage_results=results,
-                                             triggering_user=_triggering_user())
-    except (platform.StageFailed, platform.StageSkipped) as err:
-        raise TrainingSdkError(f"local job {spec.job_name}: {err.reason}") from None
+    with _one_line(platform, spec.job_name):
+        uploaded = platform.upload_artifacts(ctx, stage_results=results, triggering_user=_triggering_user())
     if succeeded:
         print(f"[training_sdk] local job {spec.job_name} completed: model {uploaded.model_uri}", file=sys.stderr,
               flush=True)
     return LocalJob(spec.job_name, layout.root, str(out), succeeded, reason, lineage_uri=uploaded.lineage_uri)
+
+
+@contextlib.contextmanager
+def _one_line(platform, job_name: str) -> Iterator[None]:
+    """An engine stage that could not do its work, or a store that failed it: one line naming the job."""
+    try:
+        yield
+    except (platform.StageFailed, platform.StageSkipped) as err:
+        raise TrainingSdkError(f"local job {job_name}: {err.reason}") from None
+    except platform.StorageError as err:
+        raise TrainingSdkError(f"local job {job_name}: {err}") from None
 
 
 def _validate(platform, spec_dict: Mapping[str, Any]):
@@ -278,21 +287,31 @@ def _stages_before_training(platform, ctx, launcher, given_inputs: Mapping[str, 
             "restore": restored.to_dict()}
 
 
-def _train(platform, ctx, launcher, channels: Mapping[str, Any], logs: bool):
+def _train(platform, ctx, launcher, files, channels: Mapping[str, Any], logs: bool):
     """The launch: the engine's LaunchRequest run by the local launcher, its lines in .artifacts/training.log (and on
-    stdout), matched against metric_definitions; then the metrics the script wrote to its metrics stream."""
+    stdout), matched against metric_definitions; checkpoint_path synced while it trains and at the end; then the
+    metrics the script wrote to its metrics stream join them in the job root's metrics.json, which the upload sends."""
     spec, layout = ctx.spec, ctx.layout
     artifacts = Path(layout.root, ".artifacts")
     artifacts.mkdir(exist_ok=True)
-    metrics = platform.MetricCollector([m.model_dump() for m in spec.metric_definitions])
-    request = platform.launch_request(spec, layout, ctx.settings, launcher, channels=channels, volume_here=True)
-    with (artifacts / "training.log").open("w") as log:
-        def on_line(line: str) -> None:
-            log.write(line + "\n")
-            metrics.feed(line)
-            if logs:
-                print(line, flush=True)
+    metrics = files.metrics([m.model_dump() for m in spec.metric_definitions])
+    request = platform.launch_request(spec, layout, ctx.settings, launcher, channels=channels, volume_here=files.here)
+    sync = files.checkpoint_sync(ctx.storage, spec, ctx.settings)
+    if sync:
+        sync.start()
+    try:
+        with (artifacts / "training.log").open("w") as log:
+            def on_line(line: str) -> None:
+                log.write(line + "\n")
+                metrics.feed(line)
+                if logs:
+                    print(line, flush=True)
 
-        result = launcher.run(request, on_line)
-    metrics.read_file(os.path.join(layout.root, platform.METRICS_STREAM), job_root=layout.root)
+            result = launcher.run(request, on_line)
+    finally:
+        if sync:
+            sync.stop()
+    files.record_final(request.job_root, metrics)
+    if sync:
+        sync.sync_final()
     return result, metrics

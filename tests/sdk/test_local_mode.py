@@ -210,3 +210,29 @@ def test_local_failure_publishes_lineage_naming_the_failure(tmp_path, workspace)
     record = json.loads((tmp_path / "models" / est.latest_job.job_name / "output" / "lineage.json").read_text())
     assert record["outcome"]["status"] == "failed" and record["outcome"]["model_uri"] is None
     assert record["code"]["digest"].startswith("sha256:")
+
+
+CHECKPOINT_SCRIPT = textwrap.dedent('''
+    import os
+    ck = os.path.join(os.path.dirname(os.getcwd()), "checkpoints")  # the sagemaker layout's, beside code/
+    path = os.path.join(ck, "step.txt")
+    step = int(open(path).read()) + 1 if os.path.exists(path) else 1
+    os.makedirs(ck, exist_ok=True)
+    open(path, "w").write(str(step))
+    print(f"step={step}", flush=True)
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "m"), "w").write(str(step))
+''')
+
+
+def test_local_fit_restores_and_syncs_checkpoint_path_as_the_dag_does(tmp_path, workspace, capsys):
+    """The engine's restore and the launch's checkpoint sync: a second job with the same checkpoint_path goes on from
+    the first one's checkpoint."""
+    code = make_code(tmp_path, CHECKPOINT_SCRIPT)
+    checkpoints = tmp_path / "checkpoints"
+    est = Estimator(entry_point="train.py", source_dir=str(code), instance_type="local", layout="sagemaker",
+                    checkpoint_path=str(checkpoints), output_path=str(tmp_path / "models"))
+    first = est.fit()
+    assert (checkpoints / "step.txt").read_text() == "1"
+    second = est.fit()
+    assert "step=2" in capsys.readouterr().out and (checkpoints / "step.txt").read_text() == "2"
+    assert first.status == second.status == "Completed"
