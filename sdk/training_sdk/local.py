@@ -45,14 +45,15 @@ def local_workspace() -> Path:
 
 
 def _platform():
-    """The platform's local-mode API (operators/local_api.py): one module with a fixed set of names."""
+    """The platform's local-mode API (operators/local_api.py): one module with a fixed set of names. Imported here
+    only: the SDK alone (no platform installed) imports and submits jobs; local mode then says what to install."""
     try:
         # lazy: the platform and boto3, only in local mode / for a remote input
         from operators import local_api
     except ImportError as err:
-        raise TrainingSdkError(f"local mode needs the platform's runtime and launcher ({err}); install them with "
-                               f"`pip install -e runtime -e . --no-deps` from the repository (or airflow-training-jobs-sdk[local])") \
-            from None
+        raise TrainingSdkError(f"local mode runs the platform's job engine, runtime and launcher ({err}); install "
+                               "them with `pip install 'airflow-training-jobs-sdk[local]'` (from the repository: "
+                               "`pip install -e runtime -e .`)") from None
     return local_api
 
 
