@@ -214,7 +214,7 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     # connection); the spec validated once more with them, so the job the engine runs is a valid spec.
     given_inputs = dict(spec.inputs)
     job = spec.to_dict()
-    job["source_dir"], files = _pack_code(source_dir, workspace / "code", platform.CODE_MAX_BYTES)
+    job["source_dir"], code_files = _pack_code(source_dir, workspace / "code", platform.CODE_MAX_BYTES)
     job["inputs"] = _local_sources(given_inputs, workspace / "downloads")
     spec = _validate(platform, job)
 
@@ -233,19 +233,19 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
                                           environment_names=(), lease_seconds=60.0, network="host")
     with _one_line(platform, spec.job_name):
         results = _stages_before_training(platform, ctx, launcher, given_inputs)
-    print(f"[training_sdk] local job {spec.job_name}: {files} code files, "
+    print(f"[training_sdk] local job {spec.job_name}: {code_files} code files, "
           f"{len(results['prefetch'])} channel(s), {len(results['write_configs']['hosts'])} host(s), job root "
           f"{layout.root}", file=sys.stderr, flush=True)
 
-    files = platform.JobRootHere(layout, ctx.log)  # the launch's view of the job root, as the DAG's launch stage has it
+    job_root = platform.JobRootHere(layout, ctx.log)  # the launch's view of the job root, as the DAG's launch stage's
     with _one_line(platform, spec.job_name):  # checkpoint_path unreachable at the start or the end
-        result, metrics = _train(platform, ctx, launcher, files, results["prefetch"], logs)
+        result, metrics = _train(platform, ctx, launcher, job_root, results["prefetch"], logs)
     results["launch"] = platform.launch_summary(result, metrics.final()).to_dict()
     succeeded = result.succeeded and os.path.isfile(layout.success_file)
     reason = None
     if not succeeded:
         reason = result.failure_reason or f"training failed with exit code {result.exit_code}"
-        files.record_failure(reason)  # the runtime's own reason, if it wrote one, stays
+        job_root.record_failure(reason)  # the runtime's own reason, if it wrote one, stays
     out = Path(spec.job_output_uri)
     for stale in platform.job_outputs.STALE_AFTER_A_RUN:  # a job_name given again: its last run's artifacts go
         (out / stale).unlink(missing_ok=True)
