@@ -11,25 +11,19 @@ from airflow.sdk import get_current_context
 from operators.airflow_compat import AirflowException, AirflowFailException, AirflowSkipException
 from training_runtime.contract import METRICS_STREAM
 
-from operators.fs.job_root import JobRoot
 from operators.jobspec.errors import SpecError
+from operators.engine.job_root_access import job_root_access
 from operators.engine.launch import launch_request, launch_summary
 from operators.jobspec.secret_refs import redactor, resolve_references
 from operators.launch.base import DISK_LIMIT, LaunchRequest, LaunchResult
-from operators.launch.disk_cap import CHECK_SECONDS, DiskCapWatch, measure
-from operators.launch.outcome import record_failure
 from operators.launch.registry import declaration_for, launcher_for, trigger_for
 from operators.stages.base import JobStageOperator
 from operators.stages.links import stage_links
 from operators.storage.disk_space import human
-from operators.staging.checkpoints import CheckpointSync
-from operators.tracking.metrics import LIVE_SERIES_SECONDS, METRIC_SERIES_KEY, MetricCollector
+from operators.tracking.metrics import MetricCollector
 from operators.tracking.mlflow import configured_uri, job_run
 from operators.tuning.early_stopping import TrialMonitor
 
-# While training runs, the metrics matched so far are written to the job root's metrics.json at most this often, so
-# the training-jobs view draws the curves as they grow.
-LIVE_METRICS_SECONDS = 2.0
 QUEUE_KEY = "queue"  # {queue, priority} of a Job waiting in Kueue; read by plugins/training_console/jobs.py
 
 
@@ -60,6 +54,7 @@ class LaunchTrainingOperator(JobStageOperator):
         self.deferrable = deferrable
         self.early_stopping = early_stopping
         self._launcher = None
+        self._files = None
         self._stop_reason: str | None = None
         self._over_disk_cap: str | None = None
 
@@ -75,10 +70,19 @@ class LaunchTrainingOperator(JobStageOperator):
             self._launcher = launcher_for(self.spec.backend)
         return self._launcher
 
+    @property
+    def files(self):
+        """The job root as this task sees it (operators/engine/job_root_access.py): on this worker, or in the cluster's
+        volume where the backend declared one for the job (then only its pods see it)."""
+        if self._files is None:
+            self._files = job_root_access(self.layout, self.cluster_workspace, log=self.log,
+                                          push=lambda key, value: self._push(key, value))
+        return self._files
+
     def launch_request(self, with_secrets: bool = False):
         """The request the backend runs (operators/engine/launch.py, shared with the SDK's local mode)."""
         return launch_request(self.spec, self.layout, self.settings, self.launcher, channels=self.channels,
-                              volume_here=self.volume_here,
+                              volume_here=self.files.here,
                               secret_env=self._secret_values() if with_secrets else None)
 
     def _secret_values(self) -> dict[str, str]:
@@ -89,29 +93,16 @@ class LaunchTrainingOperator(JobStageOperator):
         self._secrets = list(values.values())
         return values
 
-    @property
-    def volume_here(self) -> bool:
-        """The job root is on this worker's workspace; else (the cluster's data plane) only the backend's pods see it,
-        and the worker reads nothing from it and writes nothing to it."""
-        return self.cluster_workspace is None
-
     def _metrics(self):
-        return MetricCollector([m.model_dump() for m in self.spec.metric_definitions], echoed=not self.volume_here)
+        return self.files.metrics([m.model_dump() for m in self.spec.metric_definitions])
 
     def _checkpoint_sync(self, *, before_training: bool = True):
-        if not self.spec.checkpoint_path or not self.volume_here:
-            return None
-        sync = CheckpointSync(self.storage, self.layout.checkpoint_dir, self.spec.checkpoint_path,
-                              self.settings.checkpoint_sync_seconds, job_root=self.layout.root)
-        if before_training:  # what is there now was restored from checkpoint_path: not uploaded back
-            sync.mark_existing()
-        return sync
+        return self.files.checkpoint_sync(self.storage, self.spec, self.settings, before_training=before_training)
 
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> dict:
         self._stop_reason = self._over_disk_cap = None
-        if self.volume_here:  # else the steps in the cluster claimed it (operators/stages/in_cluster.py)
-            self.claim_job(context)
+        self.files.claim(lambda: self.claim_job(context))
         request = replace(self.launch_request(with_secrets=True), attempt=getattr(context["ti"], "try_number", 1) or 1)
         context["ti"].xcom_push(key="job_root", value=request.job_root)
         use_defer = self.launcher.capabilities.deferrable and (
@@ -123,9 +114,8 @@ class LaunchTrainingOperator(JobStageOperator):
             queue = self.launcher.queue_of(request) if self.declaration.queues else None
             ti = context["ti"]
             ti.xcom_push(key=QUEUE_KEY, value=queue)
-            # No metrics.json on this side: the trigger records the series so far as this task's XCom.
-            task = {} if self.volume_here else {"series_xcom": {"dag_id": ti.dag_id, "task_id": ti.task_id,
-                                                                "run_id": ti.run_id, "map_index": ti.map_index}}
+            task = self.files.trigger_task({"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                                            "map_index": ti.map_index})
             # The launcher enforces max_run_seconds (activeDeadlineSeconds); this is the safety net behind it.
             self.defer(trigger=trigger_for(self.launcher, request, **task), method_name="execute_complete",
                        kwargs={"request": request.to_dict()},
@@ -147,9 +137,9 @@ class LaunchTrainingOperator(JobStageOperator):
             context["ti"].xcom_push(key=QUEUE_KEY, value=self.launcher.queue_of(request))
         if sync:
             sync.start()
-        watching = self._watch_metrics_file(monitor, request, stop_lock) if monitor is not None and self.volume_here \
+        job_root = self.files.readable_root
+        watching = self._watch_metrics_file(monitor, request, stop_lock) if monitor is not None and job_root \
             else None
-        job_root = request.job_root if self.volume_here else None
         following = tracking.follow(lambda: _stream_view(metrics, job_root)) if tracking else None
         disk_watch = self._watch_disk(request)
         try:
@@ -183,9 +173,7 @@ class LaunchTrainingOperator(JobStageOperator):
 
     def _log_and_match(self, metrics):
         """User output goes into the task log line by line and is matched against metric_definitions."""
-        live = os.path.join(self.layout.output_dir, "metrics.json")
-        root = self.layout.root
-        volume_here = self.volume_here
+        files = self.files
         last_write = [0.0]
 
         # Airflow's masker redacts registered secrets in real task runs; masking here too keeps the user's output
@@ -196,17 +184,9 @@ class LaunchTrainingOperator(JobStageOperator):
             line = redact(line)
             if not metrics.feed(line):  # an echoed point is the metrics stream's, not output to show
                 self.log.info("%s", line)
-            if not metrics.series:
-                return
-            if volume_here and time.monotonic() - last_write[0] >= LIVE_METRICS_SECONDS:
+            if metrics.series and time.monotonic() - last_write[0] >= files.live_seconds:
                 last_write[0] = time.monotonic()
-                try:
-                    _write_metrics(root, live, metrics.to_json())
-                except OSError as err:  # the live view is a convenience: never fail the training for it
-                    self.log.debug("Could not write live metrics to %s: %s", live, err)
-            elif not volume_here and time.monotonic() - last_write[0] >= LIVE_SERIES_SECONDS:
-                last_write[0] = time.monotonic()
-                self._push(METRIC_SERIES_KEY, metrics.to_json())
+                files.record_live(metrics.to_json())  # the job root's metrics.json, or the task's XCom
 
         return on_line
 
@@ -222,25 +202,15 @@ class LaunchTrainingOperator(JobStageOperator):
         return tracking
 
     def _finish(self, request, result, metrics, sync, tracking=None) -> dict:
-        over = self._over_disk_cap
-        if over is None and self.volume_here and request.disk_limit:
-            try:
-                # past it since the last look, or at the end
-                over = measure(request.job_root, request.disk_limit)
-            except OSError as err:  # the worker's own trouble (descriptors, I/O): the training's result stands
-                self.log.warning("Could not measure job root %s against its disk cap: %s", request.job_root, err)
+        # past the cap since the last look, or at the end
+        over = self._over_disk_cap or self.files.measure(request.job_root, request.disk_limit)
         if over is not None:  # whatever the job said of itself: its job root is too big to be packed and kept
             self.log.error("Training %s: %s", self.spec.job_name, over)
             result = LaunchResult(False, result.exit_code, over, DISK_LIMIT, restarts=result.restarts,
                                   image_digest=result.image_digest)
             self._stop_reason = None  # not "stopped early": it failed
-            if self.volume_here:
-                record_failure(self.layout.root, over, replace=True)  # why it was stopped, not the SIGTERM it got
-        if self.volume_here:
-            metrics.read_file(os.path.join(request.job_root, METRICS_STREAM), job_root=request.job_root)
-            _write_metrics(self.layout.root, os.path.join(self.layout.output_dir, "metrics.json"), metrics.to_json())
-        else:
-            self._push(METRIC_SERIES_KEY, metrics.to_json())
+            self.files.record_failure(over, replace=True)  # why it was stopped, not the SIGTERM it got
+        self.files.record_final(request.job_root, metrics)
         if tracking is not None:
             tracking.finish(metrics.series, "FINISHED" if result.succeeded else
                             "KILLED" if self._stop_reason is not None else "FAILED")
@@ -257,8 +227,7 @@ class LaunchTrainingOperator(JobStageOperator):
         # is its last log lines: they may show a secret).
         if result.failure_reason:
             result = replace(result, failure_reason=redactor(getattr(self, "_secrets", ()))(result.failure_reason))
-        if self.volume_here:
-            record_failure(self.layout.root, str(result.failure_reason))
+        self.files.record_failure(str(result.failure_reason))
         self._record_outcome(summary)
         message = f"training job {self.spec.job_name} failed ({result.failure_class}): {result.failure_reason}"
         if result.retryable:
@@ -314,11 +283,7 @@ class LaunchTrainingOperator(JobStageOperator):
         how = []
         if self.launcher.capabilities.caps_file_size:
             how.append("the kernel caps every file the job writes at it (RLIMIT_FSIZE)")
-        if watched:
-            how.append(f"the worker measures the whole job root every {CHECK_SECONDS:g} s or more and stops the job "
-                       "over it (no file system of the job's own holds it to it as it writes)")
-        elif self.volume_here:
-            how.append("the job root is measured when the job ends (not while it waits in the triggerer)")
+        how += self.files.disk_cap_holds(watched=watched)
         if not how:
             self.log.warning("The job root's disk cap of %s is not enforced on this backend: the job root is in the "
                              "cluster's volume, which this worker does not see; that volume's own quota is the "
@@ -327,22 +292,19 @@ class LaunchTrainingOperator(JobStageOperator):
         self.log.info("The job root may hold %s (resources.disk, else [training] job_disk_limit): %s", human(cap),
                       "; ".join(how))
 
-    def _watch_disk(self, request) -> DiskCapWatch | None:
-        self._say_disk_cap(request, watched=self.volume_here)
-        if not request.disk_limit or not self.volume_here:
-            return None
-
+    def _watch_disk(self, request):
         def over(line: str) -> None:
             self._over_disk_cap = line
             self.log.error("Stopping training %s: %s", self.spec.job_name, line)
             self.launcher.stop(request)
 
-        return DiskCapWatch(request.job_root, request.disk_limit, over).start()
+        watch = self.files.watch_disk(request.job_root, request.disk_limit, over)
+        self._say_disk_cap(request, watched=watch is not None)
+        return watch
 
     def _end_stopped_early(self) -> None:
         # Replaces the runtime's "stopped by SIGTERM": this is why it was stopped.
-        if self.volume_here:
-            record_failure(self.layout.root, f"stopped early: {self._stop_reason}", replace=True)
+        self.files.record_failure(f"stopped early: {self._stop_reason}", replace=True)
         raise AirflowSkipException(f"training {self.spec.job_name} stopped early: {self._stop_reason}")
 
     def on_kill(self) -> None:
@@ -361,9 +323,3 @@ def _stream_view(metrics, job_root: str | None) -> dict:
         view.read_file(os.path.join(job_root, METRICS_STREAM), job_root=job_root)
     return view.series
 
-
-def _write_metrics(job_root: str, path: str, data: dict) -> None:
-    """metrics.json into the job root, through operators/fs (a link the script left at that name, or at a temp
-    name beside it, is replaced, never written through)."""
-    root = JobRoot(job_root)
-    root.write_json(root.relative(path), data)

@@ -152,3 +152,87 @@ def test_local_mode_refuses_a_secret_reference_before_running(tmp_path, workspac
                                          r"from Airflow, which local mode runs without"):
         est.fit()
     assert not (workspace / "jobs").exists()  # nothing was staged
+
+
+LINEAGE_SCRIPT = textwrap.dedent('''
+    import os
+    rows = open(os.path.join(os.environ["SM_CHANNEL_TRAIN"], "part-0.csv")).read()
+    print(f"rows={len(rows.split())}", flush=True)
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w").write(rows)
+''')
+
+
+def test_local_fit_publishes_the_lineage_record_of_a_dag_run(tmp_path, workspace):
+    """Beside the model, as a DAG run publishes it: the digest of the code the job ran, the channel's data version (the
+    data cache's key of its listing), the run that made it (DAG "local", run id the job name) and its outcome."""
+    from operators.lineage.code_digest import code_digest
+
+    code = make_code(tmp_path, LINEAGE_SCRIPT)
+    train = tmp_path / "train-data"
+    train.mkdir()
+    (train / "part-0.csv").write_text("1,2\n3,4\n5,6\n")
+    est = Estimator(entry_point="train.py", source_dir=str(code), instance_type="local", layout="sagemaker",
+                    hyperparameters={"epochs": 2}, metric_definitions=[{"Name": "rows", "Regex": "rows=([0-9]+)"}],
+                    output_path=str(tmp_path / "models"))
+    job = est.fit({"train": str(train)})
+
+    published = tmp_path / "models" / job.job_name / "output" / "lineage.json"
+    record = json.loads(published.read_text())
+    staged = workspace / "jobs" / job.job_name / "code"
+    assert record["code"]["digest"] == code_digest(str(staged)).digest  # what ran, .trainingignore'd data/ not in it
+    assert record["code"]["source_uri"].endswith(f"{record['code']['archive_sha256']}.tar.gz")  # the packed code
+    assert sorted(p.name for p in staged.iterdir()) == [".trainingignore", "train.py"]
+    channel = record["channels"]["train"]
+    assert channel["uri"] == str(train) and (channel["objects"], channel["bytes"]) == (1, 12)
+    # the data version is the cache entry the job read its channel from
+    view = workspace / "jobs" / job.job_name / "input" / "data" / "train"
+    assert view.resolve().parent == (workspace / "cache" / channel["data_version"]).resolve()
+    assert record["airflow"]["dag_id"] == "local" and record["airflow"]["run_id"] == job.job_name
+    assert record["hyperparameters"] == {"epochs": 2}
+    assert record["outcome"] == {"status": "succeeded", "failure_class": None, "exit_code": 0,
+                                 "final_metrics": {"rows": 3.0}, "model_uri": est.model_data()}
+    assert record["published_uri"] == str(published) and job.lineage() == record
+
+    # The same data again: the same data version (the cache's hit), whatever run reads it.
+    again = est.fit({"train": str(train)})
+    assert again.lineage()["channels"]["train"]["data_version"] == channel["data_version"]
+    (train / "part-0.csv").write_text("7,8\n")
+    changed = est.fit({"train": str(train)})
+    assert changed.lineage()["channels"]["train"]["data_version"] != channel["data_version"]
+
+
+def test_local_failure_publishes_lineage_naming_the_failure(tmp_path, workspace):
+    code = make_code(tmp_path, 'raise SystemExit("bad data")\n')
+    est = Estimator(entry_point="train.py", source_dir=str(code), instance_type="local",
+                    output_path=str(tmp_path / "models"))
+    with pytest.raises(TrainingJobError, match="bad data"):
+        est.fit()
+    record = json.loads((tmp_path / "models" / est.latest_job.job_name / "output" / "lineage.json").read_text())
+    assert record["outcome"]["status"] == "failed" and record["outcome"]["model_uri"] is None
+    assert record["code"]["digest"].startswith("sha256:")
+
+
+CHECKPOINT_SCRIPT = textwrap.dedent('''
+    import os
+    ck = os.path.join(os.path.dirname(os.getcwd()), "checkpoints")  # the sagemaker layout's, beside code/
+    path = os.path.join(ck, "step.txt")
+    step = int(open(path).read()) + 1 if os.path.exists(path) else 1
+    os.makedirs(ck, exist_ok=True)
+    open(path, "w").write(str(step))
+    print(f"step={step}", flush=True)
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "m"), "w").write(str(step))
+''')
+
+
+def test_local_fit_restores_and_syncs_checkpoint_path_as_the_dag_does(tmp_path, workspace, capsys):
+    """The engine's restore and the launch's checkpoint sync: a second job with the same checkpoint_path goes on from
+    the first one's checkpoint."""
+    code = make_code(tmp_path, CHECKPOINT_SCRIPT)
+    checkpoints = tmp_path / "checkpoints"
+    est = Estimator(entry_point="train.py", source_dir=str(code), instance_type="local", layout="sagemaker",
+                    checkpoint_path=str(checkpoints), output_path=str(tmp_path / "models"))
+    first = est.fit()
+    assert (checkpoints / "step.txt").read_text() == "1"
+    second = est.fit()
+    assert "step=2" in capsys.readouterr().out and (checkpoints / "step.txt").read_text() == "2"
+    assert first.status == second.status == "Completed"
