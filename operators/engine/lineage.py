@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from operators.engine.context import JobContext
 from operators.engine.results import UploadedArtifacts
-from operators.lineage.record import build_record, publish_record, record_summary
+from operators.lineage.record import build_record, kept_sha256, publish_record, record_summary
 
 # The earlier stages whose results the record is built from: build_record's keyword arguments.
 STAGE_RESULTS = ("stage_code", "prefetch", "write_configs", "restore", "launch")
@@ -29,10 +29,11 @@ def ran_image(ctx: JobContext, launch: Mapping[str, Any] | None) -> dict[str, st
 
 
 def publish_lineage(ctx: JobContext, upload: UploadedArtifacts, stage_results: Mapping[str, Any] | None = None,
-                    triggering_user: str | None = None) -> str | None:
-    """Build, keep and publish the run's record; its published URI. A record that cannot be built (results of an
-    unexpected shape) is a warning and None: the model is published all the same. A failing store raises, as any other
-    upload does (the task's retries publish it; the upload sends nothing twice)."""
+                    triggering_user: str | None = None) -> tuple[str | None, str | None]:
+    """Build, keep and publish the run's record; its published URI and the sha256 of the document published there.
+    A record that cannot be built (results of an unexpected shape) is a warning and (None, None): the model is
+    published all the same. A failing store raises, as any other upload does (the task's retries publish it; the
+    upload sends nothing twice)."""
     given = {name: value for name, value in dict(stage_results or {}).items()
              if name in STAGE_RESULTS and isinstance(value, Mapping)}
     try:
@@ -40,7 +41,7 @@ def publish_lineage(ctx: JobContext, upload: UploadedArtifacts, stage_results: M
                               upload=upload.to_dict(), **ran_image(ctx, given.get("launch")), **given)
     except (ValueError, TypeError) as err:  # pydantic's ValidationError is a ValueError
         ctx.log.warning("Could not build the lineage record of %s (none is published): %s", ctx.spec.job_name, err)
-        return None
+        return None, None
     uri = publish_record(ctx.storage, ctx.settings.workspace, record)
     ctx.log.info("Lineage published at %s (%s)", uri, record_summary(record))
-    return uri
+    return uri, kept_sha256(ctx.settings.workspace, record.job_name)

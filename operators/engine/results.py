@@ -94,13 +94,15 @@ class Restored:
 class UploadedArtifacts:
     """status "succeeded" (model_uri set) or "failed" (failure: the end of the job's reason); artifacts: name -> URI
     of what is in the job's output (operators/job_outputs.py); lineage_uri: the run's published lineage record
-    (operators/lineage/record.py), None when none could be built."""
+    (operators/lineage/record.py), None when none could be built; lineage_sha256: the sha256 of the document published
+    there, by which a worker that cannot read the kept copy (the cluster's data plane) trusts the published one."""
 
     status: str
     artifacts: Mapping[str, str] = field(default_factory=dict)
     model_uri: str | None = None
     failure: str | None = None
     lineage_uri: str | None = None
+    lineage_sha256: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -108,7 +110,7 @@ class UploadedArtifacts:
 
     def to_dict(self) -> dict[str, Any]:
         data = {"status": self.status, "model_uri": self.model_uri, "artifacts": dict(self.artifacts),
-                "lineage_uri": self.lineage_uri}
+                "lineage_uri": self.lineage_uri, "lineage_sha256": self.lineage_sha256}
         if not self.succeeded:
             data["failure"] = self.failure
         return data
@@ -116,7 +118,7 @@ class UploadedArtifacts:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> UploadedArtifacts:
         return cls(str(data["status"]), dict(data.get("artifacts") or {}), data.get("model_uri"), data.get("failure"),
-                   data.get("lineage_uri"))
+                   data.get("lineage_uri"), data.get("lineage_sha256"))
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,8 @@ def upload_artifacts(ctx: JobContext, *, metrics: Mapping[str, Any] | None = Non
     with failing_fast():
         try:
             uploaded = _upload(ctx, metrics)
-            return replace(uploaded, lineage_uri=publish_lineage(ctx, uploaded, stage_results, triggering_user))
+            lineage_uri, lineage_sha256 = publish_lineage(ctx, uploaded, stage_results, triggering_user)
+            return replace(uploaded, lineage_uri=lineage_uri, lineage_sha256=lineage_sha256)
         except DiskFullError:
             raise
         except OSError as err:  # the stage's own small files (records, the artifacts dir) on a full disk

@@ -18,6 +18,7 @@ line rather than misreading it. Fields added with a default keep the version.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -37,6 +38,7 @@ from operators.jobspec.ownership import OWNER_KEY
 from operators.state.job_state import ensure_state_dir, state_path
 
 SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 1024 * 1024  # a record is a few KiB; what a reader of an untrusted copy reads at most
 LINEAGE_FILE = LINEAGE  # the kept copy's name in the job's state directory, and the published one's
 MODEL_ARCHIVE = MODEL
 _CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")  # a data cache entry's directory name (operators/cache/data_cache.py)
@@ -199,6 +201,33 @@ def read_record(workspace: str, job_name: str) -> LineageRecord | None:
     except FileNotFoundError:
         return None
     return LineageRecord.from_json(text)
+
+
+def kept_sha256(workspace: str, job_name: str) -> str | None:
+    """The sha256 (hex) of the kept copy's bytes: what publish_record sent, and what keep_published checks."""
+    try:
+        return hashlib.sha256(Path(record_path(workspace, job_name)).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def keep_published(storage, workspace: str, uri: str, sha256: str) -> LineageRecord:
+    """Keep, in this side's state directory, the record published at `uri` (an ObjectStorageHook reads it) when its
+    bytes have the sha256 the platform's own step reported: for a worker that cannot read the kept copy (the cluster's
+    data plane keeps it in the cluster's workspace). The published copy lies where tenant code may write, so nothing of
+    it is trusted but what that digest vouches for; LineageError (one line) otherwise."""
+    data = storage.read_bytes(uri)
+    if len(data) > MAX_RECORD_BYTES or hashlib.sha256(data).hexdigest() != sha256:
+        raise LineageError(f"the lineage record at {uri} is not the one the upload published (its sha256 differs): "
+                           "it was changed since; nothing of it is kept")
+    record = LineageRecord.from_json(data)
+    ensure_state_dir(workspace, record.job_name)
+    path = record_path(workspace, record.job_name)
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(partial, "wb") as out:
+        out.write(data)
+    os.replace(partial, path)
+    return record
 
 
 def publish_record(storage, workspace: str, record: LineageRecord) -> str:
@@ -435,7 +464,7 @@ def record_dict(record: LineageRecord) -> dict[str, Any]:
 
 __all__ = [
     "LINEAGE_FILE", "SCHEMA_VERSION", "AirflowRun", "ChannelLineage", "CodeLineage", "ImageLineage", "LineageError",
-    "LineageRecord", "Outcome", "ParentModel", "ResourcesLineage", "RunReference", "build_record",
-    "lineage_uri_beside", "platform_versions", "publish_record", "published_uri", "read_record", "record_dict",
-    "record_path", "record_summary", "write_record",
+    "LineageRecord", "Outcome", "ParentModel", "ResourcesLineage", "RunReference", "build_record", "keep_published",
+    "kept_sha256", "lineage_uri_beside", "platform_versions", "publish_record", "published_uri", "read_record",
+    "record_dict", "record_path", "record_summary", "write_record",
 ]

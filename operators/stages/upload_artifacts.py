@@ -8,6 +8,7 @@ from operators.stages.base import JobStageOperator, engine_errors
 from operators.stages.in_cluster import runs_in_cluster
 from operators.stages.launch_training import OUTCOME_KEY
 from operators.stages.links import stage_links
+from operators.settings import training_settings
 from operators.tracking.metrics import METRIC_SERIES_KEY, MetricCollector
 
 # The metrics a step is given travel in its pod's environment (TRAINING_STEP), where one variable holds at most 128 KiB.
@@ -68,9 +69,32 @@ class UploadArtifactsOperator(JobStageOperator):
                                  stride, STEP_METRICS_BYTES // 1024)
         return fields
 
+    def execute(self, context) -> dict:
+        result = self._upload(context)
+        if self.cluster_workspace is not None:
+            self._keep_cluster_lineage(result)
+        return result
+
+    def _keep_cluster_lineage(self, result: Mapping[str, Any]) -> None:
+        """The cluster's data plane kept the record in the cluster's workspace, which this worker, the console and a
+        reproduction cannot read: keep here the published copy the step vouched for by its sha256. Never fails the
+        upload (the model is published): a copy changed since is a warning, and the job's lineage stays unread here."""
+        uri, sha256 = result.get("lineage_uri"), result.get("lineage_sha256")
+        if not uri or not sha256:
+            return
+        from operators.lineage.record import LineageError, keep_published  # lazy: pydantic models, at run time only
+
+        try:
+            keep_published(self.storage, training_settings().workspace, uri, str(sha256))
+        except (LineageError, OSError, ValueError) as err:
+            self.log.warning("The lineage record of %s is not kept on this side: %s", self.spec.job_name, err)
+        else:
+            self.log.info("Lineage record of %s kept on this side from %s (sha256 %s)", self.spec.job_name, uri,
+                          sha256)
+
     @runs_in_cluster
     @engine_errors
-    def execute(self, context) -> dict:
+    def _upload(self, context) -> dict:
         if not self.job:
             raise AirflowSkipException("the job spec was not validated: nothing to upload")
         # lazy: the engine's upload -> storage clients (botocore, obstore), not at DAG parse

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from operators.lineage.record import read_record
+
 from counting_proxy import aws_connection_json
 from kube_cluster import make_namespace
 from real_node import TcpRelay
@@ -239,6 +241,12 @@ def test_two_hosts_train_while_the_cluster_moves_every_byte(cluster_plane, objec
     worker = Path(os.environ["AIRFLOW__TRAINING__WORKSPACE"])
     assert _files_under(worker / "jobs" / "plane-first") == []
     assert not any(b"rows of part" in p.read_bytes() for p in _files_under(worker / "cache"))
+    # ... but keeps the run's lineage record (the published copy the upload step vouched for by its sha256), where the
+    # console and a reproduction read it
+    kept = read_record(str(worker), "plane-first")
+    assert kept is not None and "kept on this side" in output, output[-3000:]
+    assert kept.code.digest == values["stage_code"]["code_digest"] and kept.channels["train"].data_version
+    assert kept.image.digest and kept.outcome.status == "succeeded"
     first_gets = _data_gets(proxy, bucket)
     assert first_gets == 3, proxy.snapshot()
 

@@ -3,6 +3,7 @@ failure, what a retry sends again (nothing), and the skips and failures it repor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -34,7 +35,8 @@ def test_a_successful_job_s_model_and_metrics_go_to_its_output(make_context):
     out = job_output_uri(ctx.spec.output_path, ctx.spec.job_name)
     assert done == UploadedArtifacts("succeeded", {"model.tar.gz": out + "model.tar.gz",
                                                    "metrics.json": out + "metrics.json"}, model_uri=out + "model.tar.gz",
-                                     lineage_uri=out + "lineage.json")
+                                     lineage_uri=out + "lineage.json",
+                                     lineage_sha256=hashlib.sha256(open(out + "lineage.json", "rb").read()).hexdigest())
     assert os.path.isfile(out + "model.tar.gz")
     assert json.loads(open(out + "metrics.json").read()) == metrics
     assert UploadedArtifacts.from_dict(json.loads(json.dumps(done.to_dict()))) == done

@@ -19,6 +19,8 @@ from operators.lineage.record import (
     LineageError,
     LineageRecord,
     build_record,
+    keep_published,
+    kept_sha256,
     lineage_uri_beside,
     platform_versions,
     publish_record,
@@ -180,3 +182,24 @@ def test_importing_the_lineage_package_imports_neither_airflow_nor_openlineage()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime"), str(REPO / "sdk")])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_worker_keeps_the_published_copy_only_when_it_is_what_the_upload_published(sample, tmp_path):
+    """The cluster's data plane keeps the record in the cluster's workspace; the worker keeps the published copy the
+    step vouched for by its sha256, and refuses one a tenant changed since."""
+    output = tmp_path / "models"
+    job = sample.sample_job(output_path=str(output), source_dir=str(tmp_path / "code"), inputs={})
+    record = sample.sample_record(job=job, prefetch={}, channel_versions={})
+    cluster, worker = str(tmp_path / "cluster-ws"), str(tmp_path / "worker-ws")
+    storage = ObjectStorageHook(settings=TrainingSettings(workspace=cluster))
+    uri = publish_record(storage, cluster, record)
+    sha256 = kept_sha256(cluster, record.job_name)
+    assert keep_published(storage, worker, uri, sha256) == record
+    assert read_record(worker, record.job_name) == record
+
+    other = str(tmp_path / "other-ws")
+    published = output / record.job_name / "output" / "lineage.json"
+    published.write_text(published.read_text().replace(record.job_name, record.job_name, 1) + " ")  # a tenant's edit
+    with pytest.raises(LineageError, match="is not the one the upload published"):
+        keep_published(storage, other, uri, sha256)
+    assert read_record(other, record.job_name) is None
