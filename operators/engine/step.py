@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from operators import log_masking
 from operators.engine.context import JobContext
 from operators.engine.errors import StageFailed, StageSkipped, failing_fast
-from operators.launch.steps import STEP_ENV, report_outcome
+from operators.launch.steps import OUTCOME_BYTES, STEP_ENV, report_outcome
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,25 @@ def run_stage(payload: Mapping[str, Any], settings: Any = None) -> dict[str, Any
     except Exception as err:  # noqa: BLE001 - reported to the worker, which retries it as the task's retries say
         log.exception("The step failed")
         return {"error": f"{type(err).__name__}: {err}"}
-    return {"result": result.to_dict()}
+    outcome = {"result": result.to_dict()}
+    if payload.get("stage") == "upload_artifacts":
+        _carry_lineage(outcome, ctx)
+    return outcome
+
+
+def _carry_lineage(outcome: dict[str, Any], ctx: JobContext) -> None:
+    """The kept lineage record rides in the upload's result (LINEAGE_CARRIED), where it fits: the worker, which cannot
+    read the cluster's workspace nor (holding no storage credentials) the published copy, keeps it for the console and
+    Reproduce (operators/stages/upload_artifacts.py)."""
+    from operators.lineage.record import LINEAGE_CARRIED, carried_record  # lazy: only the upload's step needs it
+
+    room = OUTCOME_BYTES - len(json.dumps(outcome, separators=(",", ":"), default=str)) - len(LINEAGE_CARRIED) - 16
+    packed = carried_record(ctx.settings.workspace, ctx.spec.job_name, room) if room > 0 else None
+    if packed is not None:
+        outcome["result"][LINEAGE_CARRIED] = packed
+    elif outcome["result"].get("lineage_uri"):
+        log.warning("The lineage record does not fit the step's result: the worker keeps no copy of it (it is "
+                    "published at %s)", outcome["result"]["lineage_uri"])
 
 
 def main() -> int:

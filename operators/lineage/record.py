@@ -18,11 +18,13 @@ line rather than misreading it. Fields added with a default keep the version.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import platform
 import re
+import zlib
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -38,7 +40,8 @@ from operators.jobspec.ownership import OWNER_KEY
 from operators.state.job_state import ensure_state_dir, state_path
 
 SCHEMA_VERSION = 1
-MAX_RECORD_BYTES = 1024 * 1024  # a record is a few KiB; what a reader of an untrusted copy reads at most
+LINEAGE_CARRIED = "lineage_record_z"  # the upload step's result key that carries the kept record to the worker
+MAX_RECORD_BYTES = 1024 * 1024  # a record is a few KiB; what a reader of a carried or untrusted copy takes at most
 LINEAGE_FILE = LINEAGE  # the kept copy's name in the job's state directory, and the published one's
 MODEL_ARCHIVE = MODEL
 _CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")  # a data cache entry's directory name (operators/cache/data_cache.py)
@@ -211,15 +214,28 @@ def kept_sha256(workspace: str, job_name: str) -> str | None:
         return None
 
 
-def keep_published(storage, workspace: str, uri: str, sha256: str) -> LineageRecord:
-    """Keep, in this side's state directory, the record published at `uri` (an ObjectStorageHook reads it) when its
-    bytes have the sha256 the platform's own step reported: for a worker that cannot read the kept copy (the cluster's
-    data plane keeps it in the cluster's workspace). The published copy lies where tenant code may write, so nothing of
-    it is trusted but what that digest vouches for; LineageError (one line) otherwise."""
-    data = storage.read_bytes(uri)
-    if len(data) > MAX_RECORD_BYTES or hashlib.sha256(data).hexdigest() != sha256:
-        raise LineageError(f"the lineage record at {uri} is not the one the upload published (its sha256 differs): "
-                           "it was changed since; nothing of it is kept")
+def carried_record(workspace: str, job_name: str, room: int) -> str | None:
+    """The kept copy, compressed and base64'd, for a worker that cannot read it (the cluster's data plane keeps it in
+    the cluster's workspace): it travels in the upload step's result, which the platform's own code writes. None when
+    there is none or it needs more than `room` characters (the step's result must fit a termination message)."""
+    try:
+        data = Path(record_path(workspace, job_name)).read_bytes()
+    except FileNotFoundError:
+        return None
+    packed = base64.b64encode(zlib.compress(data, 9)).decode("ascii")
+    return packed if len(packed) <= room else None
+
+
+def keep_carried(workspace: str, packed: str, sha256: str) -> LineageRecord:
+    """Keep, in this side's state directory, the record `carried_record` packed, when its bytes have the sha256 the
+    upload reported (what it published); LineageError (one line) when it is not such a record."""
+    try:
+        inflate = zlib.decompressobj()
+        data = inflate.decompress(base64.b64decode(packed, validate=True), MAX_RECORD_BYTES)
+    except (ValueError, zlib.error) as err:
+        raise LineageError(f"the carried lineage record cannot be read: {err}") from None
+    if inflate.unconsumed_tail or hashlib.sha256(data).hexdigest() != sha256:
+        raise LineageError("the carried lineage record is not the one the upload published (its sha256 differs)")
     record = LineageRecord.from_json(data)
     ensure_state_dir(workspace, record.job_name)
     path = record_path(workspace, record.job_name)
@@ -463,8 +479,8 @@ def record_dict(record: LineageRecord) -> dict[str, Any]:
 
 
 __all__ = [
-    "LINEAGE_FILE", "SCHEMA_VERSION", "AirflowRun", "ChannelLineage", "CodeLineage", "ImageLineage", "LineageError",
-    "LineageRecord", "Outcome", "ParentModel", "ResourcesLineage", "RunReference", "build_record", "keep_published",
-    "kept_sha256", "lineage_uri_beside", "platform_versions", "publish_record", "published_uri", "read_record",
+    "LINEAGE_CARRIED", "LINEAGE_FILE", "SCHEMA_VERSION", "AirflowRun", "ChannelLineage", "CodeLineage", "ImageLineage", "LineageError",
+    "LineageRecord", "Outcome", "ParentModel", "ResourcesLineage", "RunReference", "build_record", "carried_record",
+    "keep_carried", "kept_sha256", "lineage_uri_beside", "platform_versions", "publish_record", "published_uri", "read_record",
     "record_dict", "record_path", "record_summary", "write_record",
 ]

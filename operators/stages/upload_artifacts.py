@@ -71,26 +71,26 @@ class UploadArtifactsOperator(JobStageOperator):
 
     def execute(self, context) -> dict:
         result = self._upload(context)
-        if self.cluster_workspace is not None:
+        if self.cluster_workspace is not None and isinstance(result, dict):
             self._keep_cluster_lineage(result)
         return result
 
-    def _keep_cluster_lineage(self, result: Mapping[str, Any]) -> None:
+    def _keep_cluster_lineage(self, result: dict) -> None:
         """The cluster's data plane kept the record in the cluster's workspace, which this worker, the console and a
-        reproduction cannot read: keep here the published copy the step vouched for by its sha256. Never fails the
-        upload (the model is published): a copy changed since is a warning, and the job's lineage stays unread here."""
-        uri, sha256 = result.get("lineage_uri"), result.get("lineage_sha256")
-        if not uri or not sha256:
-            return
-        from operators.lineage.record import LineageError, keep_published  # lazy: pydantic models, at run time only
+        reproduction cannot read: the step's result carries it (written by the platform's code in the step, checked
+        against the sha256 of what it published); keep it here, out of the XCom. Never fails the upload (the model is
+        published): a record that is not carried, or not that one, is a line in the log."""
+        from operators.lineage.record import LINEAGE_CARRIED, LineageError, keep_carried  # lazy: at run time only
 
+        packed, sha256 = result.pop(LINEAGE_CARRIED, None), result.get("lineage_sha256")
+        if not packed or not sha256:
+            return
         try:
-            keep_published(self.storage, training_settings().workspace, uri, str(sha256))
-        except (LineageError, OSError, ValueError) as err:
+            keep_carried(training_settings().workspace, str(packed), str(sha256))
+        except (LineageError, OSError) as err:
             self.log.warning("The lineage record of %s is not kept on this side: %s", self.spec.job_name, err)
         else:
-            self.log.info("Lineage record of %s kept on this side from %s (sha256 %s)", self.spec.job_name, uri,
-                          sha256)
+            self.log.info("Lineage record of %s kept on this side (sha256 %s)", self.spec.job_name, sha256)
 
     @runs_in_cluster
     @engine_errors

@@ -72,3 +72,27 @@ def test_a_stage_run_from_the_engine_imports_no_airflow(tmp_path):
     assert report["said"]["write_configs"]["result"]["hosts"] == ["algo-1"]
     assert report["said"]["restore"] == {"result": {"checkpoint_files": 0, "resumed_from": None}}
     assert "skip" in report["said"]["upload_artifacts"]
+
+
+def test_the_upload_step_carries_the_kept_lineage_record_to_the_worker(make_context, monkeypatch, tmp_path):
+    """The worker cannot read the cluster's workspace (nor, holding no storage credentials, the published copy): the
+    upload step's result carries the kept record, which the worker keeps when its sha256 is what was published."""
+    import os
+
+    from operators.engine import transfers
+    from operators.lineage.record import LINEAGE_CARRIED, keep_carried, read_record
+
+    monkeypatch.setattr("operators.engine.transfers.JobContext.check_owner_records", lambda self: None)
+    ctx = make_context()
+    transfers.stage_code(ctx)
+    os.makedirs(ctx.layout.model_dir, exist_ok=True)
+    with open(os.path.join(ctx.layout.model_dir, "weights.bin"), "w") as handle:
+        handle.write("w")
+    os.makedirs(ctx.layout.output_dir, exist_ok=True)
+    open(os.path.join(ctx.layout.output_dir, "success"), "w").close()
+    result = run_stage(_payload(ctx, "upload_artifacts"), settings=ctx.settings)["result"]
+    assert result["status"] == "succeeded" and result[LINEAGE_CARRIED]
+    assert len(json.dumps({"result": result}, separators=(",", ":"))) <= 4096  # a termination message holds it
+    worker = str(tmp_path / "worker-ws")
+    kept = keep_carried(worker, result[LINEAGE_CARRIED], result["lineage_sha256"])
+    assert kept == read_record(worker, ctx.spec.job_name) and kept.outcome.model_uri == result["model_uri"]

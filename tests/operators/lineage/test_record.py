@@ -19,7 +19,8 @@ from operators.lineage.record import (
     LineageError,
     LineageRecord,
     build_record,
-    keep_published,
+    carried_record,
+    keep_carried,
     kept_sha256,
     lineage_uri_beside,
     platform_versions,
@@ -184,22 +185,24 @@ def test_importing_the_lineage_package_imports_neither_airflow_nor_openlineage()
     assert done.stdout.strip() == "[]"
 
 
-def test_a_worker_keeps_the_published_copy_only_when_it_is_what_the_upload_published(sample, tmp_path):
-    """The cluster's data plane keeps the record in the cluster's workspace; the worker keeps the published copy the
-    step vouched for by its sha256, and refuses one a tenant changed since."""
+def test_a_worker_keeps_the_carried_record_only_when_it_is_what_the_upload_published(sample, tmp_path):
+    """The cluster's data plane keeps the record in the cluster's workspace; its upload step carries it to the worker
+    (compressed, in the step's result) with the sha256 of what it published, and the worker keeps it only if it is
+    that record."""
     output = tmp_path / "models"
     job = sample.sample_job(output_path=str(output), source_dir=str(tmp_path / "code"), inputs={})
     record = sample.sample_record(job=job, prefetch={}, channel_versions={})
     cluster, worker = str(tmp_path / "cluster-ws"), str(tmp_path / "worker-ws")
-    storage = ObjectStorageHook(settings=TrainingSettings(workspace=cluster))
-    uri = publish_record(storage, cluster, record)
+    publish_record(ObjectStorageHook(settings=TrainingSettings(workspace=cluster)), cluster, record)
     sha256 = kept_sha256(cluster, record.job_name)
-    assert keep_published(storage, worker, uri, sha256) == record
+    packed = carried_record(cluster, record.job_name, room=4096)
+    assert packed and len(packed) < len(record.to_json())  # compressed: it must fit a termination message
+    assert carried_record(cluster, record.job_name, room=10) is None
+    assert keep_carried(worker, packed, sha256) == record
     assert read_record(worker, record.job_name) == record
 
     other = str(tmp_path / "other-ws")
-    published = output / record.job_name / "output" / "lineage.json"
-    published.write_text(published.read_text().replace(record.job_name, record.job_name, 1) + " ")  # a tenant's edit
-    with pytest.raises(LineageError, match="is not the one the upload published"):
-        keep_published(storage, other, uri, sha256)
+    for bad, why in ((packed, "is not the one the upload published"), ("not base64!", "cannot be read")):
+        with pytest.raises(LineageError, match=why):
+            keep_carried(other, bad, sha256 if bad is not packed else "0" * 64)
     assert read_record(other, record.job_name) is None
