@@ -128,7 +128,9 @@ def main() -> None:
         for name, count, size in datasets:
             src = make_source(os.path.join(workdir, "src", slug(name)), count, size)
             upload_source(server, src, slug(name) + "/")
-        for name, count, size in datasets[:2]:
+        # Small objects only: 8 threads GETting a 2 GiB object for 4 s measure no request rate and time out at load
+        # (`--only 1000x-1mib 1x-2gib` made the 2 GiB object one of "the first two").
+        for name, count, size in [d for d in datasets if d[2] <= 16 * MiB][:2]:
             key = f"{slug(name)}/part-00000.bin"
             probe = server.probe_max_rate(BUCKET, key, seconds=4.0, threads=8)
             results["server_ceiling"][name] = probe
