@@ -269,6 +269,8 @@ async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large,
             if large.hashing is not None:
                 await large.hashing
                 await _hash_written(large)  # what the last range wrote, if the task ended before it
+                os.close(large.read_fd)  # a channel of thousands of large objects keeps few open at once
+                large.read_fd = None
             hashed_whole = large.md5 is not None and large.hashed == info.size
             # Its size, and its MD5 read back where the ranges did not give it whole (off the event loop, where
             # the other transfers run; e.g. some ranges answered with a stored CRC and some without).
