@@ -2,7 +2,7 @@
 
     python bench/_dag_run.py DAG_FILE DAG_ID RUNS [CONF_JSON]
 
-Per run: the run's wall time and each task instance's state and duration as the metadata DB recorded them, plus the
+Per run: the run's wall time, its CPU (this process and its children: the tasks run in it) and each task instance's state and duration as the metadata DB recorded them, plus the
 number of metadata-DB statements the run issued (counted with a SQLAlchemy engine event). The first run of a
 process also pays imports; the caller decides which runs to count.
 """
@@ -10,6 +10,7 @@ process also pays imports; the caller decides which runs to count.
 from __future__ import annotations
 
 import json
+import resource
 import runpy
 import sys
 import time
@@ -26,6 +27,12 @@ def _db_bytes() -> int:
         return 0
     path = url[len("sqlite:///"):]
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def _cpu_seconds() -> float:
+    """CPU of this process (dag.test runs the tasks in it) and of its waited-for children (the `train` runtime)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def main() -> None:
@@ -53,9 +60,9 @@ def main() -> None:
         dag = next(v for v in namespace.values() if type(v).__name__ == "DAG" and v.dag_id == dag_id)
         before = statements["n"]
         db_before = _db_bytes()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
         dr = dag.test(run_conf=dict(conf, job_name=f"{conf['job_name']}-{i}") if conf and "job_name" in conf else conf)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
         db_statements = statements["n"] - before
         with create_session() as session:
             tis = [
@@ -69,7 +76,7 @@ def main() -> None:
                 }
                 for ti in dr.get_task_instances(session=session)
             ]
-        out.append({"run": i, "state": str(dr.state), "wall": wall, "parse": parse, "db_statements": db_statements,
+        out.append({"run": i, "state": str(dr.state), "wall": wall, "cpu": cpu, "parse": parse, "db_statements": db_statements,
                     "db_bytes_added": _db_bytes() - db_before, "tasks": tis})
     print("BENCH-RESULT " + json.dumps(out))
 

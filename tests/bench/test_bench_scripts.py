@@ -62,6 +62,7 @@ def _check_engines(results: dict, output: str) -> bool:
 def _check_pipeline(results: dict, output: str) -> bool:
     assert [p["file"] for p in results["parse"] if "parse" not in p] == []  # every DAG file parsed
     assert {"validate_spec", "launch_training", "publish_model"} <= set(results["added"])
+    assert all(run["cpu"] > 0 for run in results["training_job_runs"])  # the CPU beside the wall (load-proof)
     return True
 
 

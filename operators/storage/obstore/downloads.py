@@ -15,7 +15,11 @@ stays ours, with the guarantees of the botocore path (storage.botocore.downloads
   with jittered backoff; a body that breaks off or arrives short is retried here BODY_ATTEMPTS times;
 - sizes (always), then the CRC64NVME our uploads recorded in the object's metadata (storage.checksums: obstore
   cannot see the store's own x-amz-checksum-* headers; a large object's from its ranges' CRCs, combined, with no
-  second read), else MD5s (where the ETag is one) are verified before the temp file is renamed into place;
+  second read), else MD5s (where the ETag is one) are verified before the temp file is renamed into place; a large
+  object's MD5 (one PUT of >= multipart_threshold) is computed while its later ranges still download: each range,
+  once it and every range before it are written, is read back from the page cache on a worker thread (MD5 is
+  sequential, the ranges arrive out of order), so only the last range's MD5 is left when the last byte arrives
+  (it was a whole second read of the file after it, ~1.7 s per GiB);
 - errors become one-line StorageErrors in storage.errors (translate_error knows obstore's exceptions).
 
 No checksum headers are sent (GETs only), so COS/OSS/OBS accept the requests as they accept botocore's.
@@ -24,6 +28,7 @@ No checksum headers are sent (GETs only), so COS/OSS/OBS accept the requests as 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -32,7 +37,7 @@ import obstore
 
 from operators.storage import checksums
 from operators.storage.errors import StorageError, translate_error
-from operators.storage.location import ObjectInfo, StorageLocation
+from operators.storage.location import ObjectInfo, StorageLocation, is_md5_etag
 from operators.storage.obstore.store import (
     OFFLOAD_BYTES,
     make_store,
@@ -47,6 +52,7 @@ from operators.storage.transfers import (
     MISMATCH_ATTEMPTS,
     TransferTuning,
     body_check,
+    etag_is_not_md5,
     body_mismatch,
     make_parent_dirs,
     remove_quietly,
@@ -69,6 +75,13 @@ class _Large:
     fd: int | None = None  # opened by its first range: a channel of thousands of large objects opens few at once
     stored: checksums.Stored | None = None  # the CRC64NVME its metadata carries (every range answers it)
     crcs: dict[int, tuple[int, int]] = field(default_factory=dict)  # range start -> (its CRC64NVME, its length)
+    # The MD5 of an object without a stored CRC whose ETag is one, computed in order as ranges complete:
+    md5: object | None = None  # hashlib's md5 (None until a range answered without a stored CRC)
+    hashed: int = 0  # bytes [0, hashed) are in md5
+    written: dict[int, int] = field(default_factory=dict)  # start -> end of written ranges not hashed yet
+    hashing: asyncio.Task | None = None  # the task hashing the written prefix (one at a time: MD5 is sequential)
+    read_fd: int | None = None
+    stop_hashing: bool = False  # a transfer failed: the hashing task stops after its current step
 
 
 def download_objects_obstore(
@@ -112,8 +125,13 @@ async def _download_all(store, remote, loc, targets, progress, tuning) -> None:
                           (get_range, [job for job in jobs if job[0] == "range"], tuning.concurrency))
     finally:
         for large in larges:
-            if large.fd is not None:
-                os.close(large.fd)
+            large.stop_hashing = True
+            if large.hashing is not None:
+                # Let its current step end (at most one MD5_STEP on a worker thread) before its file is closed.
+                await asyncio.gather(large.hashing, return_exceptions=True)
+            for fd in (large.fd, large.read_fd):
+                if fd is not None:
+                    os.close(fd)
             remove_quietly(large.temp)  # gone already when it was renamed into place
 
 
@@ -239,15 +257,68 @@ async def _get_range(store, remote: Remote, loc: StorageLocation, large: _Large,
         break
     if crc is not None:
         large.crcs[start] = (crc.value, end - start)
+    elif large.stored is None and is_md5_etag(info.etag):
+        large.written[start] = end
+        if large.hashing is None or large.hashing.done():
+            large.hashing = asyncio.create_task(_hash_written(large))
     large.left -= 1
     if large.left == 0:
         os.close(large.fd)
         large.fd = None
         if not _verified_by_ranges(large, uri):
-            # The MD5 of a large file is CPU and disk work: off the event loop, where the other transfers run.
-            await asyncio.to_thread(verify_file, large.temp, info, uri, remote, loc.bucket)
+            if large.hashing is not None:
+                await large.hashing
+                await _hash_written(large)  # what the last range wrote, if the task ended before it
+                os.close(large.read_fd)  # a channel of thousands of large objects keeps few open at once
+                large.read_fd = None
+            hashed_whole = large.md5 is not None and large.hashed == info.size
+            # Its size, and its MD5 read back where the ranges did not give it whole (off the event loop, where
+            # the other transfers run; e.g. some ranges answered with a stored CRC and some without).
+            await asyncio.to_thread(verify_file, large.temp, info, uri, None if hashed_whole else remote, loc.bucket)
+            if hashed_whole:
+                _check_md5(large, uri, remote, loc.bucket)
         os.replace(large.temp, large.final)
         progress.add_file()
+
+
+# One worker-thread call hashes at most this much: a failed transfer waits for no more than that before it cleans up.
+MD5_STEP = 8 * 1024 * 1024
+
+
+async def _hash_written(large: _Large) -> None:
+    """Feed the object's MD5 with every range written next to what it already holds, in order, read back from the
+    page cache on worker threads (hashlib releases the GIL: the event loop goes on downloading)."""
+    if large.md5 is None:
+        large.md5 = hashlib.md5(usedforsecurity=False)
+        large.read_fd = os.open(large.temp, os.O_RDONLY)
+    while large.hashed in large.written and not large.stop_hashing:
+        end = large.written[large.hashed]
+        step_end = min(end, large.hashed + MD5_STEP)
+        await asyncio.to_thread(_hash_region, large.read_fd, large.md5, large.hashed, step_end)
+        del large.written[large.hashed]
+        if step_end < end:
+            large.written[step_end] = end
+        large.hashed = step_end
+
+
+def _hash_region(fd: int, digest, start: int, end: int) -> None:
+    while start < end:
+        chunk = os.pread(fd, min(IO_CHUNK, end - start), start)
+        if not chunk:
+            raise StorageError("a downloaded file ended early while it was being verified (was it removed?)")
+        digest.update(chunk)
+        start += len(chunk)
+
+
+def _check_md5(large: _Large, uri: str, remote: Remote, bucket: str) -> None:
+    """The large object's MD5, computed as its ranges were written, against its ETag (verify_file's check)."""
+    info = large.info
+    digest = large.md5.hexdigest()
+    if digest != info.etag and not etag_is_not_md5(remote, bucket, info.key):
+        raise StorageError(
+            f"downloaded {uri} has MD5 {digest} but its ETag is {info.etag}; the transfer was corrupted "
+            "or the object changed; retry the task"
+        )
 
 
 def _verified_by_ranges(large: _Large, uri: str) -> bool:

@@ -164,3 +164,39 @@ def test_a_connection_that_signs_with_sigv2_stays_on_botocore(set_aws_connection
     set_aws_connection("new_store", "AKIDEXAMPLE", "secret-example", "http://s3.example.test:9000",
                        config_kwargs={"signature_version": "s3v4"})
     assert obstore_settings(make_remote(parse_uri("s3://bkt-1/x"), "new_store", 4), "bkt-1") is not None
+
+
+def test_a_large_single_part_object_is_md5_checked_as_its_ranges_arrive_not_read_again(
+        tmp_path, s3_proxy, object_store, storage_connections, monkeypatch):
+    """An object of one PUT (an MD5 ETag, no stored CRC) above the multipart threshold comes in ranges out of order;
+    its MD5 is fed range by range as the written prefix grows, so the file is not read whole again at the end."""
+    from operators.storage import transfers
+
+    bucket = object_store.bucket()
+    data = os.urandom(13 * MiB + 7)
+    object_store.put(bucket, "d/model.bin", data)
+    hook = make_hook(tmp_path, multipart_threshold=4 * MiB, multipart_chunksize=4 * MiB, transfer_concurrency=4)
+    assert "-" not in hook.describe(f"s3://{bucket}/d/model.bin").objects[0].etag  # one PUT: its ETag is its MD5
+
+    def no_second_read(path):
+        raise AssertionError(f"{path} was read again to compute its MD5")
+
+    monkeypatch.setattr(transfers, "md5_file", no_second_read)
+    hook.download(f"s3://{bucket}/d/", str(tmp_path / "out"))
+
+    assert (tmp_path / "out" / "model.bin").read_bytes() == data
+    assert len([r for r in object_gets(s3_proxy) if r["path"].endswith("model.bin")]) == 4  # ranged
+
+
+def test_a_corrupted_range_of_a_large_single_part_object_fails_its_md5_and_leaves_nothing(
+        tmp_path, s3_proxy, object_store, storage_connections):
+    bucket = object_store.bucket()
+    object_store.put(bucket, "d/model.bin", os.urandom(9 * MiB))
+    hook = make_hook(tmp_path, multipart_threshold=4 * MiB, multipart_chunksize=4 * MiB, transfer_concurrency=4)
+    s3_proxy.corrupt_object_bodies = True
+
+    with pytest.raises(StorageError) as info:
+        hook.download(f"s3://{bucket}/d/", str(tmp_path / "out"))
+
+    assert f"downloaded s3://{bucket}/d/model.bin has MD5" in str(info.value) and "corrupted" in str(info.value)
+    assert os.listdir(tmp_path / "out") == []  # neither the file nor its temp
