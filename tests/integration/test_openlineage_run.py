@@ -27,7 +27,7 @@ from tests.operators.lineage.openlineage_schema import validate_event
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(600)]  # a CLI run: 1-3 min under load
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ("stage_code", "prefetch_data", "upload_artifacts")
+STAGES = ("stage_code", "prefetch_data", "upload_artifacts", "publish_model")
 
 SCRIPT = textwrap.dedent('''
     import json, os
@@ -107,3 +107,8 @@ def test_a_runs_openlineage_events_validate_and_link_the_model_to_its_inputs(sto
     assert facet["codeDigest"] == code_digest and facet["dataVersions"] == {"train": data_version}
     assert facet["jobName"] == "ol-run" and facet["runId"] == run_id
     assert facet["lineageUri"] == values["upload_artifacts"]["lineage_uri"]
+    # publish_model reports the same model, made from the same code and data versions
+    [published] = complete["publish_model"]["outputs"]
+    assert (published["namespace"], published["name"]) == (model["namespace"], model["name"])
+    assert published["facets"][LINEAGE_FACET]["codeDigest"] == code_digest
+    assert published["facets"][LINEAGE_FACET]["dataVersions"] == {"train": data_version}
