@@ -151,7 +151,7 @@ browser-deps:
 # A test importing conftest by name runs conftest.py a second time as another module (a second AIRFLOW_HOME).
 lint: install
 	$(VENV)/bin/ruff check --quiet .
-	@bad=$$(grep -rlE --include='*.py' '^\s*(from conftest import|import conftest\b)' tests/ | xargs); test -z "$$bad" || { echo "lint: $$bad import conftest by name, which runs conftest.py again as a second module (a second AIRFLOW_HOME): move what they need into a module of its own (like tests/counting_proxy.py)"; exit 1; }
+	@bad=$$(grep -rlE --include='*.py' '^\s*(from conftest import|import conftest\b|from [a-z_.]*\.conftest import|import [a-z_.]*\.conftest\b)' tests/ | xargs); test -z "$$bad" || { echo "lint: $$bad import conftest by name, which runs conftest.py again as a second module (a second AIRFLOW_HOME): move what they need into a module of its own (like tests/counting_proxy.py)"; exit 1; }
 
 # The unit and component tests (real MinIO, Docker, peer runtimes, ...) wait more than they compute: they run on
 # TEST_WORKERS xdist workers, a module per worker (tests/conftest.py): 656 tests in 2 min 10 s instead of 9 min.

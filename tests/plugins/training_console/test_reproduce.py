@@ -7,7 +7,7 @@ import pytest
 from fastapi import HTTPException
 
 from operators.lineage.record import write_record
-from tests.operators.lineage.conftest import CODE_DIGEST, sample_job, sample_record
+from tests.operators.lineage.lineage_samples import CODE_DIGEST, sample_job, sample_record
 from training_console.jobs import Job
 from training_console.reproduce import reproduction
 
