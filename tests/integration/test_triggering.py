@@ -154,7 +154,7 @@ def test_trigger_form_params_in_the_served_dags(airflow_services):
     assert params["source_dir"]["value"] is None and params["source_dir"]["schema"]["minLength"] == 1
     assert params["layout"]["schema"]["enum"] == [None, "ti", "sagemaker", "pai", "modelarts"]
     assert {p["schema"].get("section") for p in params.values()} == {
-        "Job", "Code", "Data", "Resources", "Search", "Early stopping"}
+        "Job", "Code", "Data", "Resources", "Search", "Early stopping", "Reproduce"}
     assert all(p["description"] for p in params.values())
 
     status, details = api.call("GET", "/api/v2/dags/training_job/details")
