@@ -226,9 +226,10 @@ def carried_record(workspace: str, job_name: str, room: int) -> str | None:
     return packed if len(packed) <= room else None
 
 
-def keep_carried(workspace: str, packed: str, sha256: str) -> LineageRecord:
+def keep_carried(workspace: str, packed: str, sha256: str, job_name: str) -> LineageRecord:
     """Keep, in this side's state directory, the record `carried_record` packed, when its bytes have the sha256 the
-    upload reported (what it published); LineageError (one line) when it is not such a record."""
+    upload reported (what it published) and it is the record of `job_name` (the job this side validated: a record
+    never lands in another job's state); LineageError (one line) when it is not such a record."""
     try:
         inflate = zlib.decompressobj()
         data = inflate.decompress(base64.b64decode(packed, validate=True), MAX_RECORD_BYTES)
@@ -237,6 +238,8 @@ def keep_carried(workspace: str, packed: str, sha256: str) -> LineageRecord:
     if inflate.unconsumed_tail or hashlib.sha256(data).hexdigest() != sha256:
         raise LineageError("the carried lineage record is not the one the upload published (its sha256 differs)")
     record = LineageRecord.from_json(data)
+    if record.job_name != job_name:
+        raise LineageError(f"the carried lineage record is job {record.job_name!r}'s, not {job_name!r}'s")
     ensure_state_dir(workspace, record.job_name)
     path = record_path(workspace, record.job_name)
     partial = f"{path}.{os.getpid()}.partial"

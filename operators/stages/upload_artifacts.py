@@ -86,7 +86,7 @@ class UploadArtifactsOperator(JobStageOperator):
         if not packed or not sha256:
             return
         try:
-            keep_carried(training_settings().workspace, str(packed), str(sha256))
+            keep_carried(training_settings().workspace, str(packed), str(sha256), self.spec.job_name)
         except (LineageError, OSError) as err:
             self.log.warning("The lineage record of %s is not kept on this side: %s", self.spec.job_name, err)
         else:

@@ -94,5 +94,5 @@ def test_the_upload_step_carries_the_kept_lineage_record_to_the_worker(make_cont
     assert result["status"] == "succeeded" and result[LINEAGE_CARRIED]
     assert len(json.dumps({"result": result}, separators=(",", ":"))) <= 4096  # a termination message holds it
     worker = str(tmp_path / "worker-ws")
-    kept = keep_carried(worker, result[LINEAGE_CARRIED], result["lineage_sha256"])
+    kept = keep_carried(worker, result[LINEAGE_CARRIED], result["lineage_sha256"], ctx.spec.job_name)
     assert kept == read_record(worker, ctx.spec.job_name) and kept.outcome.model_uri == result["model_uri"]

@@ -198,11 +198,14 @@ def test_a_worker_keeps_the_carried_record_only_when_it_is_what_the_upload_publi
     packed = carried_record(cluster, record.job_name, room=4096)
     assert packed and len(packed) < len(record.to_json())  # compressed: it must fit a termination message
     assert carried_record(cluster, record.job_name, room=10) is None
-    assert keep_carried(worker, packed, sha256) == record
+    with pytest.raises(LineageError, match="not 'another-job''s"):
+        keep_carried(worker, packed, sha256, "another-job")  # never into another job's state
+    assert read_record(worker, "another-job") is None
+    assert keep_carried(worker, packed, sha256, record.job_name) == record
     assert read_record(worker, record.job_name) == record
 
     other = str(tmp_path / "other-ws")
     for bad, why in ((packed, "is not the one the upload published"), ("not base64!", "cannot be read")):
         with pytest.raises(LineageError, match=why):
-            keep_carried(other, bad, sha256 if bad is not packed else "0" * 64)
+            keep_carried(other, bad, sha256 if bad is not packed else "0" * 64, record.job_name)
     assert read_record(other, record.job_name) is None
