@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import abc
 from dataclasses import MISSING, Field, dataclass, field, fields
+from functools import cache
 from types import UnionType
 from typing import Any, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -166,8 +167,14 @@ def read_result(cls: type[R], value: Any) -> R | None:
     if cls is StagedChannels:  # its XCom is the plain mapping of channel name to channel
         channels = {name: read_result(StagedChannel, info) for name, info in value.items()}
         return cls({name: channel for name, channel in channels.items() if channel is not None})  # type: ignore[return-value]
+    return cls(**{f.name: _field_value(value.get(f.name, MISSING), hint, f) for f, hint in _typed_fields(cls)})
+
+
+@cache
+def _typed_fields(cls: type) -> tuple[tuple[Field, Any], ...]:
+    """Each field of `cls` with its type, resolved once (the console reads thousands of results per list)."""
     hints = get_type_hints(cls)
-    return cls(**{f.name: _field_value(value.get(f.name, MISSING), hints[f.name], f) for f in fields(cls)})
+    return tuple((f, hints[f.name]) for f in fields(cls))
 
 
 def _field_value(value: Any, hint: Any, spec: Field) -> Any:
