@@ -1,11 +1,15 @@
 """Each stage's typed result. to_dict() is exactly the XCom dict the stage has always returned (the pipelines, the
 console, the SDK and the data-plane step's outcome read those keys); from_dict() reads one back, so a result
-round-trips through JSON: from_dict(json.loads(json.dumps(r.to_dict()))) == r."""
+round-trips through JSON: from_dict(json.loads(json.dumps(r.to_dict()))) == r. read_result() reads one back without
+ever raising, for the readers of what any release recorded (the console)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections import abc
+from dataclasses import MISSING, Field, dataclass, field, fields
+from functools import cache
+from types import UnionType
+from typing import Any, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
 
 
 @dataclass(frozen=True)
@@ -145,3 +149,67 @@ class LaunchSummary:
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchSummary:
         return cls(bool(data["succeeded"]), data.get("exit_code"), dict(data.get("metrics") or {}),
                    data.get("failure_class"), dict(data.get("restarts") or {}), data.get("image_digest"))
+
+
+R = TypeVar("R")
+
+
+# -- reading what a run recorded ------------------------------------------------------------------------------------
+# The readers of a run's XComs (the console) meet what any release wrote: an older release's result lacks a field this
+# one added, a hand-edited or broken XCom has a field of another type. They read it with read_result, which never
+# raises: the fields it can read, and for the rest the field's default (a required one: its type's empty value).
+
+def read_result(cls: type[R], value: Any) -> R | None:
+    """`value` (a decoded XCom) as `cls`; None when it is not a mapping. A well-formed result reads as from_dict reads
+    it; a field missing or not of its type takes its default instead of failing the whole result."""
+    if not isinstance(value, Mapping):
+        return None
+    if cls is StagedChannels:  # its XCom is the plain mapping of channel name to channel
+        channels = {name: read_result(StagedChannel, info) for name, info in value.items()}
+        return cls({name: channel for name, channel in channels.items() if channel is not None})  # type: ignore[return-value]
+    return cls(**{f.name: _field_value(value.get(f.name, MISSING), hint, f) for f, hint in _typed_fields(cls)})
+
+
+@cache
+def _typed_fields(cls: type) -> tuple[tuple[Field, Any], ...]:
+    """Each field of `cls` with its type, resolved once (the console reads thousands of results per list)."""
+    hints = get_type_hints(cls)
+    return tuple((f, hints[f.name]) for f in fields(cls))
+
+
+def _field_value(value: Any, hint: Any, spec: Field) -> Any:
+    read = _as_type(value, hint)
+    if read is not MISSING:
+        return read
+    if spec.default is not MISSING:
+        return spec.default
+    if spec.default_factory is not MISSING:
+        return spec.default_factory()
+    return _empty(hint)
+
+
+def _as_type(value: Any, hint: Any) -> Any:
+    """`value` as `hint` (the types of this module's fields), or MISSING when it is not one."""
+    if value is MISSING:
+        return MISSING
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):
+        if value is None and type(None) in args:
+            return None
+        return next((read for read in (_as_type(value, arg) for arg in args if arg is not type(None))
+                     if read is not MISSING), MISSING)
+    if origin is abc.Mapping:
+        return dict(value) if isinstance(value, Mapping) else MISSING
+    if origin is tuple:
+        return tuple(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else MISSING
+    if hint is bool:
+        return value if isinstance(value, bool) else MISSING
+    if hint is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else MISSING
+    if hint is str:
+        return value if isinstance(value, str) else MISSING
+    return MISSING
+
+
+def _empty(hint: Any) -> Any:
+    return {str: "", int: 0, bool: False}.get(hint, ())

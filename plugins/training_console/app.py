@@ -38,7 +38,9 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from airflow.models.xcom import XComModel
 from sqlalchemy import select
 
-from operators.stage_names import LAUNCH_TRAINING, STAGES, STAGE_LABELS, UPLOAD_ARTIFACTS, VALIDATE_SPEC
+from operators.engine.results import UploadedArtifacts
+from operators.job_outputs import FAILURE, METRICS, MODEL, OUTPUT_ARCHIVE
+from operators.stage_names import LAUNCH_TRAINING, STAGES, STAGE_LABELS
 from operators.tracking.metrics import METRIC_SERIES_KEY, is_system_metric
 from training_console import artifacts, compare, lineage, output_files, reproduce, vendor
 from training_console.docs_behind_login import add_docs_behind_login
@@ -52,7 +54,7 @@ from training_console.warmup import warm_up
 from training_console.web_boundary import refuse_cross_site, security_headers
 
 STATIC = Path(__file__).parent / "static"
-ARTIFACTS = ("model.tar.gz", "metrics.json", "failure", "output.tar.gz")
+ARTIFACTS = (MODEL, METRICS, FAILURE, OUTPUT_ARCHIVE)  # what .../artifacts/{name} serves, in the order its 404 names
 CAN_READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 CAN_CHANGE_TASKS = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
 
@@ -180,7 +182,7 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
         check_served_paths(spec)
     owner = files_owner(job)
     summary = job.summary(_now())
-    upload = job.xcoms.get(UPLOAD_ARTIFACTS) if isinstance(job.xcoms.get(UPLOAD_ARTIFACTS), dict) else {}
+    upload = job.upload
     output = artifacts.output_uri(spec)
     listed = artifacts.describe(spec, upload, job.state(LAUNCH_TRAINING))
     stages = [{"stage": s, "label": STAGE_LABELS[s], "task_id": job.prefix + s, "state": job.state(s),
@@ -190,7 +192,7 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
         **summary,
         "spec": spec,
         "conf": job.conf,
-        "validated": isinstance(job.xcoms.get(VALIDATE_SPEC), dict),
+        "validated": job.validated is not None,
         "stages": stages,
         "task_prefix": job.prefix,
         "output_uri": output,
@@ -203,7 +205,7 @@ def get_job(dag_id: str, run_id: str, map_index: int, session: SessionDep, user:
     }
 
 
-def _why_it_ended(job: Job, spec: dict, upload: dict, status: str) -> str | None:
+def _why_it_ended(job: Job, spec: dict, upload: UploadedArtifacts | None, status: str) -> str | None:
     """Who stopped it and when; else the training's own failure file (the user's traceback tail, the launcher's
     reason); else what the failed stage recorded (the refused spec, the refused path, the storage error)."""
     if status == "stopped" and job.stop_note:

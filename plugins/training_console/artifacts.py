@@ -19,6 +19,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response, Str
 from training_runtime.contract import METRICS_STREAM
 
 from operators.console_urls import console_url
+from operators.engine.results import UploadedArtifacts
 from operators.fs.job_root import JobRoot
 from operators.job_outputs import FAILURE, METRICS, MODEL, OUTPUT_ARCHIVE, OUTPUT_DIR, job_of_model_uri, job_output_uri
 from operators.launch.outcome import read_failure_reason
@@ -50,10 +51,11 @@ def _job_root(spec: Mapping[str, Any]) -> str | None:
     return training_settings().job_root(spec["job_name"])
 
 
-def describe(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_state: str | None) -> list[dict[str, Any]]:
+def describe(spec: Mapping[str, Any], upload: UploadedArtifacts | None,
+             launch_state: str | None) -> list[dict[str, Any]]:
     """The artifacts the upload stage reported (name, URI), plus where checkpoints go."""
     out = output_uri(spec)
-    uploaded = dict((upload or {}).get("artifacts") or {})
+    uploaded = dict(upload.artifacts) if upload else {}
     rows = [{"name": name, "uri": uri, "available": True} for name, uri in uploaded.items()]
     if out and not uploaded:  # not uploaded yet (running) or the upload never ran: say where they will be
         rows = [{"name": name, "uri": out + name, "available": False} for name in (MODEL, METRICS)]
@@ -62,10 +64,11 @@ def describe(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_state: s
     return rows
 
 
-def failure_reason(spec: Mapping[str, Any], upload: Mapping[str, Any], launch_state: str | None) -> str | None:
+def failure_reason(spec: Mapping[str, Any], upload: UploadedArtifacts | None,
+                   launch_state: str | None) -> str | None:
     """The runtime's failure file: from the upload result, else the job root (the upload may not have run)."""
-    if upload and upload.get("failure"):
-        return str(upload["failure"]).strip()
+    if upload and upload.failure:
+        return upload.failure.strip()
     root = _job_root(spec)
     if root and launch_state in ("failed", "skipped", "up_for_retry"):
         return read_failure_reason(root)  # the tenant's file: no link followed (operators/fs)

@@ -3,7 +3,8 @@
 A job is the stage chain of one spec in one DAG run: the tasks `[<group>.]validate_spec ... publish_model` with one map
 index (a hyperparameter search runs one job per trial, as mapped task group instances). What the pipeline records is
 enough: the validated spec (validate_spec's XCom), the launch summary (final metrics, failure class), the upload
-result (model URI, failure reason), task states and times, and in a retraining run the decision of its
+result (model URI, failure reason), each read once into its typed result (operators/engine/results.py read_result:
+an XCom an older release wrote, or a malformed one, reads as what it has and never fails the page), task states and times, and in a retraining run the decision of its
 approve_promotion task. Four queries for every job of the instance, the rest is done in Python: sorting by a metric
 needs every row anyway, and it stays well under a second for thousands of jobs (tests/plugins/test_jobs_scale.py
 measures it).
@@ -21,6 +22,7 @@ from airflow.models.taskinstance import TaskInstance as TI, TaskInstanceNote
 from airflow.models.xcom import XComModel
 from sqlalchemy import and_, func, or_, select
 
+from operators.engine.results import LaunchSummary, UploadedArtifacts, read_result
 from operators.stage_names import (
     LAUNCH_TRAINING, PREFETCH_DATA, PUBLISH_MODEL, RESTORE, STAGE_CODE, STAGE_LABELS, STAGES, UPLOAD_ARTIFACTS,
     VALIDATE_SPEC, WRITE_CONFIGS,
@@ -49,7 +51,9 @@ class Job:
     run_after: datetime | None = None
     conf: Mapping[str, Any] = field(default_factory=dict)
     tis: dict[str, tuple] = field(default_factory=dict)  # stage -> (state, start, end, try_number)
-    xcoms: dict[str, Any] = field(default_factory=dict)  # stage -> return value
+    validated: dict[str, Any] | None = None  # the spec validate_spec pushed (None: not validated, or not a spec)
+    launch: LaunchSummary | None = None  # launch_training's summary (a failed launch's "outcome")
+    upload: UploadedArtifacts | None = None  # upload_artifacts' result
     reasons: dict[str, str] = field(default_factory=dict)  # stage -> why it failed (its XCom "failure_reason")
     run_note: str | None = None
     launch_note: str | None = None  # the note of this job's launch_training task instance
@@ -77,6 +81,15 @@ class Job:
                 "reason": record.get("reason") or "", "at": record.get("responded_at"),
                 "timed_out": bool(record.get("timed_out")), "timeout": record.get("timeout")}
 
+    def record_result(self, stage: str, value: Any) -> None:
+        """One of RESULT_STAGES' XComs (decoded), read into its typed result; what is not one is None."""
+        if stage == VALIDATE_SPEC:
+            self.validated = value if isinstance(value, dict) else None
+        elif stage == LAUNCH_TRAINING:
+            self.launch = read_result(LaunchSummary, value)
+        elif stage == UPLOAD_ARTIFACTS:
+            self.upload = read_result(UploadedArtifacts, value)
+
     def stage_reason(self) -> str | None:
         """What the first failed stage recorded about its failure."""
         failed = next((s for s in STAGES if self.state(s) == "failed" and self.reasons.get(s)), None)
@@ -85,8 +98,7 @@ class Job:
     @property
     def spec(self) -> dict[str, Any]:
         """The spec validate_spec pushed, or {}: the raw conf of a refused spec never names files or connections."""
-        validated = self.xcoms.get(VALIDATE_SPEC)
-        return validated if isinstance(validated, dict) else {}
+        return self.validated if self.validated is not None else {}
 
     @property
     def key(self) -> dict[str, Any]:
@@ -149,8 +161,7 @@ class Job:
     def summary(self, now: datetime) -> dict[str, Any]:
         spec = self.spec
         status, failed_stage = self.status()
-        launch = self.xcoms.get(LAUNCH_TRAINING) if isinstance(self.xcoms.get(LAUNCH_TRAINING), dict) else {}
-        upload = self.xcoms.get(UPLOAD_ARTIFACTS) if isinstance(self.xcoms.get(UPLOAD_ARTIFACTS), dict) else {}
+        launch, upload = self.launch, self.upload
         created = self.created()
         approval = self.approval_decision()
         return {
@@ -161,7 +172,7 @@ class Job:
             "status": status,
             "failed_stage": failed_stage,
             "failed_stage_label": STAGE_LABELS.get(failed_stage) if failed_stage else None,
-            "failure_class": launch.get("failure_class") if status == "failed" else None,
+            "failure_class": launch.failure_class if launch and status == "failed" else None,
             "stopped_by": self.stop_note if status == "stopped" else None,
             "created": created.isoformat() if created else None,
             "durations": self.durations(now),
@@ -170,9 +181,9 @@ class Job:
             "instance_count": spec.get("instance_count"),
             "resources": spec.get("resources") or {},
             "image_uri": spec.get("image_uri"),
-            "metrics": launch.get("metrics") or {},
-            "restarts": launch.get("restarts") or {},  # an elastic job's hosts started again: host -> times
-            "model_uri": upload.get("model_uri"),
+            "metrics": dict(launch.metrics) if launch else {},
+            "restarts": dict(launch.restarts) if launch else {},  # an elastic job's hosts started again: host -> times
+            "model_uri": upload.model_uri if upload else None,
             "resume_from": spec.get("resume_from"),
             "tags": spec.get("tags") or {},
             "hyperparameters": spec.get("hyperparameters") or {},
@@ -262,6 +273,7 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
         state, after, conf, note = run_info.get((dag_id, rid), (None, None, None, None))
         job.run_state, job.run_after, job.run_note = state, after, note
         job.conf = decode_xcom(conf) or {}
+    from_return: set[tuple] = set()  # (job, stage) whose return value was read: a failed launch's "outcome" yields
     for dag_id, rid, task_id, map_index, value, key in xcoms:  # "outcome": the summary of a failed launch
         if task_id == APPROVAL_TASK:  # the run's decision: its job is the run's one plain job
             job = jobs.get((dag_id, rid, "", map_index))
@@ -277,8 +289,10 @@ def load_jobs(session, *, dag_ids: Iterable[str] | None = None, run_id: str | No
         elif job is not None and key == QUEUE_KEY:
             queue = decode_xcom(value)
             job.queue = queue if isinstance(queue, dict) else None
-        elif job is not None and split[1] in RESULT_STAGES and (key == "return_value" or split[1] not in job.xcoms):
-            job.xcoms[split[1]] = decode_xcom(value)
+        elif job is not None and split[1] in RESULT_STAGES and (id(job), split[1]) not in from_return:
+            if key == "return_value":
+                from_return.add((id(job), split[1]))
+            job.record_result(split[1], decode_xcom(value))
     return list(jobs.values())
 
 

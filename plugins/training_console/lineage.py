@@ -26,7 +26,6 @@ from operators.fs.job_root import JobRoot
 from operators.job_outputs import MODEL, job_of_model_uri
 from operators.lineage.record import LineageError, LineageRecord, ParentModel, read_record, record_dict
 from operators.settings import training_settings
-from operators.stage_names import UPLOAD_ARTIFACTS
 from training_console.artifacts import output_uri, storage_of
 from training_console.jobs import Job, load_jobs, load_jobs_cached
 from training_console.spec_access import THIS_RUN, check_served_paths, files_owner
@@ -172,8 +171,7 @@ def job_lineage(job: Job, readable: ReadableJobs, workspace: str | None = None) 
     except (OSError, ValueError) as err:
         return {**empty, "note": f"the lineage record of this run cannot be read: {_one_line(err)}"}
     if record is None:
-        upload = job.xcoms.get(UPLOAD_ARTIFACTS)
-        published = upload.get("lineage_uri") if isinstance(upload, dict) and files_owner(job) == THIS_RUN else None
+        published = job.upload.lineage_uri if job.upload and files_owner(job) == THIS_RUN else None
         return {**empty, "note": ELSEWHERE.format(uri=published) if published else NO_RECORD}
     if job.spec:
         check_served_paths(job.spec)

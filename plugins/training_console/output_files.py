@@ -22,6 +22,7 @@ from fastapi.responses import Response
 from training_console.artifacts import output_uri, remote_link, storage_of, stream_file
 
 from operators.fs.job_root import JobRoot
+from operators.job_outputs import FAILURE
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ PREVIEW_BYTES = 64 * 1024  # shown inline, the rest cut
 REMOTE_PREVIEW_MAX = 4 * 1024 * 1024  # an object is read whole to preview it: larger ones are only linked
 TEXT_SUFFIXES = (".txt", ".log", ".json", ".jsonl", ".csv", ".tsv", ".yaml", ".yml", ".md", ".out", ".err", ".ini",
                  ".cfg", ".toml", ".py", ".sh")
-TEXT_NAMES = ("failure",)
+TEXT_NAMES = (FAILURE,)  # the failure reason: text without a suffix
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 

@@ -19,9 +19,13 @@ from typing import Any, Callable, Iterator, Mapping, TextIO
 from training_sdk.errors import TrainingJobError, TrainingSdkError
 from training_sdk.session import ApiError, Session
 
+# What the SDK reads of the platform's runs: the stages' task ids (operators/stage_names.py) and the upload result's
+# failure (operators/engine/results.py UploadedArtifacts). The SDK installs without the platform (no Airflow, no
+# operators/), so it names them here; tests/sdk/test_platform_names.py holds them to the platform's own.
 LAUNCH_TASK = "launch_training"
 UPLOAD_TASK = "upload_artifacts"
 PUBLISH_TASK = "publish_model"
+UPLOAD_FAILURE = "failure"
 STOP_NOTE_PREFIX = "Stopped by "  # the training-jobs view writes the same (plugins/training_console/stop.py)
 TERMINAL_RUN_STATES = ("success", "failed")
 # A task try whose log is complete: the try is over.
@@ -186,8 +190,8 @@ class TrainingJob:
             if reason:
                 return reason
         upload = self.session.xcom(self.dag_id, self.run_id, self.task_prefix + UPLOAD_TASK, map_index=self.map_index)
-        if isinstance(upload, Mapping) and upload.get("failure"):
-            return str(upload["failure"]).strip()
+        if isinstance(upload, Mapping) and isinstance(upload.get(UPLOAD_FAILURE), str) and upload[UPLOAD_FAILURE]:
+            return upload[UPLOAD_FAILURE].strip()
         if tis:
             return (f"task {tis[0]['task_id']} failed without an error in its log (its process died before it could "
                     f"report one: see that task's log and the scheduler's)")

@@ -232,14 +232,14 @@ def run_local(est, inputs: Mapping[str, str], *, job_name: str | None = None, lo
     launcher = platform.LocalLauncherHook(sandbox=os.environ.get("TRAINING_LOCAL_SANDBOX", "none"),
                                           environment_names=(), lease_seconds=60.0, network="host")
     with _one_line(platform, spec.job_name):
-        results = _stages_before_training(platform, ctx, launcher, given_inputs)
+        channels, written, results = _stages_before_training(platform, ctx, launcher, given_inputs)
     print(f"[training_sdk] local job {spec.job_name}: {code_files} code files, "
-          f"{len(results['prefetch'])} channel(s), {len(results['write_configs']['hosts'])} host(s), job root "
+          f"{len(channels.channels)} channel(s), {len(written.hosts)} host(s), job root "
           f"{layout.root}", file=sys.stderr, flush=True)
 
     job_root = platform.JobRootHere(layout, ctx.log)  # the launch's view of the job root, as the DAG's launch stage's
     with _one_line(platform, spec.job_name):  # checkpoint_path unreachable at the start or the end
-        result, metrics = _train(platform, ctx, launcher, job_root, results["prefetch"], logs)
+        result, metrics = _train(platform, ctx, launcher, job_root, channels.to_dict(), logs)
     results["launch"] = platform.launch_summary(result, metrics.final()).to_dict()
     succeeded = result.succeeded and os.path.isfile(layout.success_file)
     reason = None
@@ -275,17 +275,18 @@ def _validate(platform, spec_dict: Mapping[str, Any]):
         raise SpecValidationError(err.field, str(err).split(": ", 1)[-1]) from None
 
 
-def _stages_before_training(platform, ctx, launcher, given_inputs: Mapping[str, str]) -> dict[str, Any]:
-    """The engine's stages before the training, in the DAG's order; their result dicts, as the upload's lineage
-    record reads them. A channel's URI in them is the one the user gave (the engine read its local copy)."""
+def _stages_before_training(platform, ctx, launcher, given_inputs: Mapping[str, str]):
+    """The engine's stages before the training, in the DAG's order: the staged channels and written configs (typed,
+    what this run reads) and every result as the dict the upload's lineage record reads (an XCom's shape). A
+    channel's URI there is the one the user gave (the engine read its local copy)."""
     staged = platform.stage_code(ctx)
     channels = platform.prefetch_data(ctx)
-    prefetch = {name: {**info, "uri": given_inputs.get(name, info["uri"])}
-                for name, info in channels.to_dict().items()}
+    prefetch = {name: {**channel.to_dict(), "uri": given_inputs.get(name, channel.uri)}
+                for name, channel in channels.channels.items()}
     written = platform.write_configs(ctx, channels, hosts=launcher)
     restored = platform.restore(ctx)
-    return {"stage_code": staged.to_dict(), "prefetch": prefetch, "write_configs": written.to_dict(),
-            "restore": restored.to_dict()}
+    return channels, written, {"stage_code": staged.to_dict(), "prefetch": prefetch, "write_configs": written.to_dict(),
+                               "restore": restored.to_dict()}
 
 
 def _train(platform, ctx, launcher, files, channels: Mapping[str, Any], logs: bool):

@@ -21,7 +21,10 @@ from typing import Any, Mapping, Sequence
 
 from training_sdk.errors import TrainingJobError, TrainingSdkError
 from training_sdk.estimator import Estimator, default_job_name
-from training_sdk.job import TrainingJob
+from training_sdk.job import LAUNCH_TASK, TrainingJob
+
+# The search DAG's tasks the tuner reads (operators/pipelines/search.py): the summary of every trial, the best model.
+SUMMARY_TASK, BEST_MODEL_TASK = "summarize", "publish_best_model"
 
 SEARCH_DAG = "hyperparameter_search"
 
@@ -125,7 +128,7 @@ class HyperparameterTuner:
             if logs:
                 for ti in job.session.task_instances(job.dag_id, job.job_name):
                     key = (ti["task_id"], ti.get("map_index", -1))
-                    if ti["task_id"].endswith(("launch_training", "summarize")) and ti.get("state") and \
+                    if ti["task_id"].endswith((LAUNCH_TASK, SUMMARY_TASK)) and ti.get("state") and \
                             reported.get(key) != ti["state"]:
                         reported[key] = ti["state"]
                         where = f"trial {key[1] + 1}" if key[1] >= 0 else key[0]
@@ -144,7 +147,7 @@ class HyperparameterTuner:
     def summary(self) -> dict[str, Any] | None:
         """Every trial (params, status, objective value, model URI) and the best one (the search's summarize task)."""
         job = self._job()
-        return job.session.xcom(job.dag_id, job.job_name, "summarize")
+        return job.session.xcom(job.dag_id, job.job_name, SUMMARY_TASK)
 
     def best_training_job(self) -> str:
         summary = self.summary() or {}
@@ -162,7 +165,7 @@ class HyperparameterTuner:
     def model_data(self) -> str | None:
         """The best trial's model URI (the search's publish_best_model result)."""
         job = self._job()
-        return job.session.xcom(job.dag_id, job.job_name, "publish_best_model")
+        return job.session.xcom(job.dag_id, job.job_name, BEST_MODEL_TASK)
 
     def best_estimator(self) -> Estimator:
         """The estimator with the best trial's hyperparameters (fit() it again, e.g. on more data)."""
@@ -188,7 +191,7 @@ class _TrialJob(TrainingJob):
         return self.search.describe()
 
     def _row(self) -> dict[str, Any]:
-        summary = self.session.xcom(self.dag_id, self.search.job_name, "summarize") or {}
+        summary = self.session.xcom(self.dag_id, self.search.job_name, SUMMARY_TASK) or {}
         return next((row for row in summary.get("trials", []) if row["job_name"] == self.job_name), {})
 
     def model_data(self) -> str | None:

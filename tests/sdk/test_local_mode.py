@@ -60,9 +60,10 @@ def test_local_fit_runs_the_runtime_with_the_pai_contract_and_writes_the_artifac
                     output_path=str(tmp_path / "models"), base_job_name="pai-local")
     job = est.fit({"train": str(train), "labels": f"file://{labels}"})
 
-    out = capsys.readouterr().out
-    assert "epoch=2 loss=0.1000" in out  # the training's lines reach stdout
+    captured = capsys.readouterr()
+    assert "epoch=2 loss=0.1000" in captured.out  # the training's lines reach stdout
     assert job.status == "Completed" and job.job_name.startswith("pai-local-")
+    assert "2 channel(s), 1 host(s)" in captured.err  # read from the engine's typed results
     model = est.model_data()
     assert model == str(tmp_path / "models" / job.job_name / "output" / "model.tar.gz")
     with tarfile.open(model) as tar:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from operators.engine.results import (
-    LaunchSummary, Restored, StagedChannel, StagedChannels, StagedCode, UploadedArtifacts, WrittenConfigs,
+    LaunchSummary, Restored, StagedChannel, StagedChannels, StagedCode, UploadedArtifacts, WrittenConfigs, read_result,
 )
 
 CASES = [
@@ -56,3 +56,34 @@ def test_a_summary_of_an_older_xcom_names_no_image():
 def test_each_result_is_today_s_xcom_and_round_trips_through_json(result, xcom):
     assert result.to_dict() == xcom
     assert type(result).from_dict(json.loads(json.dumps(result.to_dict()))) == result
+
+
+@pytest.mark.parametrize("result, xcom", CASES)
+def test_a_well_formed_xcom_reads_as_from_dict_reads_it(result, xcom):
+    assert read_result(type(result), json.loads(json.dumps(xcom))) == result
+
+
+def test_an_older_release_s_xcom_reads_with_the_fields_it_has():
+    """The console reads what any release recorded: a launch summary without "succeeded" (written before it was kept)
+    or an upload result without lineage still gives its metrics, failure class, model and failure."""
+    launch = read_result(LaunchSummary, {"metrics": {"loss": 0.5}, "failure_class": "user_error"})
+    assert launch == LaunchSummary(False, None, {"loss": 0.5}, "user_error")
+    upload = read_result(UploadedArtifacts, {"status": "failed", "failure": "Traceback ...\nValueError: x\n",
+                                             "artifacts": {"failure": "s3://o/a/output/failure"}})
+    assert upload.failure == "Traceback ...\nValueError: x\n" and upload.lineage_uri is None
+    assert not upload.succeeded and upload.artifacts == {"failure": "s3://o/a/output/failure"}
+
+
+def test_a_malformed_xcom_never_raises():
+    """A field of another type takes its default, the others stay; what is not a mapping is no result at all."""
+    launch = read_result(LaunchSummary, {"succeeded": "yes", "exit_code": "1", "metrics": [1, 2],
+                                         "failure_class": "platform_error", "restarts": "algo-1"})
+    assert launch == LaunchSummary(False, None, {}, "platform_error", {})
+    upload = read_result(UploadedArtifacts, {"status": 3, "artifacts": ["model.tar.gz"],
+                                             "model_uri": "s3://o/a/output/model.tar.gz"})
+    assert upload == UploadedArtifacts("", {}, "s3://o/a/output/model.tar.gz")
+    assert read_result(WrittenConfigs, {"hosts": "algo-1"}) == WrittenConfigs((), "")
+    assert read_result(StagedChannels, {"train": {"entry": "/e", "is_file": True, "uri": "s3://b/t"}, "bad": 3}) == \
+        StagedChannels({"train": StagedChannel("/e", True, "s3://b/t")})
+    for value in (None, "model.tar.gz", ["succeeded"], 3):
+        assert read_result(LaunchSummary, value) is None

@@ -16,9 +16,9 @@ def job(run_id, states, *, prefix="", map_index=-1, metrics=None, spec=None, dag
             j.tis[stage] = (state, t if state not in ("scheduled", "queued", "upstream_failed") else None,
                             t + timedelta(seconds=10) if state in ("success", "failed", "skipped") else None, 1)
         t += timedelta(seconds=10)
-    j.xcoms["validate_spec"] = {"job_name": run_id, "base_job_name": "demo", "backend": "local", "layout": "ti",
-                                "instance_count": 2, "resources": {"cpu": 2}, **(spec or {})}
-    j.xcoms["launch_training"] = {"metrics": metrics or {}, "failure_class": "user_error"}
+    j.record_result("validate_spec", {"job_name": run_id, "base_job_name": "demo", "backend": "local", "layout": "ti",
+                                      "instance_count": 2, "resources": {"cpu": 2}, **(spec or {})})
+    j.record_result("launch_training", {"metrics": metrics or {}, "failure_class": "user_error"})
     return j
 
 
@@ -82,7 +82,7 @@ def test_a_thousand_jobs_sorted_by_a_metric_page_in_order():
 def test_a_job_stopped_from_the_view_is_stopped_with_who_and_when_not_a_platform_error():
     note = "Stopped by alice at 2026-11-23 03:01:00 UTC"
     stopped = job("st", ["success"] * 5 + ["failed", "success", "upstream_failed"])
-    stopped.xcoms["launch_training"] = {"metrics": {}, "failure_class": "platform_error"}
+    stopped.record_result("launch_training", {"metrics": {}, "failure_class": "platform_error"})
     stopped.launch_note = note
     row = stopped.summary(T0 + timedelta(hours=1))
     assert (row["status"], row["failure_class"], row["stopped_by"]) == ("stopped", None, note)
@@ -185,6 +185,6 @@ def test_a_filter_that_cannot_be_read_is_one_line_saying_what_to_write(kwargs, w
 
 def test_an_elastic_job_says_which_hosts_were_started_again():
     elastic = job("elastic-run", OK)
-    elastic.xcoms["launch_training"] = {"metrics": {}, "restarts": {"elastic-run-1": 1}}
+    elastic.record_result("launch_training", {"metrics": {}, "restarts": {"elastic-run-1": 1}})
     assert elastic.summary(T0)["restarts"] == {"elastic-run-1": 1}
     assert job("static-run", OK).summary(T0)["restarts"] == {}  # nothing to say

@@ -85,7 +85,7 @@ def test_the_job_api_says_who_decided_the_promotion_and_why(retraining_runs):
 
 def test_a_job_of_a_dag_without_approval_has_no_approval_field():
     plain = Job("training_job", "r", -1, "")
-    plain.xcoms["validate_spec"] = {"job_name": "r"}
+    plain.record_result("validate_spec", {"job_name": "r"})
     assert "approval" not in plain.summary(datetime.datetime.now(datetime.timezone.utc))
     plain.approval = "not a record"
     assert plain.approval_decision() is None

@@ -59,7 +59,7 @@ def publish(tmp, rec) -> None:
 
 
 def job(tmp, name: str, run_id: str, parent: str | None = None, dag_id: str = "training_job") -> Job:
-    return Job(dag_id, run_id, -1, "", tis=dict(DONE), xcoms={"validate_spec": spec(tmp, name, parent)})
+    return Job(dag_id, run_id, -1, "", tis=dict(DONE), validated=spec(tmp, name, parent))
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_a_job_without_a_kept_record_says_so_in_one_line(chain):
     assert lineage.job_lineage(again, lineage.ReadableJobs(lambda: jobs))["note"] == lineage.NO_RECORD
     # the upload ran in the cluster's data plane: its kept copy is there; the note says so and where it is published
     published = str(world / "models/middle/output/lineage.json")
-    jobs[1].xcoms["upload_artifacts"] = {"status": "succeeded", "lineage_uri": published}
+    jobs[1].record_result("upload_artifacts", {"status": "succeeded", "lineage_uri": published})
     note = lineage.job_lineage(jobs[1], lineage.ReadableJobs(lambda: jobs))["note"]
     assert note.startswith("no lineage record kept where this Airflow keeps job state") and note.endswith(published)
 

@@ -29,7 +29,7 @@ def deferred(queue=None, line=None, run_id="demo-1"):
     for i, stage in enumerate(STAGES[:5]):
         job.tis[stage] = ("success", T0 + timedelta(seconds=i), T0 + timedelta(seconds=i + 1), 1)
     job.tis["launch_training"] = ("deferred", T0 + timedelta(seconds=5), None, 1)
-    job.xcoms["validate_spec"] = {"job_name": run_id, "backend": "kubernetes", "instance_count": 2}
+    job.record_result("validate_spec", {"job_name": run_id, "backend": "kubernetes", "instance_count": 2})
     job.queue = queue
     job.queue_line = line
     return job

@@ -16,7 +16,7 @@ RUN = "manual__2026-02-02T01:02:03"
 
 def _job(conf=None, prefix="", dag_id="training_job") -> Job:
     return Job(dag_id, RUN, -1, prefix, conf={"source_dir": "x"} if conf is None else conf,
-               xcoms={"validate_spec": sample_job()}, tis={"stage_code": ("success", None, None, 1)})
+               validated=sample_job(), tis={"stage_code": ("success", None, None, 1)})
 
 
 def test_a_finished_run_of_the_user_is_reproduced_on_its_own_dag_with_the_records_pins(tmp_path):

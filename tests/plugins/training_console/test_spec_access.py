@@ -17,7 +17,7 @@ def test_a_refused_spec_names_nothing_the_view_serves():
     with pytest.raises(HTTPException) as err:
         require_validated(job.spec)
     assert err.value.status_code == 409 and "not validated" in err.value.detail
-    job.xcoms["validate_spec"] = {"job_name": "j", "output_path": "s3://b/m"}
+    job.record_result("validate_spec", {"job_name": "j", "output_path": "s3://b/m"})
     assert require_validated(job.spec) == {"job_name": "j", "output_path": "s3://b/m"}
 
 
@@ -49,8 +49,8 @@ def test_a_job_root_another_run_holds_is_not_this_runs_files(tmp_path, monkeypat
 
     monkeypatch.setenv("AIRFLOW__TRAINING__WORKSPACE", str(tmp_path / "ws"))
     spec = {"job_name": "bobs-job", "output_path": "s3://b/m"}
-    bob = Job("training_job", "bob-run", -1, "", xcoms={"validate_spec": spec})
-    alice = Job("training_job", "alice-run", -1, "", xcoms={"validate_spec": spec},
+    bob = Job("training_job", "bob-run", -1, "", validated=spec)
+    alice = Job("training_job", "alice-run", -1, "", validated=spec,
                 tis={"stage_code": ("failed", None, None, 1)})
     assert files_owner(bob) == files_owner(alice) == NOT_YET  # nobody claimed it: nothing written there yet
     with pytest.raises(HTTPException, match="no files yet"):
@@ -61,7 +61,7 @@ def test_a_job_root_another_run_holds_is_not_this_runs_files(tmp_path, monkeypat
     with pytest.raises(HTTPException) as err:
         require_own_files(alice)
     assert err.value.status_code == 404 and err.value.detail == OTHER_RUN
-    other_dag = Job("retraining", "bob-run", -1, "", xcoms={"validate_spec": spec})
+    other_dag = Job("retraining", "bob-run", -1, "", validated=spec)
     assert files_owner(other_dag) == ANOTHER_RUN  # the claim names the DAG too
 
 
@@ -70,8 +70,8 @@ def test_a_run_past_the_lease_keeps_its_files_once_retention_removed_the_claim(t
 
     monkeypatch.setenv("AIRFLOW__TRAINING__WORKSPACE", str(tmp_path / "ws"))
     spec = {"job_name": "old-job", "output_path": "s3://b/m"}
-    done = Job("training_job", "r1", -1, "", xcoms={"validate_spec": spec},
+    done = Job("training_job", "r1", -1, "", validated=spec,
                tis={"stage_code": ("success", None, None, 1), "publish_model": ("success", None, None, 1)})
-    refused = Job("training_job", "r2", -1, "", xcoms={"validate_spec": spec},
+    refused = Job("training_job", "r2", -1, "", validated=spec,
                   tis={"validate_spec": ("success", None, None, 1), "stage_code": ("failed", None, None, 1)})
     assert files_owner(done) == THIS_RUN and files_owner(refused) == NOT_YET
