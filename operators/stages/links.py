@@ -12,6 +12,8 @@ from __future__ import annotations
 from airflow.sdk import BaseOperatorLink
 
 from operators.console_urls import artifact_url, job_page_url, run_view_url
+from operators.job_outputs import FAILURE, MODEL
+from operators.stage_names import LAUNCH_TRAINING
 
 
 class _JobLink(BaseOperatorLink):
@@ -28,7 +30,7 @@ class ModelArtifactsLink(_JobLink):
     name = "Model"
 
     def url(self, dag_id, run_id, map_index):
-        return artifact_url(dag_id, run_id, map_index, "model.tar.gz")
+        return artifact_url(dag_id, run_id, map_index, MODEL)
 
 
 class MetricsLink(_JobLink):
@@ -46,7 +48,7 @@ class FailureReasonLink(_JobLink):
     name = "Failure reason"
 
     def url(self, dag_id, run_id, map_index):
-        return artifact_url(dag_id, run_id, map_index, "failure")
+        return artifact_url(dag_id, run_id, map_index, FAILURE)
 
     def get_link(self, operator, *, ti_key) -> str:
         if not _job_failed(ti_key):
@@ -62,7 +64,7 @@ def _job_failed(ti) -> bool:
     if str(getattr(ti, "state", "") or "") in ("failed", "up_for_retry"):
         return True
     group, _, _ = ti.task_id.rpartition(".")
-    launch = f"{group}.launch_training" if group else "launch_training"
+    launch = f"{group}.{LAUNCH_TRAINING}" if group else LAUNCH_TRAINING
     try:
         outcome = ti.xcom_pull(task_ids=launch, key="outcome", map_indexes=ti.map_index)
     except Exception:  # noqa: BLE001 - a link must never fail the task; when in doubt, offer it
