@@ -34,7 +34,6 @@ The distributed launcher variables come from :mod:`training_runtime.distributed`
 """
 
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -212,8 +211,12 @@ def _detect_gpus(environ):
 
 def _detect_cpus():
     # What ti-containers and sagemaker-training report (the machine's CPUs); a launcher
-    # that limits CPUs says so with trainingjobconfig num_cpus.
-    return multiprocessing.cpu_count()
+    # that limits CPUs says so with trainingjobconfig num_cpus. multiprocessing.cpu_count(), without importing
+    # multiprocessing (~0.015 s of pickle and socket imports at every start).
+    count = os.cpu_count()
+    if count is None:
+        raise NotImplementedError("cannot determine number of cpus")
+    return count
 
 
 def _ti_network_interface(job, environ):

@@ -32,7 +32,6 @@ from training_runtime import (
     process,
     requirements,
     sagemaker,
-    submit,
     system_metrics,
     validation,
 )
@@ -139,6 +138,9 @@ def _run(root, current_host, layout_name, check_only, environ, host_wait=None, d
     wait_seconds = hosts.wait_seconds(host_wait, environ)
     layout, job = config.load_job(root, layout_name, current_host, environ)
     if layout.name == "sagemaker" and not check_only:
+        # lazy: fetching a submit directory needs urllib/http/ssl (~0.03 s), only in the sagemaker layout
+        from training_runtime import submit
+
         submit.fetch(sagemaker.submit_directory(job), layout.code_dir, environ)
     validation.validate(job, layout)
     script = validation.resolve_entry_point(job, layout) if not job.command else None

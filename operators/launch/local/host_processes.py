@@ -60,6 +60,16 @@ class HostProcess:
         except (OSError, ValueError):
             return None
 
+    def wait(self, timeout: float) -> None:
+        """Until the process ended or `timeout` s passed (a reattached process, not our child: `timeout` s)."""
+        if self.proc:
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            time.sleep(timeout)
+
     def returncode(self) -> int | None:
         if self.proc:
             return self.proc.poll()

@@ -8,7 +8,6 @@ log takes it waits in its log file, which its disk cap holds: RLIMIT_FSIZE).
 from __future__ import annotations
 
 import queue
-import time
 from typing import Callable, Protocol
 
 MAX_LINE_BYTES = 64 * 1024
@@ -18,6 +17,7 @@ MAX_QUEUED_LINES = 10_000
 class FollowedHost(Protocol):
     log_path: str
     running: Callable[[], bool]
+    wait: Callable[[float], None]  # returns when the process ended or `timeout` s passed
 
 
 def follow_log(host: FollowedHost, prefix: str, lines: queue.Queue) -> None:
@@ -43,7 +43,9 @@ def follow_log(host: FollowedHost, prefix: str, lines: queue.Queue) -> None:
                 continue
             if finished:
                 break
-            time.sleep(0.1)
+            # Woken by the process's end rather than a fixed sleep: a short job's last lines (and its end) are seen
+            # at once, not up to 0.1 s later.
+            host.wait(0.1)
         if pending:
             lines.put(prefix + pending.decode("utf-8", "replace"))
     lines.put(None)

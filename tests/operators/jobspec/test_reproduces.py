@@ -7,7 +7,7 @@ import pytest
 
 from operators.jobspec.errors import SpecError
 from operators.launch.spec import validate_spec
-from operators.pipelines.params import training_job_params
+from operators.pipelines.params import training_job_params, validating_schema
 
 VERSION = "a" * 64
 DIGEST = "sha256:" + "c" * 64
@@ -49,5 +49,5 @@ def test_a_malformed_digest_or_an_unknown_key_is_refused_naming_it():
 def test_the_trigger_form_offers_it_as_an_optional_object():
     param = training_job_params()["reproduces"]
     assert param.value is None and "null" in param.schema["type"] and "object" in param.schema["type"]
-    assert param.schema["properties"]["allow_changed_data"]["type"] == "boolean"
-    assert param.schema["additionalProperties"] is False
+    assert validating_schema(param.schema)["properties"]["allow_changed_data"]["type"] == "boolean"
+    assert validating_schema(param.schema)["additionalProperties"] is False

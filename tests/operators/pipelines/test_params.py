@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from operators.pipelines.params import training_job_params
+from operators.pipelines.params import training_job_params, validating_schema
 from operators.jobspec.model import JobSpec
 
 GOOD = {"source_dir": "s3://b/code/", "output_path": "s3://b/models", "entry_point": "train.py"}
@@ -40,8 +40,8 @@ def test_object_fields_default_to_empty_objects_and_lists_not_null():
 
 def test_metric_definitions_are_a_list_of_objects_with_name_and_regex():
     schema = training_job_params()["metric_definitions"].schema
-    assert schema["type"] == ["array", "null"]
-    item = schema["items"]
+    assert schema["type"] == ["array", "null"] and schema["items"]["type"] == "object"  # the form: a JSON editor
+    item = validating_schema(schema)["items"]
     assert item["type"] == "object" and set(item["required"]) == {"Name", "Regex"}
     assert item["additionalProperties"] is False
 
@@ -55,9 +55,9 @@ def test_enums_are_dropdowns_with_labels_and_run_defaults_may_stay_empty():
     assert params["layout"].schema["values_display"]["pai"].startswith("PAI")
     # A word or the elastic object: a field of several types, each form checked by the schema's anyOf.
     assert params["distribution"].schema["type"] == ["null", "string", "object"]
-    assert params["distribution"].schema["anyOf"][0]["enum"] == ["pytorch", "tensorflow", "mpi"]
+    assert validating_schema(params["distribution"].schema)["anyOf"][0]["enum"] == ["pytorch", "tensorflow", "mpi"]
     assert params["backend"].value is None and params["job_name"].value is None
-    assert params["kubernetes"].schema["properties"]["image_pull_policy"]["enum"] == [
+    assert validating_schema(params["kubernetes"].schema)["properties"]["image_pull_policy"]["enum"] == [
         None, "Always", "IfNotPresent", "Never"]
 
 
@@ -140,3 +140,47 @@ def test_params_name_draft_7_and_refuse_what_the_default_dialect_refuses():
                                       format_checker=FormatChecker())
         for value in [param.value, *samples]:
             assert draft7.is_valid(value) == latest.is_valid(value), (name, value)
+
+
+# What Airflow's trigger form reads of a Param's schema (airflow/ui FlexibleForm: FieldSelector, FieldRow, the fields).
+FORM_KEYS = ("type", "enum", "values_display", "section", "title", "description_md", "examples", "format", "minLength",
+             "maxLength", "minimum", "maximum")
+
+
+def test_the_form_reads_on_each_param_what_its_whole_schema_says():
+    """A Param with nested keywords keeps them behind a "$ref" (the whole schema, which validates); what the form
+    renders from is on top, as the whole schema says it: the form is the one the spec model gave before."""
+    for name, param in training_job_params().items():
+        whole = validating_schema(param.schema)
+        for key in FORM_KEYS:
+            if key in whole:
+                assert param.schema.get(key) == whole[key], (name, key)
+        if isinstance(whole.get("items"), dict):
+            assert param.schema["items"].get("type") == whole["items"].get("type"), name  # lines or a JSON editor
+        assert param.schema.get("section"), name
+
+
+def test_a_pass_over_the_params_checks_small_schemas():
+    """Airflow checks each Param's schema against draft 7's meta-schema every time it resolves one (~56 times a
+    dag.test() run, 2 per operator each time the dag-processor serializes the DAG); that check walks every subschema
+    draft 7 knows. Nested keywords sit under "$defs", which it does not walk: a pass walks 27 subschemas (110 before,
+    then ~3/4 of a pass's cost), and the whole schema still passes the meta-schema check."""
+    from jsonschema import Draft7Validator
+
+    def walked(schema) -> int:  # the subschemas draft 7's meta-schema descends into ("$defs" is not one of them)
+        if isinstance(schema, list):
+            return sum(walked(v) for v in schema)
+        if not isinstance(schema, dict):
+            return 0
+        return 1 + sum(walked(list(v.values()) if k in ("properties", "patternProperties", "definitions") else v)
+                       for k, v in schema.items() if k in ("properties", "additionalProperties", "patternProperties",
+                                                           "propertyNames", "items", "anyOf", "oneOf", "allOf", "not",
+                                                           "definitions", "dependencies"))
+
+    params = training_job_params()
+    assert sum(walked(p.schema) for p in params.values()) <= 40
+    for name, param in params.items():
+        Draft7Validator.check_schema(param.schema)
+        Draft7Validator.check_schema(validating_schema(param.schema))
+        if "$ref" in param.schema:
+            assert "section" not in validating_schema(param.schema), name  # the form's keys do not validate
