@@ -34,7 +34,7 @@ from operators.airflow_compat import AirflowFailException
 from operators.job_outputs import search_summary_uri
 from operators.jobspec.model import SpecError, base_name_from, job_name_from
 from operators.launch.spec import validate_spec
-from operators.pipelines.params import training_job_params
+from operators.pipelines.params import PARAM_SCHEMA_DIALECT, training_job_params
 from operators.pipelines.template import training_job_tasks
 from operators.settings import training_settings
 from operators.tuning.early_stopping import EARLY_STOPPING_RULES, early_stopping_config, read_trial_report
@@ -141,6 +141,8 @@ def search_params(defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
                                        description="asha: keep the best 1/factor at each rung; rungs are "
                                                    "grace_steps * factor^k."),
     })
+    for param in params.values():  # the search's own Params too: draft 7's meta-schema check is the cheap one
+        param.schema.setdefault("$schema", PARAM_SCHEMA_DIALECT)
     return params
 
 

@@ -22,3 +22,15 @@ def test_summary_rows_best_and_table():
     assert trial_status({"succeeded": True}, {"model_uri": "x"}, None) == "completed"
     assert trial_status(None, {"status": "failed"}, {"reason": "median"}) == "stopped_early"
     assert trial_status(None, None, None) == "failed"
+
+
+def test_every_search_param_names_draft_7():
+    """The search's own Params (objective, strategy, early stopping...) are checked at every resolve like the job's:
+    they name draft 7, whose meta-schema check is the cheap one (bench/README.md, "No-op job")."""
+    from jsonschema import Draft7Validator
+    from jsonschema.validators import validator_for
+
+    from operators.pipelines.search import search_params
+
+    for name, param in search_params().items():
+        assert validator_for(param.schema) is Draft7Validator, name
