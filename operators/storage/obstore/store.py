@@ -16,7 +16,6 @@ from datetime import timedelta
 
 from botocore.httpsession import get_cert_path
 
-from operators.storage.obstore.heap import keep_freed_buffers
 from operators.storage.remote import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
@@ -81,8 +80,6 @@ def make_store(settings: EngineSettings, bucket: str):
     from obstore.store import (
         S3Store,  # lazy: obstore is optional (botocore serves the bucket without it)
     )
-
-    keep_freed_buffers()  # the chunks of its transfers reuse the heap instead of faulting fresh pages (obstore.heap)
 
     credentials = settings.credentials
 
