@@ -9,6 +9,12 @@ against `aws s3 sync`, `s5cmd cp` and a plain sequential boto3 loop (list, then 
 Warm: the same channel again with nothing changed. Ours is a cache hit (a fresh hook pair, as a new task builds
 it: one listing, zero object bytes); against `aws s3 sync` and `s5cmd sync` into their populated destinations.
 
+The objects of the benchmark are uploaded by `s5cmd cp`, which stores no checksum: ours verifies each single-part
+object by its MD5 (the ETag), ~1.65 ms of CPU per MiB. Objects the platform uploads (ObjectStorageHook.upload_dir)
+carry a CRC64NVME, verified for ~0.02 ms per MiB; `--platform-uploaded` (default: the datasets of objects below 16 MiB)
+stages a second copy of those datasets uploaded that way and adds a cold row of ours for it, in the same round-robin
+as s5cmd (which verifies nothing either way).
+
 Everything talks to one MinIO server on loopback (bench/_s3server.py). Ours runs in this process (the stage runs in
 an Airflow task process that has already imported Airflow and boto3), with a fresh hook per run, so connection
 lookup and client creation are included; the CLI tools are child processes, so their start-up is included (it is
@@ -45,6 +51,9 @@ from _common import (  # noqa: E402
 from _s3server import S3Server  # noqa: E402
 
 KiB = 1024
+# Ours on the copy the platform uploaded: each object verified by the CRC64NVME stored with it (the other rows of ours
+# verify the s5cmd-uploaded objects by their MD5 ETags).
+PLATFORM_ROW = "ours: DataCacheHook.prefetch, platform-uploaded (CRC64NVME)"
 BUCKET = "bench-staging"
 DATASETS = {
     "full": [("1000 x 1 MiB", 1000, MiB), ("10000 x 16 KiB", 10000, 16 * KiB), ("1 x 2 GiB", 1, 2048 * MiB)],
@@ -93,6 +102,9 @@ def main() -> None:
     parser.add_argument("--skip-sequential", action="store_true", help="skip the sequential boto3 loop")
     parser.add_argument("--ours-only", action="store_true", help="only our rows (e.g. to compare two versions)")
     parser.add_argument("--skip-aws", action="store_true", help="no awscli rows (its 2 GiB run is the longest)")
+    parser.add_argument("--platform-uploaded", choices=["small", "all", "none"], default="small",
+                        help="also stage a copy uploaded by the platform (a stored CRC64NVME) of the datasets of "
+                             "small objects (< 16 MiB, the default), of all, or of none")
     args = parser.parse_args()
 
     workdir = os.path.abspath(args.workdir)
@@ -125,9 +137,17 @@ def main() -> None:
         results: dict = {"datasets": {}, "server_ceiling": {}}
         # The server's ceiling: GETs of one object with a trivial client (no signing, no parsing, no files).
         ceiling_rows = []
+        def platform_uploaded(size: int) -> bool:
+            return args.platform_uploaded == "all" or (args.platform_uploaded == "small" and size < 16 * MiB)
+
         for name, count, size in datasets:
             src = make_source(os.path.join(workdir, "src", slug(name)), count, size)
             upload_source(server, src, slug(name) + "/")
+            if platform_uploaded(size):
+                # The same files as the platform uploads them (the upload_artifacts stage, the SDK's channels):
+                # each object carries its CRC64NVME, which the download verifies instead of an MD5.
+                ObjectStorageHook(settings=settings).upload_dir(src, f"s3://{BUCKET}/{slug(name)}-platform/")
+                server.client().delete_object(Bucket=BUCKET, Key=f"{slug(name)}-platform/.complete")
         # Small objects only: 8 threads GETting a 2 GiB object for 4 s measure no request rate and time out at load
         # (`--only 1000x-1mib 1x-2gib` made the 2 GiB object one of "the first two").
         for name, count, size in [d for d in datasets if d[2] <= 16 * MiB][:2]:
@@ -154,12 +174,19 @@ def main() -> None:
             total = count * size
             dst = os.path.join(workdir, "dst", slug(name))
             cache_dir = os.path.join(dst, "cache")
+            platform_cache_dir = os.path.join(dst, "cache-platform")
             paths = {t: os.path.join(dst, t) for t in ("download", "aws", "s5cmd", "seq")}
             print(f"== {name}: {total / MiB:.0f} MiB; load {load_average()[0]:.2f}", flush=True)
 
             def prefetch() -> dict:
                 forget_data_loader()  # a task process parses botocore's data once: so does each run
                 entry = DataCacheHook(cache_dir, ObjectStorageHook(settings=settings)).prefetch(uri, user="bench")
+                return {"reused": entry.reused, "files": entry.files}
+
+            def prefetch_platform_uploaded() -> dict:
+                forget_data_loader()
+                entry = DataCacheHook(platform_cache_dir, ObjectStorageHook(settings=settings)).prefetch(
+                    f"s3://{BUCKET}/{slug(name)}-platform/", user="bench")
                 return {"reused": entry.reused, "files": entry.files}
 
             def download() -> None:
@@ -194,6 +221,8 @@ def main() -> None:
                 ("ours: DataCacheHook.prefetch", prefetch, empty(cache_dir)),
                 ("ours: ObjectStorageHook.download", download, empty(paths["download"])),
             ]
+            if platform_uploaded(size):
+                cold_runs.append((PLATFORM_ROW, prefetch_platform_uploaded, empty(platform_cache_dir)))
             if aws:
                 cold_runs.append(("aws s3 sync", cli(aws_sync), empty(paths["aws"])))
             if s5cmd:
@@ -242,6 +271,9 @@ def main() -> None:
                 "goals": {
                     "cold_vs_aws": aws_wall / ours_cold if aws_wall else None,
                     "cold_vs_s5cmd": s5_wall / ours_cold if s5_wall else None,
+                    # the issue-48 goal's figure where there is one: integrity checked by a stored checksum
+                    "cold_vs_s5cmd_stored_checksum": (s5_wall / by[PLATFORM_ROW].wall
+                                                      if s5_wall and PLATFORM_ROW in by else None),
                     "warm_speedup": ours_cold / warm[0].wall,
                     "peak_mb": {name: peak for name, (peak, _) in ours_peak.items()},
                     "peak_over_base_mb": {name: over for name, (_, over) in ours_peak.items()},
