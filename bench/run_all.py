@@ -58,6 +58,10 @@ def goals() -> str:
             want = (1.2 if data["size"] <= 64 * 1024 else 1.0) if small else 0.9
             if g.get("cold_vs_s5cmd") is not None:
                 row(f"cold staging {name} >= {want}x s5cmd", f"{g['cold_vs_s5cmd']:.2f}x", g["cold_vs_s5cmd"] >= want)
+            if g.get("cold_vs_s5cmd_stored_checksum") is not None:  # issue 48: verified by the stored CRC64NVME
+                stored = g["cold_vs_s5cmd_stored_checksum"]
+                row(f"cold staging {name}, platform-uploaded (CRC64NVME), >= {want}x s5cmd", f"{stored:.2f}x",
+                    stored >= want)
             if small and g.get("cold_vs_aws") is not None:
                 row(f"cold staging {name} >= 2x `aws s3 sync`", f"{g['cold_vs_aws']:.2f}x", g["cold_vs_aws"] >= 2.0)
             cpu = {r["name"]: 1000 * r["cpu_median"] / data["count"] for r in data["cold"]}
