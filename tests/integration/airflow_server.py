@@ -9,7 +9,7 @@ started as separate processes on a FREE loopback port with their own AIRFLOW_HOM
         run = airflow_server.wait_for_run("training_job", run["dag_run_id"])
 
 Or outside pytest: `with AirflowServer(tmp_dir) as server: ...`. `AirflowServer(home, db_url=...)` puts the metadata DB
-elsewhere (the production-shaped tests pass PostgreSQL's URL: tests/integration/test_production_deployment.py);
+elsewhere (`airflow_deployment(..., postgres)` on a database of the session's PostgreSQL, as production runs);
 `kill(name)` / `restart(name)` kill and start one component. What it shares with `make airflow`: the repository's
 airflow.cfg, dags/ and plugins/, and the secrets file written by tools/airflow_secrets.py (jwt secret, [api]
 secret_key, fernet key) loaded into every component's environment. What differs: AIRFLOW_HOME (a temp dir with its
