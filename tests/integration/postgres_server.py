@@ -52,6 +52,7 @@ class PostgresServer:
         self.dir: Path | None = None
         self.port = _free_port()
         self.proc: subprocess.Popen | None = None
+        self.migrated_template: str | None = None  # a database `airflow db migrate` made (airflow_server.py)
 
     @property
     def url(self) -> str:
@@ -60,9 +61,11 @@ class PostgresServer:
     def url_of(self, database: str) -> str:
         return f"postgresql+psycopg2://{USER}@127.0.0.1:{self.port}/{database}"
 
-    def create_database(self, name: str) -> str:
-        """A second database in the session's cluster (a deployment of its own beside the one on `url`); its URL."""
-        self.sql(f"CREATE DATABASE {name} OWNER {USER}", database="postgres")
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """A second database in the session's cluster (a deployment of its own beside the one on `url`), a copy of
+        `template` when given (no session may be connected to that one); its URL."""
+        copy = f" TEMPLATE {template}" if template else ""
+        self.sql(f"CREATE DATABASE {name}{copy} OWNER {USER}", database="postgres")
         return self.url_of(name)
 
     def _as_owner(self) -> dict:

@@ -70,8 +70,7 @@ def celery_deployment(tmp_path_factory, postgres_server, redis_server, real_clus
                "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
                "AIRFLOW__CELERY__BROKER_URL": redis_server.url,
                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2"}
-        db_url = postgres_server.create_database("airflow_celery")
-        with airflow_deployment(tmp_path_factory, db_url=db_url, extra_env=env, name="airflow-celery") as server:
+        with airflow_deployment(tmp_path_factory, postgres_server, extra_env=env, name="airflow-celery") as server:
             deployment = CeleryDeployment(server, volume, namespace)
             for i, name in enumerate(WORKERS):
                 _start_worker(deployment, name, log_port=server.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from airflow_server import AirflowServer
+from airflow_server import AirflowServer, migrated_template
 
 from counting_proxy import CountingProxy, aws_connection_json
 
@@ -141,8 +141,8 @@ def airflow_env(proxy_url: str, s3_server) -> dict[str, str]:
 class ServedRuns:
     """The runs triggered over the REST API of the served components (scheduler + LocalExecutor)."""
 
-    def __init__(self, home: Path, env: dict[str, str], db_url: str) -> None:
-        self.server = AirflowServer(home, extra_env=env, db_url=db_url)
+    def __init__(self, home: Path, env: dict[str, str], db_url: str, migrated: bool = False) -> None:
+        self.server = AirflowServer(home, extra_env=env, db_url=db_url, migrated=migrated)
         self.home = home
         self.peak_running = 0
 
@@ -174,7 +174,7 @@ class ServedRuns:
 
 
 def test_twenty_runs_at_once_share_one_download_and_all_complete(postgres_server, s3_server, load_proxy,
-                                                                  object_store, tmp_path):
+                                                                  object_store, tmp_path, tmp_path_factory):
     bucket = object_store.bucket("load")
     channel = {f"shard-{i:03d}.bin": os.urandom(64 * 1024) for i in range(CHANNEL_OBJECTS)}
     for name, data in channel.items():
@@ -189,7 +189,9 @@ def test_twenty_runs_at_once_share_one_download_and_all_complete(postgres_server
     home = tmp_path / "airflow"
     env = airflow_env(load_proxy.url, s3_server)
 
-    with ServedRuns(home, env, postgres_server.create_database("airflow_load")) as driver:
+    db_url = postgres_server.create_database("airflow_load", template=migrated_template(tmp_path_factory,
+                                                                                        postgres_server))
+    with ServedRuns(home, env, db_url, migrated=True) as driver:
         load_proxy.reset()
         started = time.monotonic()
         driver.submit(confs)

@@ -52,8 +52,7 @@ SCRIPT = """
 @pytest.fixture(scope="module")
 def production(tmp_path_factory, postgres_server):
     env = {**FAST_RECOVERY, "AIRFLOW__TRAINING_KUBERNETES__PROFILES": json.dumps(PROFILES)}
-    with airflow_deployment(tmp_path_factory, db_url=postgres_server.url, extra_env=env,
-                            name="airflow-production") as server:
+    with airflow_deployment(tmp_path_factory, postgres_server, extra_env=env, name="airflow-production") as server:
         server.postgres = postgres_server
         yield server
 
@@ -118,9 +117,11 @@ def test_runs_triggered_over_rest_complete_on_postgresql_with_separate_component
     run = server.trigger("training_job", job_conf(tmp_path, "prod-smoke", steps=2), run_id="prod-smoke")
     assert server.wait_for_run("training_job", run["dag_run_id"])["state"] == "success"
     # The run, its task instances and the scheduler's job rows are PostgreSQL's rows.
-    rows = server.postgres.sql("SELECT task_id, state FROM task_instance WHERE run_id = 'prod-smoke'")
+    rows = server.postgres.sql("SELECT task_id, state FROM task_instance WHERE run_id = 'prod-smoke'",
+                               database="airflow_production")
     assert dict(rows)["upload_artifacts"] == "success" and len(rows) == 8
-    executors = server.postgres.sql("SELECT DISTINCT executor FROM task_instance WHERE run_id = 'prod-smoke'")
+    executors = server.postgres.sql("SELECT DISTINCT executor FROM task_instance WHERE run_id = 'prod-smoke'",
+                                    database="airflow_production")
     assert_trained_once_and_uploaded(server, tmp_path, "prod-smoke")
     assert executors in ([(None,)], [("LocalExecutor",)]), executors
 

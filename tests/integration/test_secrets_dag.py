@@ -174,25 +174,7 @@ def kubernetes_case(tmp_path, monkeypatch, capfd, namespace: str, admin: dict, j
 @pytest.mark.cluster
 def test_secrets_by_reference_on_kubernetes_live_only_in_the_jobs_secret(
         tmp_path, monkeypatch, capfd, kube_namespace, kube_admin):
-    """kubernetes on the real control plane; kwok plays the kubelet, so no script runs here (the real node test
-    below shows the script sees the values)."""
+    """kubernetes on the real control plane; kwok plays the kubelet, so no script runs here (the real node's test,
+    test_secrets_dag_real_node.py, shows the script sees the values)."""
     kubernetes_case(tmp_path, monkeypatch, capfd, kube_namespace, kube_admin, "secrets-kubernetes",
                     "training-base:latest")
-
-
-@pytest.mark.cluster
-@pytest.mark.slow
-@pytest.mark.timeout(600)  # also brings a control plane and a real node up (image import included)
-def test_secrets_by_reference_reach_the_script_on_a_real_node(tmp_path, monkeypatch, capfd, real_namespace,
-                                                              real_admin):
-    """The same on a real node (containerd + kubelet): the training script reads both values from its environment
-    (the kubelet resolved the secretKeyRefs) and prints them; the task log shows them masked."""
-    from real_node import IMAGE
-
-    token, password, models, task_log = kubernetes_case(tmp_path, monkeypatch, capfd, real_namespace, real_admin,
-                                                        "secrets-real", IMAGE)
-    with tarfile.open(models / "secrets-real" / "output" / "model.tar.gz") as tar:
-        seen = json.load(tar.extractfile("model.json"))
-    assert seen == {"token": hashlib.sha256(token.encode()).hexdigest(),
-                    "password": hashlib.sha256(password.encode()).hexdigest()}
-    assert "token is ***, password is ***" in task_log
