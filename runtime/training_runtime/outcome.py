@@ -57,14 +57,28 @@ def write_success(layout, layout_name=None):
     _write(layout.success_file, SUCCESS_TEXT.get(layout_name, "success"))
 
 
+#: How a host's failure starts when its elastic group broke up because another host failed (trainer.py): on a busy
+#: machine it can land in the shared job root before the failing host writes the cause, which then replaces it.
+GROUP_BROKE_UP = "the elastic group could not go on"
+
+
 def write_failure(layout, text):
     _remove(layout.success_file)
-    if _has_content(layout.failure_file):
+    if _has_content(layout.failure_file) and not (_starts_with(layout.failure_file, GROUP_BROKE_UP)
+                                                  and not text.startswith(GROUP_BROKE_UP)):
         log.info("keeping %s as the user code (or another host) wrote it", layout.failure_file)
         return
     capped = _cap(text)
     _write(layout.failure_file, capped)
     _tell_kubernetes(capped)
+
+
+def _starts_with(path, prefix):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(len(prefix)) == prefix
+    except OSError:
+        return False
 
 
 def _tell_kubernetes(text):

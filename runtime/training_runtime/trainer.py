@@ -287,7 +287,7 @@ def _raise_elastic_failure(what, result, state, script, stderr_tail):
         return  # no shim in front of a command or a .sh: torchrun's failure is the user code's, as without elastic
     lost = _elastic_note(state, "peer-lost")
     raise PlatformError(
-        "the elastic group could not go on (torchrun exit code %d%s): its restarts are used up or its rendezvous "
+        outcome.GROUP_BROKE_UP + " (torchrun exit code %d%s): its restarts are used up or its rendezvous "
         "is gone (host 0 holds it); the job may be retried and resumes from its last checkpoint"
         % (result.exit_code, "; last lost peer: " + lost if lost else ""),
         details=stderr_tail,

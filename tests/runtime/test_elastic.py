@@ -262,7 +262,7 @@ def test_the_script_s_own_error_fails_every_host_at_once_without_a_restart(make_
     logs = {h: (tmp_path / f"{h}.log").read_text() for h in HOSTS[:2]}
     # Host 1 fails with the script's error. Host 2 does too, or, on a busy machine, first loses the rendezvous store
     # that host 1's stopped agent held (exit 4, a platform error: on Kubernetes the Job has failed on host 1's exit 1
-    # already). Neither restarts.
+    # already). Neither restarts, and the job's reason is the script's error whichever host wrote first.
     assert codes["algo-1"] == 1 and codes["algo-2"] in (1, 4), logs
     for log in logs.values():
         assert "will restart worker group" not in log and "re-formed" not in log

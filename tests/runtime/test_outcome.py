@@ -142,3 +142,19 @@ def test_two_hosts_with_the_same_pid_finishing_at_once_both_write_success(tmp_pa
     outcome.write_success(layout, "ti")
     assert Path(layout.success_file).read_text() == "success"
     assert sorted(p.name for p in Path(layout.output_dir).iterdir()) == ["success"]  # no private file left
+
+
+def test_the_cause_replaces_a_peer_s_broken_group_failure_but_never_the_reverse(tmp_path):
+    """Two elastic hosts share the job root: host 1's script fails and its agent takes the rendezvous store down;
+    on a busy machine host 2 can write "the elastic group could not go on" first. The job's reason is the script's
+    error, whichever lands first; a second broken-group line never replaces a cause."""
+    from training_runtime import outcome
+    from training_runtime.layouts import layout_for
+
+    layout = layout_for("sagemaker", str(tmp_path))
+    outcome.write_failure(layout, outcome.GROUP_BROKE_UP + " (torchrun exit code 1): its rendezvous is gone")
+    outcome.write_failure(layout, "the user code (entry point train.py) failed with exit code 1: ValueError: lr")
+    assert Path(layout.failure_file).read_text().startswith("the user code (entry point train.py) failed")
+    outcome.write_failure(layout, outcome.GROUP_BROKE_UP + " (torchrun exit code 1): its rendezvous is gone")
+    outcome.write_failure(layout, "algo-3 failed too")
+    assert Path(layout.failure_file).read_text().startswith("the user code (entry point train.py) failed")
