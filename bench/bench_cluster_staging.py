@@ -368,6 +368,88 @@ def data_plane_env(kubeconfig: Path, namespace: str) -> dict[str, str]:
             **{f"AIRFLOW__TRAINING_KUBERNETES__{key}": value for key, value in settings.items()}}
 
 
+NOOP_STEPS = ("stage_code", "prefetch_data", "write_configs", "restore", "upload_artifacts")
+
+
+def noop_job_steps(server, volume: Path, spec, clocks: list, pods, repeats: int, results: dict) -> str:
+    """The five steps of a no-op job, run as the training_job DAG runs them (operators/pipelines/template.py: one after
+    the other, each its stage's operator as Airflow executes it, here in this process): the code (a one-file
+    .tar.gz), one small channel (a cache hit after the first job, as repeated jobs on one channel are), the configs,
+    nothing to restore, and the upload of what a no-op training leaves (an empty model, the success marker, written
+    between restore and the upload where the training Job would run). Per step: wall (submitted -> result read back)
+    and the container's lifetime. The first job is a warm-up (the channel's first download), not counted."""
+    import io
+    import tarfile
+
+    from training_runtime.layouts import layout_for
+
+    from operators.stages.prefetch_data import PrefetchDataOperator
+    from operators.stages.restore import RestoreOperator
+    from operators.stages.stage_code import StageCodeOperator
+    from operators.stages.upload_artifacts import UploadArtifactsOperator
+    from operators.stages.write_configs import WriteConfigsOperator
+
+    code = io.BytesIO()
+    with tarfile.open(fileobj=code, mode="w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size = len(b"pass\n")
+        tar.addfile(info, io.BytesIO(b"pass\n"))
+    client = server.client()
+    client.put_object(Bucket=BUCKET, Key="noop/code.tar.gz", Body=code.getvalue())
+    client.put_object(Bucket=BUCKET, Key="noop/data/rows.csv", Body=b"1\n")
+    runs: list[dict[str, tuple[float, float]]] = []
+    for index in range(repeats + 1):
+        job_name = f"noop-{os.getpid()}-{index}"
+        job = spec(job_name, f"s3://{BUCKET}/noop/data/")
+        job = job.model_copy(update={"source_dir": f"s3://{BUCKET}/noop/code.tar.gz"}).to_dict()
+        context = {"run_id": f"bench__{job_name}", "dag_id": "training_job", "ti": None}
+        said: dict[str, tuple[float, float]] = {}
+        channels = None
+        for step in NOOP_STEPS:
+            if step == "stage_code":
+                op = StageCodeOperator(task_id=step, job=job)
+            elif step == "prefetch_data":
+                op = PrefetchDataOperator(task_id=step, job=job)
+            elif step == "write_configs":
+                op = WriteConfigsOperator(task_id=step, job=job, channels=channels)
+            elif step == "restore":
+                op = RestoreOperator(task_id=step, job=job)
+            else:
+                no_op_training(layout_for("ti", str(volume / "jobs" / job_name)))
+                op = UploadArtifactsOperator(task_id=step, job=job)
+            started = time.perf_counter()
+            with pods.watch() as seen:
+                result = op.execute(context)
+            said[step] = (time.perf_counter() - started, PodCgroups.container_seconds(seen))
+            if step == "prefetch_data":
+                channels = result
+        if index:
+            runs.append(said)
+    rows = []
+    for step in NOOP_STEPS:
+        walls = sorted(run[step][0] for run in runs)
+        containers = sorted(run[step][1] for run in runs)
+        rows.append([step, walls[len(walls) // 2], containers[len(containers) // 2]])
+    total = sorted(sum(run[step][0] for step in NOOP_STEPS) for run in runs)[len(runs) // 2]
+    rows.append(["all five (median of the sums)", total, "-"])
+    results["noop_job_steps"] = {"runs": runs, "total_s": total}
+    return (f"The five steps of a no-op job (median of {repeats}, after a warm-up job; load "
+            f"{load_average()[0]:.2f}): they add {total:.1f} s to the job beyond its training Job (goal <= 6 s)\n\n"
+            + markdown_table(["step", "wall s", "container s"], rows))
+
+
+def no_op_training(layout) -> None:
+    """What a training that did nothing leaves in its job root: an empty model directory and the success marker,
+    as the training's uid in the workspace group (the step reads and packs them)."""
+    for path in (layout.model_dir, layout.output_dir):
+        os.makedirs(path, exist_ok=True)
+        os.chown(path, DATA_PLANE_UID, WORKSPACE_GROUP)
+        os.chmod(path, 0o2775)
+    with open(layout.success_file, "w"):
+        pass
+    os.chown(layout.success_file, DATA_PLANE_UID, WORKSPACE_GROUP)
+
+
 def _interrupt_on_sigterm() -> None:
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -383,6 +465,8 @@ def main() -> None:
     parser.add_argument("--workdir", default=os.path.join(RESULTS_DIR, "work"))
     parser.add_argument("--only", nargs="*", help="dataset names to run (default: all)")
     parser.add_argument("--verbose", action="store_true", help="print the steps' log lines")
+    parser.add_argument("--job", action="store_true",
+                        help="also the five steps of a no-op job, in the training_job DAG's order (issue 48)")
     args = parser.parse_args()
 
     from localcluster import DEFAULT_BIN_DIR
@@ -606,6 +690,10 @@ def main() -> None:
                                                 "s5cmd": 1000 * cold[1].extra("pod_cpu") / count},
                           "transfer_cpu_ms_per_object": transfer_cpu},
             }
+            print(sections[-1], flush=True)
+
+        if args.job:
+            sections.append(noop_job_steps(server, volume, spec, clocks, pods, args.repeats, results))
             print(sections[-1], flush=True)
 
         header = (
