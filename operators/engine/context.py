@@ -6,30 +6,38 @@ from __future__ import annotations
 import logging
 import os
 from functools import cached_property
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from training_runtime.layouts import layout_for
 
 from operators.engine.errors import StageFailed
 from operators.jobspec.errors import SpecError
-from operators.jobspec.model import JobSpec
 from operators.jobspec.ownership import OWNER_KEY, dag_owner, load_ownership
 from operators.state.job_state import ensure_state_dir
 from operators.state.lease import JobNameTaken, claim
 from operators.state.owner_records import OwnerRecord, check_spec_locations
+
+if TYPE_CHECKING:
+    from operators.jobspec.model import JobSpec
+    from operators.jobspec.validated import ValidatedSpec
 
 
 class JobContext:
     """One stage of one job: `job` the validated spec dict (what validate_spec returned), `dag_id`/`run_id` the run,
     `settings` the [training] settings whose workspace holds the job's files (the cluster's for a cluster data plane),
     `log` where the stage says what it did. `storage` (an ObjectStorageHook) and `layout` are built on first use unless
-    given; `owner` defaults to what validate_spec recorded (else the DAG's)."""
+    given; `owner` defaults to what validate_spec recorded (else the DAG's). `spec`: the JobSpec (default: built from
+    `job`), or a data-plane step's ValidatedSpec, which reads the worker's validated dict without pydantic."""
 
     def __init__(self, job: Mapping[str, Any], *, dag_id: str, run_id: str, settings: Any,
                  log: logging.Logger | logging.LoggerAdapter | None = None, owner: str | None = None,
-                 storage: Any = None, layout: Any = None, spec: JobSpec | None = None):
+                 storage: Any = None, layout: Any = None, spec: JobSpec | ValidatedSpec | None = None):
         self.job = dict(job)
-        self.spec = spec if spec is not None else JobSpec.from_dict(self.job)
+        if spec is None:
+            from operators.jobspec.model import JobSpec  # lazy: pydantic; a data-plane step gives a ValidatedSpec
+
+            spec = JobSpec.from_dict(self.job)
+        self.spec = spec
         self.dag_id = dag_id
         self.run_id = run_id
         self.settings = settings

@@ -5,9 +5,9 @@ Airflow's skip and fail (operators/stages/base.py), the data-plane step to its o
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Iterator
 
-from operators.fs.safe_tar import BadArchiveError
 from operators.storage.errors import StorageError
 
 
@@ -39,5 +39,10 @@ def failing_fast() -> Iterator[None]:
         if err.permanent:
             raise StageFailed(str(err)) from None
         raise
-    except BadArchiveError as err:
-        raise StageFailed(str(err)) from None
+    except Exception as err:
+        # An archive refused by operators/fs/safe_tar.py, looked up where it was raised: a process that never imported
+        # safe_tar (a data-plane step's cache hit: isal, tarfile) raised none, and need not import it to say so.
+        safe_tar = sys.modules.get("operators.fs.safe_tar")
+        if safe_tar is not None and isinstance(err, safe_tar.BadArchiveError):
+            raise StageFailed(str(err)) from None
+        raise

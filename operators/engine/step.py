@@ -17,6 +17,8 @@ from typing import Any, Callable, Mapping
 from operators import log_masking
 from operators.engine.context import JobContext
 from operators.engine.errors import StageFailed, StageSkipped, failing_fast
+from operators.jobspec.errors import SpecError
+from operators.jobspec.validated import ValidatedSpec
 from operators.launch.steps import OUTCOME_BYTES, STEP_ENV, report_outcome
 
 log = logging.getLogger(__name__)
@@ -90,9 +92,13 @@ def run_stage(payload: Mapping[str, Any], settings: Any = None) -> dict[str, Any
             from operators.settings import training_settings
 
             settings = training_settings()
+        try:  # the spec the worker validated, read without pydantic (operators/jobspec/validated.py says why)
+            spec = ValidatedSpec(payload["job"])
+        except SpecError as err:
+            raise StageFailed(f"invalid job spec: {err}") from None  # the same payload again fails the same way
         with failing_fast():
             ctx = JobContext(payload["job"], dag_id=payload["dag_id"], run_id=payload["run_id"], settings=settings,
-                             owner=payload.get("owner"), log=logging.getLogger("operators.engine.step"))
+                             owner=payload.get("owner"), log=logging.getLogger("operators.engine.step"), spec=spec)
             result = stage(ctx, **dict(payload.get("inputs") or {}))
     except StageSkipped as err:
         return {"skip": err.reason}

@@ -16,7 +16,6 @@ from operators.engine.context import JobContext
 from operators.engine.errors import StageFailed, failing_fast
 from operators.engine.results import Restored, StagedChannel, StagedChannels, StagedCode, WrittenConfigs
 from operators.fs.job_root import JobRoot
-from operators.fs.safe_tar import safe_extract
 from operators.job_outputs import MODEL
 from operators.jobspec.errors import SpecError
 from operators.jobspec.ownership import RESERVED_NAMES
@@ -215,6 +214,8 @@ def _restore(ctx: JobContext) -> Restored:
             ctx.log.info("resume_from=latest: no earlier model of %s's lineage %s under %s; training starts fresh",
                          ctx.owner, spec.base_job_name, spec.output_path)
         else:
+            from operators.fs.safe_tar import safe_extract  # lazy: isal and tarfile, for a model to resume from only
+
             with tempfile.TemporaryDirectory(dir=layout.root, prefix=".resume-") as tmp:
                 archive = os.path.join(tmp, MODEL)
                 storage.download(model_uri, archive)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from operators.storage.location import SCHEME_HINT
+
+if TYPE_CHECKING:  # pydantic only where an error is explained: SpecError is raised by readers that never validate
+    from pydantic import BaseModel, ValidationError
 
 _REQUIRED_HINTS = {
     "source_dir": f"give an object storage URI ({SCHEME_HINT}) or a local path",
@@ -46,6 +47,8 @@ def _show(value: Any) -> str:
 
 def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """The fields of the (nested) model at `loc`, for "unknown field" messages."""
+    from pydantic import BaseModel  # lazy: see above
+
     for part in loc:
         field = model.model_fields.get(part) if isinstance(part, str) else None
         if field is None:

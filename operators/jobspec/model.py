@@ -26,6 +26,7 @@ from operators.jobspec.errors import SpecError, detail_lines, first_error, probl
 from operators.storage.location import DEFAULT_CONNECTIONS, SCHEME_HINT
 from operators.storage.location import REMOTE_SCHEMES as SCHEMES
 from operators.jobspec.credentials import looks_like_secret
+from operators.jobspec.names import BACKENDS, CHANNEL_NAME, DNS1123_LABEL, MAX_JOB_NAME
 from operators.jobspec.ownership import OWNER_KEY
 from operators.jobspec.parts import (
     REFERENCE_FORMS,
@@ -44,15 +45,10 @@ from operators.jobspec.tags import normalise_tags
 
 __all__ = ["JobSpec", "SpecError", "validate_spec", "job_name_from", "base_name_from"]
 
-# The one list of backend names: the spec's `backend` field, the trigger form's dropdown and the launch registry.
-BACKENDS = ("local", "kubernetes", "docker")
 LAYOUTS = tuple(CONTAINER_ROOTS)  # the runtime's layouts
 DISTRIBUTIONS = tuple(RUNTIME_DISTRIBUTIONS)
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_JOB_NAME = 63
 # Hyperparameters travel in environment variables (TM_HPS, PAI_USER_ARGS, ...) and on the command line; Linux
 # refuses a single argument or variable over 128 KiB at exec time, after everything was staged.
 MAX_HYPERPARAMETER_VALUE = 16 * 1024

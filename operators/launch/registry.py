@@ -10,7 +10,7 @@ from typing import Any
 
 from operators.launch.base import DeferrableLauncher, LaunchRequest, Launcher
 from operators.launch.declaration import BackendDeclaration
-from operators.jobspec.model import BACKENDS
+from operators.jobspec.names import BACKENDS
 
 # One entry per name in BACKENDS (tests/operators/launch/test_registry.py): a name the spec accepts has a backend.
 _BACKENDS = {

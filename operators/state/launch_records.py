@@ -15,7 +15,6 @@ import json
 import math
 import os
 
-import psutil
 
 CREATE_TIME_SLACK = 1.0
 
@@ -59,6 +58,9 @@ def write_records(path: str, records: list[Record]) -> None:
 
 def ours(pid: int, create_time: float, job_root: str):
     """The live process `pid` if it is the one the launcher started for `job_root`, else None."""
+    # lazy: psutil, for a recorded launch only (a data-plane step's garbage collection finds none in the cluster)
+    import psutil
+
     try:
         proc = psutil.Process(pid)
         if abs(proc.create_time() - create_time) > CREATE_TIME_SLACK:

@@ -33,9 +33,15 @@ import binascii
 from dataclasses import dataclass
 from typing import Mapping
 
-from awscrt import checksums
-
 IO_CHUNK = 1024 * 1024
+
+
+def _crt():
+    """awscrt.checksums, imported by the first checksum computed, not by the readers of the algorithms' names."""
+    # lazy: awscrt's native library (~0.1 s of CPU); a data-plane step's cache hit computes no checksum
+    from awscrt import checksums
+
+    return checksums
 
 
 @dataclass(frozen=True)
@@ -61,11 +67,11 @@ class Algorithm:
         return self.name.upper()
 
     def compute(self, data, previous: int = 0) -> int:
-        return getattr(checksums, self._compute)(data, previous)
+        return getattr(_crt(), self._compute)(data, previous)
 
     def combine(self, first: int, second: int, second_length: int) -> int:
         """The value of two consecutive blocks from each one's value (no byte read again)."""
-        return getattr(checksums, self._combine)(first, second, second_length)
+        return getattr(_crt(), self._combine)(first, second, second_length)
 
     def encode(self, value: int) -> str:
         return base64.b64encode(value.to_bytes(self.width, "big")).decode("ascii")

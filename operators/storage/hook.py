@@ -32,7 +32,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from operators.fs.safe_tar import pack_directory
 from operators.settings import training_settings
 from operators.storage.disk_space import check_pack_space, is_disk_full, pack_full
 from operators.storage.errors import StorageError
@@ -242,6 +241,8 @@ class ObjectStorageHook:
         bounded by the parts in flight whatever the size.
         `within`: the job root `src_dir` lies in (safe_tar.pack_directory follows no link below it); `max_content`:
         the most content the archive may hold (safe_tar.PackTooLargeError past it, nothing uploaded)."""
+        from operators.fs.safe_tar import pack_directory  # lazy: isal and tarfile, for the uploads that pack only
+
         loc = parse_uri(uri)
         store = self.store(loc)
         check_pack_space(src_dir, archive_path, within=within)  # before packing a byte: about the model's size

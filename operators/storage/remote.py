@@ -19,20 +19,12 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from botocore import UNSIGNED
-from botocore.config import Config
-from botocore.utils import (
-    is_valid_endpoint_url,
-    is_valid_ipv6_endpoint_url,
-    parse_timestamp,
-    validate_region_name,
-)
-from dateutil.tz import tzutc
+from botocore import UNSIGNED  # botocore's package alone: a constant, none of its client machinery
 
 from operators import log_masking
 from operators.step_process import is_step_process
 from operators.storage import checksums
-from operators.storage.addressing import resolve_addressing
+from operators.storage.addressing import client_problem, resolve_addressing
 from operators.storage.env_connections import (
     ConnectionFormatError,
     EnvAwsHook,
@@ -45,7 +37,6 @@ from operators.storage.location import (
     StorageLocation,
     connection_env_name,
 )
-from operators.storage.remote_retries import install
 from operators.storage.retries import REQUEST_RETRIES
 
 log = logging.getLogger("operators.storage.hook")
@@ -54,6 +45,9 @@ _AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
 
 def _utc():
     """botocore's UTC tzinfo (dateutil's tzutc), so our datetimes are the ones botocore would have made."""
+    # lazy: dateutil, for the botocore engine's responses only (a step's obstore listing parses no timestamp here)
+    from dateutil.tz import tzutc
+
     return tzutc()
 
 
@@ -202,14 +196,33 @@ def _request_url(client, bucket: str) -> str:
 class _Connection:
     """What make_remote read from an Airflow connection, and how to build its client or its engine settings."""
 
-    def __init__(self, hook, loc: StorageLocation, endpoint: str | None, region: str | None, config) -> None:
+    def __init__(self, hook, loc: StorageLocation, endpoint: str | None, region: str | None,
+                 options: dict[str, Any], own_config: Any = None) -> None:
         self.hook = hook
         self.loc = loc
         self.endpoint = endpoint
         self.region = region
-        self.config = config
+        self.options = options  # our botocore Config options
+        self.own_config = own_config  # the connection's config_kwargs as a botocore Config, merged over ours
+        self._config = None
         self._session = None
         self._lock = threading.Lock()
+
+    @property
+    def config(self):
+        """The client's botocore Config: our options, the connection's config_kwargs over them (made on first use)."""
+        if self._config is None:
+            from botocore.config import Config  # lazy: botocore's client machinery, with the client or its settings
+
+            config = Config(**self.options)
+            self._config = config.merge(self.own_config) if self.own_config is not None else config
+        return self._config
+
+    def _option(self, name: str) -> Any:
+        """One of the Config's options without making the Config where the connection sets none of its own."""
+        if self.own_config is None:
+            return self.options.get(name)
+        return getattr(self.config, name)
 
     def session(self):
         """The connection's boto3 session (AwsBaseHook: keys, profiles, assume-role; no S3 model is parsed), made
@@ -228,15 +241,21 @@ class _Connection:
                 "region_name in its extra",
                 permanent=True,
             ) from None
+        from operators.storage.remote_retries import install  # lazy: with the client (botocore's retry machinery)
+
         install(client)
         install_checksums(client)
         return client
 
     def engine_settings(self, bucket: str) -> EngineSettings | None:
         """engine_settings from the connection alone, or None where botocore's client has to be asked."""
-        config = self.config
-        if getattr(config, "use_fips_endpoint", None) or getattr(config, "use_dualstack_endpoint", None):
+        if self._option("use_fips_endpoint") or self._option("use_dualstack_endpoint"):
             return None
+        light = getattr(self.hook, "static_settings", None)
+        static = light(self.region) if light is not None else None
+        if static is not None:  # a step's connection with its own keys and nothing of botocore's to consult
+            return self._settings(bucket, static.region_name, lambda: static.credentials,
+                                  dict(self._option("s3") or {}), static.verify)
         session = self.session()
         core = getattr(session, "_session", None)  # boto3 keeps its botocore session here
         if core is None:
@@ -251,26 +270,33 @@ class _Connection:
             if core.get_config_variable("use_fips_endpoint") or core.get_config_variable("use_dualstack_endpoint"):
                 return None
         s3_config = dict(core.get_config_variable("s3") or {})
-        s3_config.update(config.s3 or {})
-        resolved = resolve_addressing(self.endpoint, session.region_name, s3_config, bucket)
-        if resolved is None:
-            return None
-        endpoint, virtual = resolved
-        unsigned = config.signature_version in (UNSIGNED, "unsigned")
+        s3_config.update(self._option("s3") or {})
+        unsigned = self._option("signature_version") in (UNSIGNED, "unsigned")
         verify = self.hook.verify  # then botocore's defaults, in botocore's order (session, then endpoint)
         if verify is None:
             verify = core.get_config_variable("ca_bundle")
         if verify is None:
             verify = os.environ.get("REQUESTS_CA_BUNDLE", True)
+        return self._settings(bucket, session.region_name, lambda: None if unsigned else session.get_credentials(),
+                              s3_config, verify)
+
+    def _settings(self, bucket: str, region: str | None, credentials, s3_config: dict,
+                  verify: Any) -> EngineSettings | None:
+        """EngineSettings for `bucket` where storage.addressing knows botocore's answer, else None. `credentials`:
+        called once the addressing is known."""
+        resolved = resolve_addressing(self.endpoint, region, s3_config, bucket)
+        if resolved is None:
+            return None
+        endpoint, virtual = resolved
         return EngineSettings(
             endpoint=endpoint,
-            region=session.region_name or "us-east-1",
+            region=region or "us-east-1",
             virtual_hosted=virtual,
-            credentials=None if unsigned else session.get_credentials(),
+            credentials=credentials(),
             verify=verify,
-            proxies=config.proxies,
-            max_retries=_max_retries(config.retries),
-            signature_version=config.signature_version,
+            proxies=self._option("proxies"),
+            max_retries=_max_retries(self._option("retries")),
+            signature_version=self._option("signature_version"),
         )
 
 
@@ -304,6 +330,8 @@ def fast_timestamp(value: Any):
                 return parsedate_to_datetime(value).replace(tzinfo=_utc())
         except (TypeError, ValueError):
             pass
+    from botocore.utils import parse_timestamp  # lazy: botocore's client machinery (see make_remote)
+
     return parse_timestamp(value)
 
 
@@ -420,7 +448,9 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
         )
     is_aws = is_aws_endpoint(endpoint)
 
-    config = Config(
+    # botocore Config's options, as a dict: the Config itself is made with the client (botocore.config imports
+    # botocore's client machinery, ~0.2 s of CPU, which the obstore engine does not need)
+    options: dict[str, Any] = dict(
         retries={"mode": "standard", "max_attempts": REQUEST_RETRIES},
         # small-object workers and s3transfer's ranged GETs can run at the same time: room for both
         max_pool_connections=max(10, 2 * concurrency + 4),
@@ -430,26 +460,22 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
     )
     addressing_style = extra.get("addressing_style") or (extra.get("s3") or {}).get("addressing_style")
     if addressing_style:
-        config = config.merge(Config(s3={"addressing_style": addressing_style}))
+        options["s3"] = {"addressing_style": addressing_style}
     if not is_aws:
         # boto3 >= 1.36 sends CRC checksums / aws-chunked bodies by default, which many S3-compatible stores
         # reject; our uploads send a CRC64NVME in a plain header where the store takes one
         # (botocore.uploads.store_takes_checksums, install_checksums), and we verify sizes, CRCs and MD5s ourselves.
-        config = config.merge(
-            Config(request_checksum_calculation="when_required", response_checksum_validation="when_required")
-        )
-    if wrapper and wrapper.botocore_config is not None:
-        config = config.merge(wrapper.botocore_config)  # the connection's config_kwargs win
+        options.update(request_checksum_calculation="when_required", response_checksum_validation="when_required")
+    # the connection's config_kwargs (a botocore Config) win over ours
+    own_config = wrapper.botocore_config if wrapper else None
     # What building the client would refuse, refused now: the client itself is built on first use (or never).
-    try:
-        if endpoint and not is_valid_endpoint_url(endpoint) and not is_valid_ipv6_endpoint_url(endpoint):
-            raise ValueError(f"Invalid endpoint: {endpoint}")
-        validate_region_name(region)
-    except ValueError as err:
+    problem = client_problem(endpoint, region)
+    if problem:
         raise StorageError(
-            f"cannot use connection '{conn_id}' for {loc.uri}: {err}; check endpoint_url and region_name in its extra",
+            f"cannot use connection '{conn_id}' for {loc.uri}: {problem}; check endpoint_url and region_name in its "
+            "extra",
             permanent=True,
-        ) from None
+        )
     log.debug(
         "object storage connection %r: endpoint %s, region %s, addressing %s, aws=%s",
         conn_id,
@@ -459,7 +485,7 @@ def make_remote(loc: StorageLocation, conn_id: str, concurrency: int) -> Remote:
         is_aws,
     )
     return Remote(conn_id=conn_id, endpoint=endpoint, is_aws=is_aws,
-                  connection=_Connection(aws, loc, endpoint, region, config))
+                  connection=_Connection(aws, loc, endpoint, region, options, own_config))
 
 
 __all__ = ["CONNECT_TIMEOUT_S", "EngineSettings", "READ_TIMEOUT_S", "Remote", "install_checksums", "is_aws_endpoint",

@@ -19,14 +19,6 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
-from operators.storage.botocore.downloads import download_objects
-from operators.storage.botocore.small_objects import (
-    delete_keys,
-    put_object,
-    read_object,
-)
-from operators.storage.botocore.stream import upload_stream
-from operators.storage.botocore.uploads import upload_files
 from operators.storage.errors import StorageError, is_not_found, translate_error
 from operators.storage.listing import (
     any_key_under,
@@ -268,6 +260,8 @@ class RemoteStore(Store):
 
                 download_objects_obstore(settings, remote, loc, targets, progress, self.tuning)
                 return
+            from operators.storage.botocore.downloads import download_objects  # lazy: the botocore engine (s3transfer, botocore's retries), for the connections obstore does not serve
+
             download_objects(remote, loc, targets, progress, self.tuning)
 
     def upload_location(self, loc: StorageLocation, path: str, names_a_folder: bool) -> StorageLocation:
@@ -293,6 +287,8 @@ class RemoteStore(Store):
 
                 upload_files_obstore(settings, remote, base, items, progress, self.tuning)
                 return
+            from operators.storage.botocore.uploads import upload_files  # lazy: the botocore engine (s3transfer, botocore's retries), for the connections obstore does not serve
+
             concurrency = self.tuning.concurrency
             list_landed = (lambda: list_prefix(remote, concurrency, base, base.key)) if verify_listing else None
             upload_files(remote, base, items, progress, self.tuning, list_landed)
@@ -309,10 +305,14 @@ class RemoteStore(Store):
                 from operators.storage.obstore.uploads import upload_stream_obstore
 
                 return upload_stream_obstore(settings, remote, loc, produce, progress, self.tuning)
+            from operators.storage.botocore.stream import upload_stream  # lazy: the botocore engine (s3transfer, botocore's retries), for the connections obstore does not serve
+
             return upload_stream(remote, loc, produce, progress, self.tuning.transfer_config())
 
     def read_bytes(self, loc: StorageLocation) -> bytes:
         remote = self.remote
+        from operators.storage.botocore.small_objects import read_object  # lazy: botocore's client and retries
+
         with storage_errors("read", loc.uri, remote):
             return read_object(remote, loc)
 
@@ -320,6 +320,8 @@ class RemoteStore(Store):
         if not loc.key or loc.key.endswith("/"):
             raise StorageError(f"cannot write to {loc.uri}: it names a prefix; give an object key", permanent=True)
         remote = self.remote
+        from operators.storage.botocore.small_objects import put_object  # lazy: botocore's client and retries
+
         with storage_errors("write", loc.uri, remote):
             put_object(remote, loc, data)
 
@@ -328,6 +330,8 @@ class RemoteStore(Store):
             raise StorageError(f"refusing to delete the whole bucket {loc.uri}; give a prefix", permanent=True)
         keys = [o.key for o in listing().objects]
         remote = self.remote
+        from operators.storage.botocore.small_objects import delete_keys  # lazy: botocore's client and retries
+
         with storage_errors("delete", loc.uri, remote):
             return delete_keys(remote, loc, keys)
 

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from s3transfer.manager import TransferConfig
 
 from operators.storage import checksums
 from operators.storage.errors import StorageError
@@ -47,6 +46,8 @@ class TransferTuning:
     multipart_chunksize: int
 
     def transfer_config(self, *, part_size: int | None = None):
+        from s3transfer.manager import TransferConfig  # lazy: the botocore engine's only (a step's cache hit has none)
+
         return TransferConfig(
             multipart_threshold=self.multipart_threshold,
             multipart_chunksize=part_size or self.multipart_chunksize,

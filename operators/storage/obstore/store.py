@@ -14,8 +14,6 @@ import logging
 import threading
 from datetime import timedelta
 
-from botocore.httpsession import get_cert_path
-
 from operators.storage.remote import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
@@ -57,7 +55,8 @@ def _choose(remote: Remote, bucket: str) -> EngineSettings | None:
         settings = remote.engine_settings(bucket)
         if settings.credentials is None:
             reason = "the connection has no credentials (unsigned requests)"
-        elif not settings.endpoint.startswith("http://") and settings.verify not in (True, _default_ca_bundle()):
+        elif not settings.endpoint.startswith("http://") and settings.verify is not True \
+                and settings.verify != _default_ca_bundle():
             reason = "the connection sets its own TLS verification ('verify')"
         elif settings.proxies:
             reason = "the connection uses proxies"
@@ -72,6 +71,9 @@ def _choose(remote: Remote, bucket: str) -> EngineSettings | None:
 
 def _default_ca_bundle() -> str:
     """The CA bundle botocore verifies with when the connection says nothing (obstore uses the system's roots)."""
+    # lazy: botocore's HTTP machinery (urllib3), for a connection that verifies TLS its own way only
+    from botocore.httpsession import get_cert_path
+
     return get_cert_path(True)
 
 

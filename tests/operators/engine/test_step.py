@@ -96,3 +96,38 @@ def test_the_upload_step_carries_the_kept_lineage_record_to_the_worker(make_cont
     worker = str(tmp_path / "worker-ws")
     kept = keep_carried(worker, result[LINEAGE_CARRIED], result["lineage_sha256"], ctx.spec.job_name)
     assert kept == read_record(worker, ctx.spec.job_name) and kept.outcome.model_uri == result["model_uri"]
+
+
+def test_a_cache_hit_step_takes_the_validated_spec_without_pydantic(tmp_path):
+    """The step's process reads the spec the worker validated without building the model (operators/jobspec/
+    validated.py), and a cache hit imports neither the archive code nor the botocore engine: what a step pays before
+    its first byte is its start-up (bench/README.md, "The cluster's steps on the job engine")."""
+    from operators.jobspec.model import JobSpec
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "rows.csv").write_text("1\n")
+    job = JobSpec.model_validate({"job_name": "hit", "source_dir": str(tmp_path / "code"), "entry_point": "train.py",
+                                  "output_path": str(tmp_path / "out"), "inputs": {"train": str(tmp_path / "data")},
+                                  }).to_dict()
+    code = textwrap.dedent(f"""
+        import json, os, sys
+        from operators.engine.step import run_stage
+        from operators.settings import TrainingSettings
+        settings = TrainingSettings(workspace={str(tmp_path / "workspace")!r})
+        job = json.loads({json.dumps(job)!r})
+        os.makedirs(settings.job_root(job["job_name"]))
+        payload = {{"stage": "prefetch_data", "job": job, "dag_id": "d", "run_id": "r", "inputs": {{}}}}
+        said = [run_stage(payload, settings=settings) for _ in range(2)]
+        bad = run_stage({{**payload, "job": {{**job, "job_name": "../elsewhere"}}}}, settings=settings)
+        loaded = [m for m in ("pydantic", "isal", "s3transfer", "operators.fs.safe_tar") if m in sys.modules]
+        print(json.dumps({{"said": said, "bad": bad, "loaded": loaded}}))
+    """)
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'runtime'}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [said["result"]["train"]["files"] for said in report["said"]] == [1, 1]
+    assert report["said"][0]["result"]["train"]["data_version"] == report["said"][1]["result"]["train"]["data_version"]
+    assert report["bad"] == {"fail": "invalid job spec: job_name: '../elsewhere' is not a DNS-1123 label (the worker "
+                                     "validates it; a step's payload must carry the validated spec)"}
+    assert report["loaded"] == []

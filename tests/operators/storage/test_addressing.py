@@ -5,10 +5,14 @@ presigned URL's host and addressing style, region, credentials, TLS verification
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from botocore.exceptions import EndpointResolutionError
+from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
 
+from operators.step_process import STEP_ENV
+from operators.storage.addressing import client_problem
 from operators.storage.location import parse_uri
 from operators.storage.remote import make_remote
 
@@ -74,6 +78,7 @@ def _remote(monkeypatch, extra: dict):
 
 def _comparable(settings):
     frozen = settings.credentials.get_frozen_credentials() if settings.credentials else None
+    frozen = (frozen.access_key, frozen.secret_key, frozen.token) if frozen else None
     return (settings.endpoint, settings.virtual_hosted, settings.region, frozen, settings.verify, settings.proxies,
             settings.max_retries)
 
@@ -101,3 +106,50 @@ def test_settings_for_a_plain_connection_build_no_botocore_client(monkeypatch):
 
     assert (settings.endpoint, settings.virtual_hosted) == ("http://s3.example.test:9000", False)
     assert not remote.client_built
+
+
+@pytest.mark.parametrize("case", sorted(CONNECTIONS))
+def test_a_steps_connection_with_its_own_keys_gives_botocores_settings_without_boto3(monkeypatch, tmp_path, case):
+    """In a data-plane step (its connection read from the environment, operators/storage/env_connections.py) with
+    nothing else botocore reads (no AWS_* variable, no ~/.aws), the settings come from the connection's own keys
+    without a boto3 session, and are still botocore's."""
+    monkeypatch.setenv(STEP_ENV, "{}")
+    for name in [n for n in os.environ if n.startswith(("AWS_", "BOTO"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for bucket in BUCKETS:
+        remote = _remote(monkeypatch, CONNECTIONS[case])
+        try:
+            from_connection = remote.engine_settings(bucket)
+        except EndpointResolutionError:  # botocore refuses this bucket here (accelerate with dots)
+            continue
+        if "config_kwargs" not in CONNECTIONS[case]:
+            assert remote._connection._session is None, "a boto3 session was made"
+        assert _comparable(from_connection) == _comparable(_remote(monkeypatch, CONNECTIONS[case])
+                                                           .engine_settings_from_client(bucket)), (case, bucket)
+
+
+ENDPOINTS = ["https://s3.example.test", "http://127.0.0.1:9000", "http://[::1]:9000", "http://[fe80::1%25eth0]:1",
+             "https://bad_host.example", "https://-bad.example", "http://", "https://s3.example.test.", "s3.example",
+             "https://s3.example\n.test", "https://a" + "b" * 64 + ".test", "https://x." + "y." * 130 + "z",
+             "http://[::1", "ftp://host"]
+REGIONS = [None, "us-east-1", "ap-guangzhou", "123", "-x", "x-", "has space", "a" * 64, "", "UPPER-1"]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_a_connections_endpoint_is_refused_where_botocore_refuses_it(endpoint):
+    try:
+        botocore_ok = bool(is_valid_endpoint_url(endpoint) or is_valid_ipv6_endpoint_url(endpoint))
+    except ValueError:
+        botocore_ok = False
+    assert (client_problem(endpoint, None) is None) == botocore_ok
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_a_connections_region_is_refused_where_botocore_refuses_it(region):
+    try:
+        validate_region_name(region)
+        said = None
+    except ValueError as err:
+        said = str(err)
+    assert client_problem(None, region) == said
