@@ -141,10 +141,13 @@ def test_trigger_form_params_in_the_served_dags(airflow_services):
     assert status == 200, details
     params = details["params"]
     assert params["strategy"]["value"] == "random"
-    assert params["strategy"]["schema"] == {"type": "string", "enum": ["random", "grid"], "section": "Search"}
+    draft_7 = {"$schema": "http://json-schema.org/draft-07/schema#"}  # the cheap meta-schema check at each resolve
+    assert params["strategy"]["schema"] == {"type": "string", "enum": ["random", "grid"], "section": "Search",
+                                            **draft_7}
     assert "grid: every combination" in params["strategy"]["description"]
     assert params["direction"]["schema"]["enum"] == ["minimize", "maximize"]
-    assert params["max_trials"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 200, "section": "Search"}
+    assert params["max_trials"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 200, "section": "Search",
+                                              **draft_7}
     assert params["early_stopping"]["value"] == "median"
     assert params["early_stopping"]["schema"]["section"] == "Early stopping"
     assert params["search_space"]["schema"]["type"] == "object"
